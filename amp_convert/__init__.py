@@ -1,0 +1,38 @@
+"""amp-convert: FP32 ONNX models to mixed precision (FP16/BF16) that load, run fast and stay accurate.
+
+Public API: convert, convert_file, Level, ConvertOptions, ConversionReport, and the error family.
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from amp_convert.api import convert, convert_file, convert_ir  # noqa: E402
+from amp_convert.errors import (  # noqa: E402
+    AmpConvertError,
+    InputError,
+    OptionError,
+    OutputError,
+    ValidationError,
+    VerificationError,
+)
+from amp_convert.options import ConvertOptions, Level, make_options  # noqa: E402
+from amp_convert.report import ConversionReport, NodeDecision  # noqa: E402
+
+__all__ = [
+    "AmpConvertError",
+    "ConversionReport",
+    "ConvertOptions",
+    "InputError",
+    "Level",
+    "NodeDecision",
+    "OptionError",
+    "OutputError",
+    "ValidationError",
+    "VerificationError",
+    "__version__",
+    "convert",
+    "convert_file",
+    "convert_ir",
+    "make_options",
+]

@@ -1,0 +1,171 @@
+"""Op lists are data: one plain file per class, plus conditional rules; this module only reads them.
+
+Users extend or trim them with a file in the same line format, split in sections:
+
+    [deny]
+    MyCustomNorm     numerically unstable in our tests
+    [allow]
+    -Conv            (a leading '-' removes an op from that list)
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+from amp_convert.errors import OptionError
+
+CLASSES = ("allow", "infer", "clear", "deny")
+
+
+def op_key(domain: str, op_type: str) -> str:
+    """The list spelling of an op: plain for ai.onnx, 'domain:Op' otherwise."""
+    return op_type if domain in ("", "ai.onnx") else f"{domain}:{op_type}"
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A conditional rule such as 'Pow with a constant exponent in [0, 1] is INFER'."""
+
+    op: str
+    subject: str  # input index as text, or "@attr"
+    test: str
+    values: tuple[str, ...]
+    cls: str
+    reason: str
+    user: bool = False
+
+    def matches(self, value: object) -> bool:
+        if value is None:
+            return False
+        if self.test == "==":
+            return str(value) == self.values[0]
+        try:
+            x = float(value)  # type: ignore[arg-type]
+            bounds = [float(v) for v in self.values]
+        except (TypeError, ValueError):
+            return False
+        if self.test == "between":
+            return bounds[0] <= x <= bounds[1]
+        ops = {"<=": operator.le, "<": operator.lt, ">=": operator.ge, ">": operator.gt}
+        return ops[self.test](x, bounds[0])
+
+
+@dataclass
+class OpLists:
+    """Class and reason per op key, plus conditional rules."""
+
+    entries: dict[str, tuple[str, str]] = field(default_factory=dict)
+    rules: list[Rule] = field(default_factory=list)
+    user_keys: set[str] = field(default_factory=set)
+
+    def lookup(self, key: str) -> tuple[str, str] | None:
+        return self.entries.get(key)
+
+    def rules_for(self, key: str) -> list[Rule]:
+        return [r for r in self.rules if r.op == key]
+
+    def is_user(self, key: str) -> bool:
+        return key in self.user_keys
+
+    def add(self, cls: str, key: str, reason: str, user: bool = False) -> None:
+        self.entries[key] = (cls, reason)
+        if user:
+            self.user_keys.add(key)
+
+    def remove(self, cls: str, key: str) -> None:
+        if self.entries.get(key, ("", ""))[0] == cls:
+            del self.entries[key]
+
+    def copy(self) -> OpLists:
+        return OpLists(dict(self.entries), list(self.rules), set(self.user_keys))
+
+
+def _split_line(line: str) -> list[str]:
+    return line.split("#", 1)[0].split() if not line.lstrip().startswith("#") else []
+
+
+def _parse_entries(text: str, cls: str, where: str, lists: OpLists, user: bool = False) -> None:
+    for n, raw in enumerate(text.splitlines(), 1):
+        if not _split_line(raw):
+            continue
+        op, _, reason = raw.strip().partition(" ")
+        reason = reason.strip() or "listed"
+        if op.startswith("-"):
+            lists.remove(cls, op[1:])
+        elif not op.replace(":", "").replace(".", "").replace("_", "").isalnum():
+            raise OptionError(f"{where}:{n}: not an op type: {op!r}")
+        else:
+            lists.add(cls, op, reason, user)
+
+
+def _parse_rule(raw: str, where: str, user: bool = False) -> Rule:
+    words = raw.split()
+    try:
+        op, subject, test = words[0], words[1], words[2]
+        count = 2 if test == "between" else 1
+        values = tuple(words[3 : 3 + count])
+        cls = words[3 + count]
+        reason = " ".join(words[4 + count :]) or "conditional rule"
+    except IndexError:
+        raise OptionError(f"{where}: incomplete rule: {raw.strip()!r}") from None
+    if test not in ("<=", "<", ">=", ">", "==", "between") or len(values) != count:
+        raise OptionError(f"{where}: unknown test {test!r} in rule {raw.strip()!r}")
+    if cls not in CLASSES:
+        raise OptionError(f"{where}: unknown class {cls!r} in rule {raw.strip()!r}")
+    if not (subject.startswith("@") or subject.isdigit()):
+        raise OptionError(f"{where}: subject must be an input index or @attribute: {subject!r}")
+    return Rule(op, subject, test, values, cls, reason, user)
+
+
+def load_builtin() -> OpLists:
+    """The lists shipped with amp-convert."""
+    lists = OpLists()
+    base = resources.files("amp_convert.op_lists")
+    for cls in CLASSES:
+        _parse_entries(base.joinpath(f"{cls}.txt").read_text(), cls, f"{cls}.txt", lists)
+    text = base.joinpath("conditional.txt").read_text()
+    for n, raw in enumerate(text.splitlines(), 1):
+        if _split_line(raw):
+            lists.rules.append(_parse_rule(raw.split("#", 1)[0], f"conditional.txt:{n}"))
+    return lists
+
+
+def apply_user_file(lists: OpLists, path: str | Path) -> OpLists:
+    """Extend/trim `lists` with a user file made of [allow]/[infer]/[clear]/[deny]/[rules] sections."""
+    try:
+        text = Path(path).read_text()
+    except OSError as e:
+        raise OptionError(f"cannot read op list file {path}: {e.strerror or e}") from None
+    section: str | None = None
+    out = lists.copy()
+    for n, raw in enumerate(text.splitlines(), 1):
+        words = _split_line(raw)
+        if not words:
+            continue
+        line = raw.split("#", 1)[0].strip()
+        if line.startswith("[") and line.endswith("]"):
+            section = line[1:-1].strip().lower()
+            if section not in (*CLASSES, "rules"):
+                raise OptionError(f"{path}:{n}: unknown section [{section}]")
+            continue
+        if section is None:
+            raise OptionError(f"{path}:{n}: entry before any [allow]/[infer]/[clear]/[deny] section")
+        if section == "rules":
+            out.rules.insert(0, _parse_rule(line, f"{path}:{n}", user=True))
+        else:
+            _parse_entries(line, section, f"{path}:{n}", out, user=True)
+    return out
+
+
+def apply_user_ops(lists: OpLists, cls: str, ops: Iterable[str], reason: str) -> OpLists:
+    """Put each op of `ops` in class `cls` (the --fp32-ops / --fp16-ops options)."""
+    out = lists.copy()
+    for op in ops:
+        op = op.strip()
+        if op:
+            out.add(cls, op, reason, user=True)
+    return out

@@ -1,0 +1,154 @@
+"""Pass 2: give each node a class (allow / infer / clear / deny) and find the slots it may lower.
+
+Which slots may turn low comes from the op's schema at the model's opset: the type variables that
+carry the node's data path (those bound to an output, and the one of input 0) when they are bound
+to FP32 and admit the low type. Auxiliary inputs with a type variable of their own (Resize roi,
+BatchNormalization statistics at opset 15) and fixed-type slots (Resize scales, NMS boxes) keep
+their original type. Ops without a schema (custom domains) and control flow keep their precision.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+
+from amp_convert import schema
+from amp_convert.op_lists import op_key
+from amp_convert.passes.state import CONTROL_FLOW, FLOAT, ConversionState, NodeInfo, constant_tensor
+
+_USER_REASON = {"deny": "user: --fp32-ops / op list", "allow": "user: --fp16-ops / op list"}
+
+
+def _scalar(value: ir.Value | None) -> float | None:
+    if value is None:
+        return None
+    tensor = constant_tensor(value)
+    if tensor is None and value.const_value is not None and not value.is_graph_input():
+        tensor = value.const_value
+    if tensor is None or tensor.size != 1:
+        return None
+    return float(np.asarray(tensor.numpy()).reshape(-1)[0])
+
+
+def _subject(node: ir.Node, subject: str) -> object:
+    if subject.startswith("@"):
+        attr = node.attributes.get(subject[1:])
+        if attr is None:
+            return None
+        value = attr.value
+        return value.decode() if isinstance(value, bytes) else value
+    index = int(subject)
+    return _scalar(node.inputs[index]) if index < len(node.inputs) else None
+
+
+def _normalise_constant(node: ir.Node) -> None:
+    """Constant(value_float[s]=...) → Constant(value=tensor) so it converts like any tensor."""
+    for key in ("value_float", "value_floats"):
+        attr = node.attributes.get(key)
+        if attr is not None:
+            data = np.asarray(attr.value, dtype=np.float32)
+            del node.attributes[key]
+            node.attributes["value"] = ir.AttrTensor("value", ir.Tensor(data))
+
+
+def _slots(node: ir.Node, sig: schema.OpSignature, low: ir.DataType) -> tuple[set, set, str]:
+    """Type variables to lower, and why none could be, for a node with a schema."""
+    candidates = set(sig.output_type_vars)
+    first = sig.input_slot(0)
+    if first is not None and first.is_type_var and node.op_type not in ("Cast", "CastLike"):
+        candidates.add(first.type_str)
+    bound: dict[str, set] = {var: set() for var in candidates}
+    for values, slot_at in ((node.inputs, sig.input_slot), (node.outputs, sig.output_slot)):
+        for i, value in enumerate(values):
+            slot = slot_at(i)
+            if value is None or slot is None or slot.type_str not in bound:
+                continue
+            bound[slot.type_str].add(value.dtype)
+    lowered, why = set(), ""
+    for var, dtypes in bound.items():
+        if dtypes != {FLOAT}:
+            if FLOAT in dtypes and None in dtypes:
+                why = f"type of {var} not fully known"
+            continue
+        admitted = next(
+            s for s in (*sig.inputs, *sig.outputs) if s.type_str == var
+        ).allowed
+        if schema.type_name(low) in admitted:
+            lowered.add(var)
+        else:
+            why = f"schema: {var} of {node.op_type} excludes {low.name.lower()} at this opset"
+    return lowered, bound.keys(), why
+
+
+def _info_for(node: ir.Node, state: ConversionState, opset: int) -> NodeInfo:
+    has_float = any(v is not None and v.dtype == FLOAT for v in (*node.inputs, *node.outputs))
+    if node.op_type in CONTROL_FLOW and node.domain in ("", "ai.onnx"):
+        return NodeInfo("fixed", "control flow: boundary keeps its types, bodies are converted")
+    if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
+        return NodeInfo("none", "constant: stored in the precision its readers need")
+    sig = schema.signature(node.op_type, node.domain, opset)
+    if sig is None:
+        reason = f"no ONNX schema for {op_key(node.domain, node.op_type)} (custom op)"
+        return NodeInfo("fixed" if has_float else "none", reason)
+    if any(
+        v is not None and v.type is not None and not isinstance(v.type, ir.TensorType)
+        for v in (*node.inputs, *node.outputs)
+    ):
+        return NodeInfo("fixed" if has_float else "none", "sequence/optional types")
+    lowered, _, why = _slots(node, sig, state.low)
+    low_in = frozenset(
+        i
+        for i, v in enumerate(node.inputs)
+        if v is not None and (s := sig.input_slot(i)) is not None and s.type_str in lowered
+    )
+    low_out = frozenset(
+        i for i, _ in enumerate(node.outputs) if (s := sig.output_slot(i)) and s.type_str in lowered
+    )
+    any_in = frozenset({0}) if node.op_type == "Cast" else frozenset()
+    if not low_in and not low_out:
+        if not has_float:
+            return NodeInfo("none", "no float data path")
+        return NodeInfo("fixed", why or "schema: no float slot can take the low type", any_inputs=any_in)
+    if node.op_type == "Cast" and node.inputs[0] is not None and node.inputs[0].dtype in (
+        ir.DataType.FLOAT16,
+        ir.DataType.BFLOAT16,
+    ):
+        # A widening Cast out of a low-precision value is a deliberate boundary (our own output)
+        return NodeInfo("fixed", "boundary cast out of a low-precision value", any_inputs=any_in)
+    cls, reason = _list_class(node, state)
+    return NodeInfo(cls, reason, low_in, low_out, any_in)
+
+
+def _list_class(node: ir.Node, state: ConversionState) -> tuple[str, str]:
+    opts = state.options
+    for pattern in opts.exclude_patterns:
+        if node.name and pattern.search(node.name):
+            return "fixed", f"user: --exclude-nodes {pattern.pattern}"
+    key = op_key(node.domain, node.op_type)
+    lists = state.lists
+    entry = lists.lookup(key)
+    user = lists.is_user(key)
+    for rule in lists.rules_for(key):
+        if (rule.user or not user) and rule.matches(_subject(node, rule.subject)):
+            return rule.cls, ("user rule: " if rule.user else "rule: ") + rule.reason
+    if entry is None:
+        return "infer", "unlisted op: follows its neighbours"
+    cls, reason = entry
+    return cls, (_USER_REASON.get(cls, "user: op list") if user else f"{cls} list: {reason}")
+
+
+class ClassifyPass(ir.passes.InPlacePass):
+    """Attach a NodeInfo to every node (subgraphs included)."""
+
+    def __init__(self, state: ConversionState) -> None:
+        super().__init__()
+        self.state = state
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        opsets = model.opset_imports
+        for node in model.graph.all_nodes():
+            if node.op_type == "Constant":
+                _normalise_constant(node)
+            domain = "" if node.domain == "ai.onnx" else node.domain
+            self.state.info[node] = _info_for(node, self.state, opsets.get(domain, 1))
+        return ir.passes.PassResult(model, modified=False)

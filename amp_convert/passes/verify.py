@@ -1,0 +1,113 @@
+"""Pass 7: a strict type check of the result; a failure is a converter bug, never a written model.
+
+Two layers: our own O(nodes) check of every node against its schema (each type variable binds one
+admitted type, fixed slots have their type, Cast outputs match `to`, control-flow bodies match
+their node), naming the node; then, when the original model passed it, ONNX's checker with strict
+type inference on the weight-stripped graph.
+"""
+
+from __future__ import annotations
+
+import onnx
+import onnx_ir as ir
+
+from amp_convert import schema
+from amp_convert.errors import VerificationError
+from amp_convert.passes.infer_dtypes import call_on_stripped
+from amp_convert.passes.state import ConversionState
+
+
+def _label(node: ir.Node) -> str:
+    return f"node {node.name or '<unnamed>'!r} ({node.op_type})"
+
+
+def _check_node(node: ir.Node, opset: int) -> str | None:
+    if node.op_type == "Cast" and node.domain in ("", "ai.onnx"):
+        out = node.outputs[0]
+        if out.dtype is not None and out.dtype != node.attributes["to"].value:
+            to = ir.DataType(node.attributes["to"].value).name
+            return f"{_label(node)}: output typed {out.dtype.name} but casts to {to}"
+        return None
+    sig = schema.signature(node.op_type, node.domain, opset)
+    if sig is None:
+        return None
+    bound: dict[str, ir.DataType] = {}
+    for kind, values, slot_at in (
+        ("input", node.inputs, sig.input_slot),
+        ("output", node.outputs, sig.output_slot),
+    ):
+        for i, value in enumerate(values):
+            slot = slot_at(i)
+            if value is None or slot is None or value.dtype is None:
+                continue
+            if value.type is not None and not isinstance(value.type, ir.TensorType):
+                continue
+            name = schema.type_name(value.dtype)
+            if not slot.homogeneous:
+                continue
+            if slot.is_type_var and bound.get(slot.type_str, value.dtype) != value.dtype:
+                return (
+                    f"{_label(node)}: {kind} {i} ({value.name!r}) is {value.dtype.name} but "
+                    f"{slot.type_str} is bound to {bound[slot.type_str].name}"
+                )
+            if name not in slot.allowed:
+                return f"{_label(node)}: {kind} {i} ({value.name!r}) is {name}, not admitted"
+            if slot.is_type_var:
+                bound.setdefault(slot.type_str, value.dtype)
+    return _check_bodies(node)
+
+
+def _check_bodies(node: ir.Node) -> str | None:
+    if node.op_type == "If":
+        for attr in ("then_branch", "else_branch"):
+            body = node.attributes[attr].value
+            for i, (out, inner) in enumerate(zip(node.outputs, body.outputs, strict=False)):
+                if out.dtype is not None and inner.dtype is not None and out.dtype != inner.dtype:
+                    return f"{_label(node)}: output {i} is {out.dtype.name}, {attr} gives {inner.dtype.name}"
+    elif node.op_type == "Loop":
+        body = node.attributes["body"].value
+        for i, (outer, inner) in enumerate(zip(node.inputs[2:], body.inputs[2:], strict=False)):
+            if outer is not None and None not in (outer.dtype, inner.dtype) and outer.dtype != inner.dtype:
+                return f"{_label(node)}: loop-carried input {i} is {outer.dtype.name}, body takes {inner.dtype.name}"
+    return None
+
+
+def check_types(model: ir.Model) -> None:
+    """Raise VerificationError on the first node whose types break its schema."""
+    opsets = model.opset_imports
+    for node in model.graph.all_nodes():
+        domain = "" if node.domain == "ai.onnx" else node.domain
+        problem = _check_node(node, opsets.get(domain, 1))
+        if problem:
+            raise VerificationError(f"converter bug, model not written: {problem}")
+
+
+def onnx_strict_check(model: ir.Model) -> str | None:
+    """ONNX checker + strict type inference on the weight-stripped model; the error text or None."""
+
+    def check(proto: onnx.ModelProto) -> None:
+        onnx.checker.check_model(proto, full_check=False)
+        onnx.shape_inference.infer_shapes(proto, check_type=True, strict_mode=True, data_prop=False)
+
+    try:
+        call_on_stripped(model, check)
+    except Exception as e:  # onnx raises several error kinds
+        return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    return None
+
+
+class VerifyPass(ir.passes.InPlacePass):
+    """Refuse to hand back a model that breaks the type rules."""
+
+    def __init__(self, state: ConversionState, original_passed_strict: bool) -> None:
+        super().__init__()
+        self.state = state
+        self.original_passed_strict = original_passed_strict
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        check_types(model)
+        if self.original_passed_strict:
+            problem = onnx_strict_check(model)
+            if problem:
+                raise VerificationError(f"converter bug, model not written: {problem}")
+        return ir.passes.PassResult(model, modified=False)

@@ -1,0 +1,125 @@
+"""ConversionReport: what became low precision, what stayed FP32, and why."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+SCHEMA_VERSION = 1
+
+
+@dataclass
+class NodeDecision:
+    """One node's outcome. precision: 'low', 'fp32', or 'n/a' (no float data path)."""
+
+    name: str
+    op_type: str
+    domain: str
+    graph: str
+    op_class: str
+    precision: str
+    reason: str
+
+
+@dataclass
+class TensorNote:
+    """An initializer or constant worth a line: kept FP32 because of its range, or converted."""
+
+    name: str
+    action: str
+    detail: str
+
+
+@dataclass
+class ConversionReport:
+    """Summary and per-node decisions of one conversion (serialisable with to_dict/to_json)."""
+
+    level: str
+    dtype: str
+    keep_io_types: bool
+    nodes: list[NodeDecision] = field(default_factory=list)
+    casts_before: int = 0
+    casts_after: int = 0
+    initializers_converted: int = 0
+    initializers_kept: int = 0
+    tensors: list[TensorNote] = field(default_factory=list)
+    size_before: int = 0
+    size_after: int = 0
+    seconds: float = 0.0
+    already_converted: bool = False
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def casts_inserted(self) -> int:
+        """Net Cast nodes added by the conversion (pre-existing casts are not counted)."""
+        return self.casts_after - self.casts_before
+
+    def count(self, precision: str) -> Counter[str]:
+        return Counter(n.op_type for n in self.nodes if n.precision == precision)
+
+    @property
+    def nodes_low(self) -> int:
+        return sum(1 for n in self.nodes if n.precision == "low")
+
+    @property
+    def nodes_fp32(self) -> int:
+        return sum(1 for n in self.nodes if n.precision == "fp32")
+
+    def decision(self, name: str) -> NodeDecision:
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        raise KeyError(name)
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["schema_version"] = SCHEMA_VERSION
+        data["casts_inserted"] = self.casts_inserted
+        data["nodes_low"] = self.nodes_low
+        data["nodes_fp32"] = self.nodes_fp32
+        return data
+
+    def to_json(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+
+    def summary(self) -> str:
+        """A few lines for the terminal."""
+        low_name = self.dtype.upper()
+        if self.already_converted:
+            return f"already converted to {low_name} by amp-convert: nothing to do"
+        lines = [
+            f"level {self.level}, {low_name}, I/O types "
+            + ("kept FP32" if self.keep_io_types else f"{low_name}"),
+            f"nodes {low_name}: {self.nodes_low}  " + _top(self.count("low")),
+            f"nodes FP32: {self.nodes_fp32}  " + _top(self.count("fp32")),
+            f"casts inserted: {self.casts_inserted} (Cast nodes {self.casts_before} -> "
+            f"{self.casts_after})",
+            f"initializers converted: {self.initializers_converted}, "
+            f"kept FP32: {self.initializers_kept}",
+        ]
+        if self.size_before:
+            lines.append(
+                f"size: {_mb(self.size_before)} -> {_mb(self.size_after)}"
+                f" in {self.seconds:.2f} s"
+            )
+        for t in self.tensors:
+            if t.action != "converted":
+                lines.append(f"note: {t.name}: {t.action} ({t.detail})")
+        lines.extend(f"warning: {w}" for w in self.warnings)
+        return "\n".join(lines)
+
+
+def _top(counter: Counter[str], limit: int = 8) -> str:
+    if not counter:
+        return ""
+    items = counter.most_common()
+    text = ", ".join(f"{op} {n}" for op, n in items[:limit])
+    if len(items) > limit:
+        text += f", +{len(items) - limit} more op types"
+    return f"({text})"
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:.2f} MB" if n >= 1e5 else f"{n / 1e3:.1f} KB"

@@ -1,0 +1,91 @@
+"""What the ONNX operator schemas allow, per op, opset and input/output slot.
+
+The converter never hard-codes which ops "can't take float16": it asks the schema of the op at the
+model's opset which type variable each slot uses and which element types that variable admits.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import onnx.defs
+import onnx_ir as ir
+
+_TYPE_NAMES = {
+    ir.DataType.FLOAT: "tensor(float)",
+    ir.DataType.FLOAT16: "tensor(float16)",
+    ir.DataType.BFLOAT16: "tensor(bfloat16)",
+    ir.DataType.DOUBLE: "tensor(double)",
+}
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One formal parameter of a schema: its type variable (or fixed type) and admitted types."""
+
+    type_str: str
+    allowed: frozenset[str]
+    variadic: bool
+    is_type_var: bool
+    homogeneous: bool = True
+
+
+@dataclass(frozen=True)
+class OpSignature:
+    """Formal inputs and outputs of an op at one opset, resolved to their admitted types."""
+
+    inputs: tuple[Slot, ...]
+    outputs: tuple[Slot, ...]
+
+    def input_slot(self, index: int) -> Slot | None:
+        return _slot_at(self.inputs, index)
+
+    def output_slot(self, index: int) -> Slot | None:
+        return _slot_at(self.outputs, index)
+
+    @functools.cached_property
+    def output_type_vars(self) -> frozenset[str]:
+        """Type variables bound to at least one output: the node's data path."""
+        return frozenset(s.type_str for s in self.outputs if s.is_type_var)
+
+
+def _slot_at(slots: tuple[Slot, ...], index: int) -> Slot | None:
+    if index < len(slots):
+        return slots[index]
+    if slots and slots[-1].variadic:
+        return slots[-1]
+    return None
+
+
+def _resolve(param: onnx.defs.OpSchema.FormalParameter, constraints: dict[str, list[str]]) -> Slot:
+    variadic = param.option == onnx.defs.OpSchema.FormalParameterOption.Variadic
+    homogeneous = not variadic or param.is_homogeneous
+    if param.type_str in constraints:
+        allowed = frozenset(constraints[param.type_str])
+        return Slot(param.type_str, allowed, variadic, True, homogeneous)
+    return Slot(param.type_str, frozenset([param.type_str]), variadic, False, homogeneous)
+
+
+@functools.lru_cache(maxsize=4096)
+def signature(op_type: str, domain: str, opset: int) -> OpSignature | None:
+    """The op's signature at `opset`, or None when onnx.defs does not know the op."""
+    domain = "" if domain == "ai.onnx" else domain
+    try:
+        schema = onnx.defs.get_schema(op_type, opset, domain)
+    except onnx.defs.SchemaError:
+        return None
+    constraints = {c.type_param_str: list(c.allowed_type_strs) for c in schema.type_constraints}
+    return OpSignature(
+        inputs=tuple(_resolve(p, constraints) for p in schema.inputs),
+        outputs=tuple(_resolve(p, constraints) for p in schema.outputs),
+    )
+
+
+def type_name(dtype: ir.DataType) -> str:
+    """The schema spelling of a tensor element type, e.g. 'tensor(float16)'."""
+    return _TYPE_NAMES.get(dtype) or f"tensor({dtype.name.lower()})"
+
+
+def admits(slot: Slot, dtype: ir.DataType) -> bool:
+    return type_name(dtype) in slot.allowed
