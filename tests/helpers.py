@@ -1,0 +1,83 @@
+"""Small helpers the converter tests share: run in ORT, count ops, read types."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+FLOAT16 = onnx.TensorProto.FLOAT16
+FLOAT = onnx.TensorProto.FLOAT
+
+
+def session(model: onnx.ModelProto | str) -> ort.InferenceSession:
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    source = model if isinstance(model, str) else model.SerializeToString()
+    return ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
+
+
+def run(model: onnx.ModelProto | str, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    return session(model).run(None, feeds)
+
+
+def all_nodes(graph: onnx.GraphProto):
+    for node in graph.node:
+        yield node
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                yield from all_nodes(attr.g)
+            for g in attr.graphs:
+                yield from all_nodes(g)
+
+
+def op_counts(model: onnx.ModelProto) -> Counter[str]:
+    return Counter(n.op_type for n in all_nodes(model.graph))
+
+
+def casts(model: onnx.ModelProto) -> int:
+    return op_counts(model)["Cast"]
+
+
+def value_types(model: onnx.ModelProto) -> dict[str, int]:
+    """elem_type of every typed value, model-wide (after shape inference)."""
+    inferred = onnx.shape_inference.infer_shapes(model)
+    out: dict[str, int] = {}
+
+    def visit(graph: onnx.GraphProto) -> None:
+        for vi in (*graph.input, *graph.output, *graph.value_info):
+            if vi.type.HasField("tensor_type"):
+                out[vi.name] = vi.type.tensor_type.elem_type
+        for t in graph.initializer:
+            out[t.name] = t.data_type
+        for node in graph.node:
+            for attr in node.attribute:
+                if attr.type == onnx.AttributeProto.GRAPH:
+                    visit(attr.g)
+
+    visit(inferred.graph)
+    return out
+
+
+def node_by_name(model: onnx.ModelProto, name: str) -> onnx.NodeProto:
+    for node in all_nodes(model.graph):
+        if node.name == name:
+            return node
+    raise KeyError(name)
+
+
+def io_types(model: onnx.ModelProto) -> tuple[list[int], list[int]]:
+    g = model.graph
+    return (
+        [i.type.tensor_type.elem_type for i in g.input],
+        [o.type.tensor_type.elem_type for o in g.output],
+    )
+
+
+def rel_error(ref: np.ndarray, got: np.ndarray) -> float:
+    """max |got - ref| relative to the output's scale (max |ref|)."""
+    ref = ref.astype(np.float64)
+    got = got.astype(np.float64)
+    return float(np.max(np.abs(got - ref)) / max(float(np.max(np.abs(ref))), 1e-6))
