@@ -1,0 +1,292 @@
+"""ValidationReport: what ran, the numbers per output, latency, and the verdict.
+
+``to_dict()`` is the stable JSON schema (``schema_version`` 1). Non-finite floats are written as
+the strings ``"inf"``, ``"-inf"`` and ``"nan"`` so the file is strict JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from amp_convert.validate.metrics import OutputResult, _json_number
+
+SCHEMA_VERSION = 1
+
+
+@dataclass
+class LatencyStats:
+    """Milliseconds per run over the timed runs (after warm-up)."""
+
+    median_ms: float
+    p90_ms: float
+    mean_ms: float
+    min_ms: float
+    runs: int
+
+    @classmethod
+    def from_times(cls, times_ms: list[float]) -> LatencyStats:
+        a = np.asarray(times_ms, dtype=np.float64)
+        return cls(
+            median_ms=float(np.median(a)),
+            p90_ms=float(np.percentile(a, 90)),
+            mean_ms=float(a.mean()),
+            min_ms=float(a.min()),
+            runs=len(times_ms),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "median_ms": self.median_ms,
+            "p90_ms": self.p90_ms,
+            "mean_ms": self.mean_ms,
+            "min_ms": self.min_ms,
+            "runs": self.runs,
+        }
+
+
+@dataclass
+class ValidationReport:
+    """Everything one validation found; ``passed`` is the CI verdict."""
+
+    reference: str
+    candidate: str
+    provider_requested: str
+    provider: str  # the mode that ran: "cuda", "cpu" or "emulate"
+    ort_providers: list[str]
+    onnxruntime_version: str
+    graph_optimizations: str
+    inputs_source: str
+    seed: int
+    dims: dict[str, int]
+    input_shapes: dict[str, list[int]]
+    input_dtypes: dict[str, str]
+    thresholds: dict[str, Any]
+    outputs: list[OutputResult]
+    warmup: int
+    runs: int
+    reference_latency: LatencyStats | None = None
+    candidate_latency: LatencyStats | None = None
+    emulation: dict[str, Any] | None = None
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return all(o.passed for o in self.outputs)
+
+    @property
+    def failed_outputs(self) -> list[str]:
+        return [o.name for o in self.outputs if not o.passed]
+
+    @property
+    def speedup(self) -> float | None:
+        if self.reference_latency is None or self.candidate_latency is None:
+            return None
+        if self.candidate_latency.median_ms <= 0:
+            return None
+        return self.reference_latency.median_ms / self.candidate_latency.median_ms
+
+    def output(self, name: str) -> OutputResult:
+        """The result for one output, by name."""
+        for o in self.outputs:
+            if o.name == name:
+                return o
+        raise KeyError(name)
+
+    # ---------------------------------------------------------------- serialisation
+    def to_dict(self) -> dict[str, Any]:
+        """Stable, JSON-ready dict (schema_version 1)."""
+        latency = None
+        if self.reference_latency is not None and self.candidate_latency is not None:
+            latency = {
+                "warmup": self.warmup,
+                "runs": self.runs,
+                "reference": self.reference_latency.to_dict(),
+                "candidate": self.candidate_latency.to_dict(),
+                "speedup": self.speedup,
+            }
+        d = {
+            "schema_version": SCHEMA_VERSION,
+            "tool": "amp-convert validate",
+            "passed": self.passed,
+            "reference": self.reference,
+            "candidate": self.candidate,
+            "provider": {
+                "requested": self.provider_requested,
+                "used": self.provider,
+                "ort_providers": list(self.ort_providers),
+                "onnxruntime_version": self.onnxruntime_version,
+                "graph_optimizations": self.graph_optimizations,
+            },
+            "inputs": {
+                "source": self.inputs_source,
+                "seed": self.seed,
+                "dims": dict(self.dims),
+                "shapes": dict(self.input_shapes),
+                "dtypes": dict(self.input_dtypes),
+            },
+            "thresholds": self.thresholds,
+            "outputs": [o.to_dict() for o in self.outputs],
+            "latency": latency,
+            "emulation": self.emulation,
+            "warnings": list(self.warnings),
+        }
+        return _json_number(d)
+
+    def to_json(self, path: str | os.PathLike) -> None:
+        """Write ``to_dict()`` as strict JSON."""
+        text = json.dumps(self.to_dict(), indent=2, allow_nan=False)
+        Path(path).write_text(text + "\n", encoding="utf-8")
+
+    def to_junit(self, path: str | os.PathLike) -> None:
+        """JUnit XML for CI: one testcase per output, failures carry the numbers."""
+        suite = ET.Element(
+            "testsuite",
+            name="amp-convert validate",
+            tests=str(len(self.outputs)),
+            failures=str(len(self.failed_outputs)),
+            errors="0",
+            skipped=str(sum(o.kind == "skipped" for o in self.outputs)),
+        )
+        props = ET.SubElement(suite, "properties")
+        for k, v in (
+            ("reference", self.reference),
+            ("candidate", self.candidate),
+            ("provider", self.provider),
+            ("dims", _fmt_dims(self.dims)),
+            ("speedup", "" if self.speedup is None else f"{self.speedup:.3f}"),
+        ):
+            ET.SubElement(props, "property", name=k, value=str(v))
+        for o in self.outputs:
+            case = ET.SubElement(
+                suite, "testcase", classname="amp_convert.validate", name=o.name, time="0"
+            )
+            numbers = _numbers_line(o)
+            if o.kind == "skipped":
+                ET.SubElement(case, "skipped", message="non-tensor output, not compared")
+            elif not o.passed:
+                fail = ET.SubElement(case, "failure", message="; ".join(o.failures))
+                fail.text = numbers
+            out = ET.SubElement(case, "system-out")
+            out.text = numbers
+        root = ET.Element("testsuites")
+        root.append(suite)
+        ET.indent(root)
+        Path(path).write_bytes(ET.tostring(root, encoding="utf-8", xml_declaration=True))
+
+    # ---------------------------------------------------------------- terminal
+    def format_table(self) -> str:
+        """Per-output rows, latency with speedup, provider, dims, warnings, verdict."""
+        headers = ["output", "dtype", "shape", "max_abs", "max_rel", "mean_abs", "cosine",
+                   "nan/inf", "agreement", "result"]  # fmt: skip
+        rows = []
+        for o in self.outputs:
+            dtype = o.candidate_dtype
+            if o.reference_dtype != o.candidate_dtype:
+                dtype = f"{o.reference_dtype}->{o.candidate_dtype}"
+            if o.kind == "exact":
+                cells = [_g(o.max_abs), "", _g(o.mean_abs), "", "", f"exact: {o.mismatches} diff"]
+            elif o.kind == "skipped":
+                cells = ["", "", "", "", "", ""]
+            else:
+                cells = [
+                    _g(o.max_abs),
+                    _g(o.max_rel),
+                    _g(o.mean_abs),
+                    "" if o.cosine is None else f"{o.cosine:.6f}",
+                    f"{o.candidate_nan}/{o.candidate_inf}",
+                    "" if o.top1 is None else f"top1 {o.top1:.1%}",
+                ]
+            verdict = "skip" if o.kind == "skipped" else ("PASS" if o.passed else "FAIL")
+            if o.passed and not o.checked and o.kind != "skipped":
+                verdict = "-"
+            rows.append([o.name, dtype, str(o.shape), *cells, verdict])
+        widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
+                  for i, h in enumerate(headers)]  # fmt: skip
+        lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
+        for r in rows:
+            lines.append("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+        for o in self.outputs:
+            for f in o.failures:
+                lines.append(f"  {o.name}: {f}")
+        if self.reference_latency and self.candidate_latency:
+            rl, cl = self.reference_latency, self.candidate_latency
+            sp = self.speedup
+            lines.append(
+                f"latency ({self.runs} runs after {self.warmup} warm-up): "
+                f"reference {rl.median_ms:.3f} ms (p90 {rl.p90_ms:.3f}), "
+                f"candidate {cl.median_ms:.3f} ms (p90 {cl.p90_ms:.3f}), "
+                f"speedup {'n/a' if sp is None else f'{sp:.2f}x'}"
+            )
+        else:
+            lines.append("latency: not measured (runs=0)")
+        lines.append(
+            f"provider: {self.provider} (requested {self.provider_requested}; ORT "
+            f"{self.onnxruntime_version}: {', '.join(self.ort_providers)}; graph optimizations "
+            f"{self.graph_optimizations})"
+        )
+        shapes = ", ".join(f"{k}{v}" for k, v in self.input_shapes.items())
+        lines.append(
+            f"inputs: {self.inputs_source}"
+            + (f" (seed {self.seed})" if self.inputs_source == "random" else "")
+            + f"; dims: {_fmt_dims(self.dims) or 'none'}; shapes: {shapes or 'none'}"
+        )
+        if self.emulation:
+            pts = self.emulation.get("rounding_points", {})
+            lines.append(
+                "emulation: "
+                + (", ".join(f"{v} {k} rounding points" for k, v in pts.items()) or "no rounding")
+                + f", {self.emulation.get('upcast_initializers', 0)} low-precision weights upcast"
+            )
+        for w in self.warnings:
+            lines.append(f"warning: {w}")
+        n = len(self.outputs)
+        failed = self.failed_outputs
+        checked = sum(o.checked for o in self.outputs)
+        if failed:
+            lines.append(f"result: FAIL ({len(failed)} of {n} outputs: {', '.join(failed)})")
+        elif checked:
+            lines.append(f"result: PASS ({checked} of {n} outputs checked)")
+        else:
+            lines.append(f"result: PASS (report only: no thresholds set; {n} outputs)")
+        return "\n".join(lines)
+
+    def summary_line(self) -> str:
+        """One line for quiet mode and assertion messages."""
+        if self.passed:
+            return f"validation passed ({len(self.outputs)} outputs, {self.provider})"
+        parts = [f"{o.name}: {'; '.join(o.failures)}" for o in self.outputs if not o.passed]
+        return f"validation FAILED ({self.provider}): " + " | ".join(parts)
+
+
+def _fmt_dims(dims: dict[str, int]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in dims.items())
+
+
+def _g(v: float | None) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, float) and not math.isfinite(v):
+        return str(v)
+    return f"{v:.4g}"
+
+
+def _numbers_line(o: OutputResult) -> str:
+    if o.kind == "exact":
+        return f"{o.name}: exact comparison, {o.mismatches} of {o.elements} elements differ"
+    if o.kind == "skipped":
+        return f"{o.name}: not compared"
+    top1 = "" if o.top1 is None else f" top1={o.top1:.4f}"
+    cos = "n/a" if o.cosine is None else f"{o.cosine:.6f}"
+    return (
+        f"{o.name}: max_abs={_g(o.max_abs)} max_rel={_g(o.max_rel)} mean_abs={_g(o.mean_abs)} "
+        f"cosine={cos} nan={o.candidate_nan} inf={o.candidate_inf} "
+        f"new_nonfinite={o.nonfinite}{top1} thresholds={o.thresholds}"
+    )

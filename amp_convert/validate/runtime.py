@@ -1,0 +1,334 @@
+"""ONNX Runtime plumbing: lazy import, model sources, sessions per provider, feeds, timing.
+
+onnxruntime is imported only here and only when validation runs, so conversion never needs it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+import onnx
+from onnx import TensorProto
+
+from amp_convert.errors import ValidationError
+
+MISSING_ORT = "validation needs ONNX Runtime: pip install 'amp-convert[cpu]' (or [gpu])"
+CUDA_EP = "CUDAExecutionProvider"
+CPU_EP = "CPUExecutionProvider"
+# Above this a model cannot be passed to ORT as one serialized protobuf (2 GiB hard limit).
+_PROTO_LIMIT = 1_900_000_000
+
+NP_DTYPES: dict[str, np.dtype] = {
+    "tensor(float)": np.dtype(np.float32),
+    "tensor(float16)": np.dtype(np.float16),
+    "tensor(bfloat16)": np.dtype(ml_dtypes.bfloat16),
+    "tensor(double)": np.dtype(np.float64),
+    "tensor(int8)": np.dtype(np.int8),
+    "tensor(int16)": np.dtype(np.int16),
+    "tensor(int32)": np.dtype(np.int32),
+    "tensor(int64)": np.dtype(np.int64),
+    "tensor(uint8)": np.dtype(np.uint8),
+    "tensor(uint16)": np.dtype(np.uint16),
+    "tensor(uint32)": np.dtype(np.uint32),
+    "tensor(uint64)": np.dtype(np.uint64),
+    "tensor(bool)": np.dtype(np.bool_),
+}
+
+
+def import_ort() -> Any:
+    """Import onnxruntime or raise the one clear error that says how to get it."""
+    try:
+        import onnxruntime
+    except ImportError:
+        raise ValidationError(MISSING_ORT) from None
+    return onnxruntime
+
+
+def cuda_available() -> bool:
+    """Whether the installed ORT build offers the CUDA provider (it may still fail to start)."""
+    ort = import_ort()
+    return CUDA_EP in ort.get_available_providers()
+
+
+# --------------------------------------------------------------------------------------------
+# model sources
+
+
+@dataclass
+class ModelSource:
+    """One model as ORT wants it (path or bytes) plus its graph, loaded without external data."""
+
+    label: str
+    ort_input: str | bytes
+    proto: onnx.ModelProto
+    #: folder external data is relative to (None for bytes / in-memory models)
+    base_dir: str | None = None
+    _tmp: Any = field(default=None, repr=False)
+
+    @property
+    def has_external_data(self) -> bool:
+        return any(
+            t.data_location == TensorProto.EXTERNAL for t in _all_initializers(self.proto.graph)
+        )
+
+
+def _all_initializers(graph: onnx.GraphProto):
+    yield from graph.initializer
+    for node in graph.node:
+        for a in node.attribute:
+            if a.type == onnx.AttributeProto.GRAPH:
+                yield from _all_initializers(a.g)
+            elif a.type == onnx.AttributeProto.GRAPHS:
+                for g in a.graphs:
+                    yield from _all_initializers(g)
+
+
+def load_source(model: Any, role: str) -> ModelSource:
+    """Path, bytes, onnx.ModelProto or onnx_ir.Model → ModelSource (errors name the role)."""
+    if isinstance(model, str | os.PathLike):
+        path = Path(model)
+        if not path.is_file():
+            raise ValidationError(f"{role} {path}: no such file")
+        try:
+            proto = onnx.load(str(path), load_external_data=False)
+        except Exception as e:
+            raise ValidationError(f"{role} {path}: not a readable ONNX model ({e})") from None
+        return ModelSource(str(path), str(path), proto, str(path.resolve().parent))
+    if isinstance(model, bytes | bytearray | memoryview):
+        data = bytes(model)
+        try:
+            proto = onnx.load_model_from_string(data)
+        except Exception as e:
+            raise ValidationError(f"{role} <bytes>: not an ONNX model ({e})") from None
+        src = ModelSource("<bytes>", data, proto)
+    elif isinstance(model, onnx.ModelProto):
+        src = ModelSource("<ModelProto>", b"", model)
+    else:
+        try:
+            import onnx_ir as ir
+        except ImportError:  # pragma: no cover - onnx-ir is a hard dependency
+            ir = None
+        if ir is None or not isinstance(model, ir.Model):
+            raise ValidationError(
+                f"{role}: expected a path, bytes, onnx.ModelProto or onnx_ir.Model, "
+                f"got {type(model).__name__}"
+            )
+        proto = ir.serde.serialize_model(model)
+        src = ModelSource("<onnx_ir.Model>", b"", proto)
+    if not src.proto.HasField("graph"):
+        raise ValidationError(f"{role} {src.label}: not an ONNX model (no graph)")
+    if src.has_external_data:
+        raise ValidationError(
+            f"{role} {src.label}: the model refers to external data files; pass its path "
+            "instead so ONNX Runtime can find them"
+        )
+    if not src.ort_input:
+        src.ort_input = serialize_for_ort(src)
+    return src
+
+
+def serialize_for_ort(src: ModelSource) -> str | bytes:
+    """Bytes for ORT, or a temporary external-data file when the model is over 2 GiB."""
+    if src.proto.ByteSize() < _PROTO_LIMIT:
+        return src.proto.SerializeToString()
+    tmp = tempfile.TemporaryDirectory(prefix="amp-validate-")
+    src._tmp = tmp
+    path = os.path.join(tmp.name, "model.onnx")
+    onnx.save_model(src.proto, path, save_as_external_data=True, location="model.onnx.data")
+    src.base_dir = tmp.name
+    return path
+
+
+# --------------------------------------------------------------------------------------------
+# sessions
+
+
+@dataclass
+class Runner:
+    """A session plus how to feed and time it on its device."""
+
+    session: Any
+    device: str  # "cpu" or "cuda"
+    inputs: dict[str, tuple[str, list]]  # name -> (ORT type string, shape)
+    outputs: list[tuple[str, str]]  # (name, ORT type string)
+
+    @property
+    def providers(self) -> list[str]:
+        return list(self.session.get_providers())
+
+
+def make_session(
+    src: ModelSource,
+    role: str,
+    *,
+    device: str,
+    disable_optimizations: bool,
+    model_override: onnx.ModelProto | None = None,
+) -> Runner:
+    """Open an ORT session for ``src`` (or for ``model_override``, a rewritten copy of it).
+
+    ``disable_optimizations`` sets ORT_DISABLE_ALL: the emulate mode needs it so that no graph
+    optimiser may ever fold the rounding Cast pairs (ORT 1.31 keeps them even at ORT_ENABLE_ALL,
+    but that is an implementation detail we do not want to depend on), and the reference then runs
+    the same way, like with like.
+    """
+    ort = import_ort()
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    if disable_optimizations:
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    model_input: str | bytes = src.ort_input
+    tmp = None
+    if model_override is not None:
+        if model_override.ByteSize() < _PROTO_LIMIT:
+            model_input = model_override.SerializeToString()
+            if src.base_dir:
+                so.add_session_config_entry(
+                    "session.model_external_initializers_file_folder_path", src.base_dir
+                )
+        else:
+            override_src = ModelSource(src.label, b"", model_override)
+            model_input = serialize_for_ort(override_src)
+            tmp = override_src._tmp
+    elif src.base_dir and isinstance(model_input, bytes):
+        so.add_session_config_entry(
+            "session.model_external_initializers_file_folder_path", src.base_dir
+        )
+    providers: list = [CPU_EP]
+    if device == "cuda":
+        providers = [(CUDA_EP, {}), CPU_EP]
+    try:
+        session = ort.InferenceSession(model_input, so, providers=providers)
+    except Exception as e:
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        hint = ""
+        if "NOT_IMPLEMENTED" in msg or "Could not find an implementation" in msg:
+            hint = (
+                " (ORT on this device has no kernel for it at this precision: ORT CPU lacks most "
+                "BF16 and some FP16 kernels; use --provider emulate, or cuda)"
+            )
+        raise ValidationError(
+            f"{role} {src.label}: ONNX Runtime cannot load it: {msg}{hint}"
+        ) from None
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+    if device == "cuda" and CUDA_EP not in session.get_providers():
+        raise ValidationError(
+            f"{role} {src.label}: the CUDA provider failed to start (ORT fell back to CPU); "
+            "check the CUDA/cuDNN libraries onnxruntime-gpu needs, or use --provider emulate"
+        )
+    inputs = {i.name: (i.type, list(i.shape)) for i in session.get_inputs()}
+    outputs = [(o.name, o.type) for o in session.get_outputs()]
+    return Runner(session, device, inputs, outputs)
+
+
+# --------------------------------------------------------------------------------------------
+# feeds and fetches
+
+
+def to_ortvalue(arr: np.ndarray, type_str: str, device: str = "cpu") -> Any:
+    """numpy → OrtValue of the session's declared type (BF16 goes through its bit pattern)."""
+    ort = import_ort()
+    arr = np.ascontiguousarray(arr)
+    dev_args = ("cuda", 0) if device == "cuda" else ("cpu", 0)
+    if type_str == "tensor(bfloat16)":
+        bits = np.ascontiguousarray(arr.astype(ml_dtypes.bfloat16).view(np.uint16))
+        if device == "cuda":
+            ov = ort.OrtValue.ortvalue_from_shape_and_type(
+                list(arr.shape), TensorProto.BFLOAT16, *dev_args
+            )
+            ov.update_inplace(bits)
+            return ov
+        return ort.OrtValue.ortvalue_from_numpy_with_onnx_type(bits, TensorProto.BFLOAT16)
+    want = NP_DTYPES.get(type_str)
+    if want is not None and arr.dtype != want:
+        arr = np.ascontiguousarray(arr.astype(want))
+    return ort.OrtValue.ortvalue_from_numpy(arr, *dev_args)
+
+
+def from_ortvalue(ov: Any) -> np.ndarray | None:
+    """OrtValue on CPU → numpy (BF16 upcast exactly to FP32); None for non-tensors."""
+    if not ov.is_tensor():
+        return None
+    if ov.element_type() == TensorProto.BFLOAT16:
+        shape = ov.shape()
+        n = int(np.prod(shape)) if shape else 1
+        raw = ctypes.string_at(ov.data_ptr(), n * 2)
+        return np.frombuffer(raw, np.uint16).view(ml_dtypes.bfloat16).reshape(shape)
+    return ov.numpy()
+
+
+def run_once(runner: Runner, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray | None]:
+    """One inference with host outputs (for accuracy), on the runner's device."""
+    names = [n for n, _ in runner.outputs]
+    try:
+        if runner.device == "cuda":
+            binding = runner.session.io_binding()
+            for name, arr in feeds.items():
+                binding.bind_ortvalue_input(name, to_ortvalue(arr, runner.inputs[name][0], "cuda"))
+            for name in names:
+                binding.bind_output(name, "cpu")
+            runner.session.run_with_iobinding(binding)
+            values = binding.get_outputs()
+        else:
+            ovs = {n: to_ortvalue(a, runner.inputs[n][0]) for n, a in feeds.items()}
+            values = runner.session.run_with_ort_values(names, ovs)
+    except ValidationError:
+        raise
+    except Exception as e:
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ValidationError(f"ONNX Runtime failed to run the model: {msg}") from None
+    return {n: from_ortvalue(v) for n, v in zip(names, values, strict=True)}
+
+
+def time_runs(
+    runner: Runner,
+    feeds: Mapping[str, np.ndarray],
+    *,
+    runs: int,
+    warmup: int,
+    tick: Callable[[], None] | None = None,
+) -> list[float]:
+    """Per-run latencies in ms after ``warmup`` untimed runs.
+
+    On CUDA, inputs are bound on the device once and outputs stay there (I/O binding), so host
+    copies are not timed; ORT synchronises the stream at the end of each run.
+    """
+    session = runner.session
+    names = [n for n, _ in runner.outputs]
+    if runner.device == "cuda":
+        binding = session.io_binding()
+        for name, arr in feeds.items():
+            binding.bind_ortvalue_input(name, to_ortvalue(arr, runner.inputs[name][0], "cuda"))
+        for name in names:
+            binding.bind_output(name, "cuda")
+
+        def call() -> None:
+            session.run_with_iobinding(binding)
+
+    else:
+        ovs = {n: to_ortvalue(a, runner.inputs[n][0]) for n, a in feeds.items()}
+
+        def call() -> None:
+            session.run_with_ort_values(names, ovs)
+
+    for _ in range(warmup):
+        call()
+    times: list[float] = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        call()
+        times.append((time.perf_counter() - t0) * 1000.0)
+        if tick is not None:
+            tick()
+    return times
