@@ -117,6 +117,8 @@ class AssignPrecisionPass(ir.passes.InPlacePass):
                 info.precision = "low" if level == Level.O2 else "fp32"
         if level in (Level.O1, Level.O2):
             self._deny_reach(nodes)
+            if level == Level.O1:
+                self._sandwich(nodes)
             self._settle(nodes)
         return ir.passes.PassResult(model, modified=False)
 
@@ -169,6 +171,46 @@ class AssignPrecisionPass(ir.passes.InPlacePass):
                         info.precision, info.forced = "fp32", True
                         info.reason = f"follows deny: reads {out.name!r} from {node.op_type}"
                         stack.append(use.node)
+
+    def _movable(self, node: ir.Node) -> bool:
+        info = self.state.info.get(node)
+        return info is not None and not info.forced and info.op_class in ("infer", "clear")
+
+    def _sandwich(self, nodes: list[ir.Node]) -> None:
+        """O1: INFER/CLEAR chains with ALLOW nodes on both sides go low (TF AMP's rule).
+
+        A chain such as MatMul → Add(bias) → Reshape → Transpose → MatMul costs casts at both ends
+        in FP32, but no single node of it saves a cast by flipping alone.
+        """
+        state = self.state
+        allow = [n for n in nodes if state.info[n].forced and state.info[n].precision == "low"]
+        downstream: set[ir.Node] = set()
+        stack = list(allow)
+        while stack:
+            node = stack.pop()
+            for i in state.info[node].low_outputs:
+                for use in node.outputs[i].uses():
+                    nxt = use.node
+                    if nxt not in downstream and self._movable(nxt):
+                        if use.idx in state.info[nxt].low_inputs:
+                            downstream.add(nxt)
+                            stack.append(nxt)
+        upstream: set[ir.Node] = set()
+        stack = list(allow)
+        while stack:
+            node = stack.pop()
+            for i in state.info[node].low_inputs:
+                value = node.inputs[i]
+                prev = value.producer() if value is not None else None
+                if prev is None or prev in upstream or not self._movable(prev):
+                    continue
+                if value.index() in state.info[prev].low_outputs:
+                    upstream.add(prev)
+                    stack.append(prev)
+        for node in downstream & upstream:
+            info = state.info[node]
+            info.precision = "low"
+            info.reason += "; between ALLOW nodes"
 
     def _settle(self, nodes: list[ir.Node]) -> None:
         """Flip INFER/CLEAR nodes whose other precision needs strictly fewer casts."""

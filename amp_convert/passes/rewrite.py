@@ -17,9 +17,14 @@ from amp_convert.passes.state import FLOAT, ConversionState, constant_tensor, is
 
 NUMPY_TYPES = {ir.DataType.FLOAT16: np.float16, ir.DataType.BFLOAT16: ml_dtypes.bfloat16}
 SUFFIX = {ir.DataType.FLOAT16: "fp16", ir.DataType.BFLOAT16: "bf16", FLOAT: "fp32"}
+SMALL_CONSTANT = 64  # elements; below this a second copy beats a runtime Cast
 _DTYPE_ATTR_OPS = frozenset(
     {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "EyeLike", "Bernoulli"}
 )
+
+
+def _numpy_type(dtype: ir.DataType) -> type:
+    return NUMPY_TYPES.get(dtype, np.float32)
 
 
 def to_low(tensor: ir.TensorProtocol, low: ir.DataType, lazy: bool = True) -> ir.TensorProtocol:
@@ -100,12 +105,27 @@ class RewritePass(ir.passes.InPlacePass):
         return self.state.low if precision == "low" else FLOAT
 
     def _cast(self, value: ir.Value, need: str) -> ir.Value:
-        """The one Cast of `value` to `need`, created on first use next to the value's definition."""
+        """The one Cast of `value` to `need`, created on first use next to the value's definition.
+
+        A small constant is copied in the other precision instead: cheaper than a runtime Cast.
+        """
         target = self._dtype(need)
         key = (id(value), target)
         if key in self._casts:
             return self._casts[key]
         state = self.state
+        tensor = constant_tensor(value)
+        if tensor is not None and tensor.size <= SMALL_CONSTANT and not value.is_graph_output():
+            array = np.asarray(tensor.numpy())
+            copy = ir.Value(
+                name=state.unique_name(f"{value.name}_{SUFFIX[target]}"),
+                type=ir.TensorType(target),
+                shape=value.shape,
+                const_value=ir.Tensor(array.astype(_numpy_type(target)), dtype=target),
+            )
+            value.graph.register_initializer(copy)
+            self._casts[key] = copy
+            return copy
         out = ir.Value(
             name=state.unique_name(f"{value.name}_{SUFFIX[target]}"),
             type=ir.TensorType(target),
