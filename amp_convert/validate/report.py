@@ -243,7 +243,8 @@ class ValidationReport:
             lines.append(
                 "emulation: "
                 + (", ".join(f"{v} {k} rounding points" for k, v in pts.items()) or "no rounding")
-                + f", {self.emulation.get('upcast_initializers', 0)} low-precision weights upcast"
+                + f"; low-precision initializers upcast: "
+                f"{self.emulation.get('upcast_initializers', 0)}"
             )
         for w in self.warnings:
             lines.append(f"warning: {w}")

@@ -1,0 +1,241 @@
+"""CLI pieces for validation, shared by ``amp-convert validate`` and ``convert --validate``.
+
+* ``validate_command``: the click command ``validate ORIGINAL CONVERTED``;
+* ``validation_options``: decorator adding the validation options (not ``--report``, ``--junit``
+  or ``-q``, which each command names itself) as keyword arguments ``provider, dim, inputs, seed,
+  runs, warmup, atol, rtol, min_cosine, max_nan``;
+* ``run_cli_validation``: runs, prints the table, writes the reports, returns the exit code
+  (0 all outputs pass, 1 an output fails, 2 an error such as an unreadable model or inputs file).
+
+Threshold options take a global value and/or repeatable per-output overrides:
+``--atol 1e-2 --atol logits:5e-2`` (the name is everything before the last ``:``, so TF-style
+names such as ``output:0:1e-3`` work).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from amp_convert.errors import AmpConvertError, ValidationError
+from amp_convert.validate.core import PROVIDERS, validate
+from amp_convert.validate.inputs import parse_dims
+from amp_convert.validate.metrics import Thresholds
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: keyword arguments ``validation_options`` adds to the decorated command
+VALIDATION_OPTION_NAMES = (
+    "provider", "dim", "inputs", "seed", "runs", "warmup", "atol", "rtol", "min_cosine", "max_nan",
+)  # fmt: skip
+_THRESHOLD_KEYS = ("atol", "rtol", "min_cosine", "max_nan")
+
+
+@dataclass(frozen=True)
+class ThresholdOption:
+    """A threshold option's parsed values: the global one and per-output overrides."""
+
+    value: float | int | None = None
+    per_output: dict[str, float | int] = field(default_factory=dict)
+
+
+def parse_threshold(key: str, items: tuple[str, ...] | list[str]) -> ThresholdOption:
+    """``("1e-2", "logits:5e-2")`` → ThresholdOption(0.01, {"logits": 0.05})."""
+    glob: float | int | None = None
+    per: dict[str, float | int] = {}
+    flag = "--" + key.replace("_", "-")
+    for item in items:
+        name, sep, text = item.rpartition(":")
+        try:
+            value: float | int = int(text) if key == "max_nan" else float(text)
+        except ValueError:
+            kind = "an integer" if key == "max_nan" else "a number"
+            raise ValidationError(f"{flag} {item!r}: expected [NAME:]VALUE with {kind}") from None
+        if value < 0:
+            raise ValidationError(f"{flag} {item!r}: must not be negative")
+        if sep and not name:
+            raise ValidationError(f"{flag} {item!r}: empty output name before ':'")
+        if not sep:
+            if glob is not None:
+                raise ValidationError(f"{flag} given twice without an output name")
+            glob = value
+        else:
+            if name in per:
+                raise ValidationError(f"{flag} given twice for output {name!r}")
+            per[name] = value
+    return ThresholdOption(glob, per)
+
+
+def _dim_callback(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> dict:
+    try:
+        return parse_dims(value)
+    except ValidationError as e:
+        raise click.BadParameter(str(e), ctx=ctx, param=param) from None
+
+
+def _threshold_callback(key: str) -> Callable[..., ThresholdOption]:
+    def callback(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]):
+        try:
+            return parse_threshold(key, value)
+        except ValidationError as e:
+            raise click.BadParameter(str(e), ctx=ctx, param=param) from None
+
+    return callback
+
+
+def validation_options(f: F) -> F:
+    """Add the validation options (everything but --report/--junit/-q) to a click command."""
+    options = [
+        click.option(
+            "--provider", type=click.Choice(PROVIDERS), default="auto", show_default=True,
+            help="cuda: ORT CUDA; cpu: ORT CPU as is (FP16 errors understated); emulate: CPU "
+            "with FP16/BF16 rounding reproduced; auto: cuda if available, else emulate.",
+        ),
+        click.option(
+            "--dim", "dim", multiple=True, metavar="NAME=VALUE", callback=_dim_callback,
+            help="Value of a dynamic dim for random inputs (repeatable). Defaults: batch-like "
+            "names 1, other names 16, unnamed dims 1 (set as INPUT[AXIS]=VALUE).",
+        ),
+        click.option(
+            "--inputs", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+            metavar="FILE.npz", help="Real inputs: one array per model input, by name.",
+        ),
+        click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
+                     help="Seed of the random inputs."),
+        click.option("--runs", type=click.IntRange(min=0), default=20, show_default=True,
+                     help="Timed runs per model (0 skips timing)."),
+        click.option("--warmup", type=click.IntRange(min=0), default=3, show_default=True,
+                     help="Untimed runs before timing."),
+        click.option(
+            "--atol", multiple=True, metavar="[NAME:]VALUE", callback=_threshold_callback("atol"),
+            help="Absolute tolerance: pass when |cand-ref| <= atol + rtol*|ref| elementwise.",
+        ),
+        click.option(
+            "--rtol", multiple=True, metavar="[NAME:]VALUE", callback=_threshold_callback("rtol"),
+            help="Relative tolerance (see --atol).",
+        ),
+        click.option(
+            "--min-cosine", "min_cosine", multiple=True, metavar="[NAME:]VALUE",
+            callback=_threshold_callback("min_cosine"),
+            help="Lowest acceptable cosine similarity.",
+        ),
+        click.option(
+            "--max-nan", "max_nan", multiple=True, metavar="[NAME:]COUNT",
+            callback=_threshold_callback("max_nan"),
+            help="Most new NaN/Inf values allowed (0 once any threshold is set).",
+        ),
+    ]  # fmt: skip
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+def thresholds_from_options(values: Mapping[str, Any]) -> Thresholds:
+    """Build Thresholds from the four threshold option values (parsed or raw strings)."""
+    glob: dict[str, Any] = {}
+    per: dict[str, dict[str, Any]] = {}
+    for key in _THRESHOLD_KEYS:
+        raw = values.get(key)
+        if raw is None:
+            continue
+        opt = raw if isinstance(raw, ThresholdOption) else _coerce_threshold(key, raw)
+        if opt.value is not None:
+            glob[key] = opt.value
+        for name, v in opt.per_output.items():
+            per.setdefault(name, {})[key] = v
+    return Thresholds.coerce({**glob, "per_output": per})
+
+
+def _or(value: Any, default: Any) -> Any:
+    return default if value is None else value
+
+
+def _coerce_threshold(key: str, raw: Any) -> ThresholdOption:
+    if isinstance(raw, str):
+        return parse_threshold(key, (raw,))
+    if isinstance(raw, int | float):
+        return ThresholdOption(raw)
+    return parse_threshold(key, tuple(str(r) for r in raw))
+
+
+def run_cli_validation(
+    reference_path: str | Path,
+    candidate_path: str | Path,
+    *,
+    report_path: str | Path | None = None,
+    junit_path: str | Path | None = None,
+    quiet: bool = False,
+    **validation_option_values: Any,
+) -> int:
+    """Validate, print the table (stdout) or errors (stderr), write reports; return exit code."""
+    unknown = set(validation_option_values) - set(VALIDATION_OPTION_NAMES)
+    if unknown:
+        raise TypeError(f"run_cli_validation: unknown option(s) {', '.join(sorted(unknown))}")
+    v = validation_option_values
+    try:
+        dims = v.get("dim") or {}
+        if not isinstance(dims, Mapping):
+            dims = parse_dims(tuple(dims))
+        report = validate(
+            reference_path,
+            candidate_path,
+            provider=v.get("provider") or "auto",
+            inputs=v.get("inputs"),
+            dims=dims,
+            seed=_or(v.get("seed"), 0),
+            runs=_or(v.get("runs"), 20),
+            warmup=_or(v.get("warmup"), 3),
+            thresholds=thresholds_from_options(v),
+            progress=not quiet,
+        )
+    except AmpConvertError as e:
+        click.echo(f"error: {e}", err=True)
+        return 2
+    if not quiet:
+        click.echo(report.format_table())
+    elif not report.passed:
+        click.echo(report.summary_line(), err=True)
+    for path, write, what in (
+        (report_path, report.to_json, "report"),
+        (junit_path, report.to_junit, "JUnit report"),
+    ):
+        if path is None:
+            continue
+        try:
+            write(path)
+        except OSError as e:
+            click.echo(f"error: cannot write {what} {path}: {e.strerror or e}", err=True)
+            return 2
+    return 0 if report.passed else 1
+
+
+@click.command("validate")
+@click.argument("original", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("converted", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@validation_options
+@click.option("--report", "report_path", type=click.Path(dir_okay=False, path_type=Path),
+              metavar="FILE.json", help="Write the full report as JSON.")  # fmt: skip
+@click.option("--junit", "junit_path", type=click.Path(dir_okay=False, path_type=Path),
+              metavar="FILE.xml", help="Write JUnit XML (one testcase per output).")  # fmt: skip
+@click.option("-q", "--quiet", is_flag=True, help="No table or progress; failures on stderr.")
+def validate_command(
+    original: Path,
+    converted: Path,
+    report_path: Path | None,
+    junit_path: Path | None,
+    quiet: bool,
+    **values: Any,
+) -> None:
+    """Run ORIGINAL (FP32) and CONVERTED on the same inputs and compare every output.
+
+    Exit code 0 when every output passes the thresholds (none set: report only), 1 when one
+    fails, 2 on usage errors or models/inputs that cannot be loaded.
+    """
+    code = run_cli_validation(
+        original, converted, report_path=report_path, junit_path=junit_path, quiet=quiet, **values
+    )
+    click.get_current_context().exit(code)
