@@ -13,7 +13,8 @@ import numpy as np
 import onnx_ir as ir
 
 from amp_convert.options import Level
-from amp_convert.passes.state import ConversionState, NodeInfo, constant_tensor, is_float_tensor
+from amp_convert.passes.mincut import INF, FlowNetwork
+from amp_convert.passes.state import ConversionState, constant_tensor, is_float_tensor
 from amp_convert.report import TensorNote
 
 FP16_MAX = 65504.0
@@ -77,21 +78,6 @@ def requirements(value: ir.Value, state: ConversionState) -> set[str]:
     return reqs
 
 
-def _casts_needed(node: ir.Node, info: NodeInfo, as_low: bool, state: ConversionState) -> int:
-    have = "low" if as_low else "fp32"
-    count = 0
-    for i in info.low_inputs:
-        value = node.inputs[i]
-        if value is not None and is_float_tensor(value):
-            home = value_home(value, state)
-            count += home not in ("free", have)
-    for i in info.low_outputs:
-        value = node.outputs[i]
-        if is_float_tensor(value):
-            count += any(r != have for r in requirements(value, state))
-    return count
-
-
 class AssignPrecisionPass(ir.passes.InPlacePass):
     """Set NodeInfo.precision for every node."""
 
@@ -117,9 +103,7 @@ class AssignPrecisionPass(ir.passes.InPlacePass):
                 info.precision = "low" if level == Level.O2 else "fp32"
         if level in (Level.O1, Level.O2):
             self._deny_reach(nodes)
-            if level == Level.O1:
-                self._sandwich(nodes)
-            self._settle(nodes)
+            self._min_cut(nodes, prefer_low=level == Level.O2)
         return ir.passes.PassResult(model, modified=False)
 
     def _range_limits(self, nodes: list[ir.Node]) -> None:
@@ -172,65 +156,101 @@ class AssignPrecisionPass(ir.passes.InPlacePass):
                         info.reason = f"follows deny: reads {out.name!r} from {node.op_type}"
                         stack.append(use.node)
 
-    def _movable(self, node: ir.Node) -> bool:
-        info = self.state.info.get(node)
-        return info is not None and not info.forced and info.op_class in ("infer", "clear")
+    def _min_cut(self, nodes: list[ir.Node], prefer_low: bool) -> None:
+        """Place INFER/CLEAR nodes so the number of Casts is minimal (an exact s-t min cut).
 
-    def _sandwich(self, nodes: list[ir.Node]) -> None:
-        """O1: INFER/CLEAR chains with ALLOW nodes on both sides go low (TF AMP's rule).
-
-        A chain such as MatMul → Add(bias) → Reshape → Transpose → MatMul costs casts at both ends
-        in FP32, but no single node of it saves a cast by flipping alone.
+        Source side = LOW, sink side = FP32. Every float value costs one Cast when a reader needs
+        the other precision than its producer gives; two helper vertices per value make that a
+        cut of weight W. Forced nodes are tied to their side; each movable node has a weight-1
+        edge towards the level's preference (O2: LOW, O1: FP32), which only breaks ties since W
+        exceeds the number of movable nodes.
         """
         state = self.state
-        allow = [n for n in nodes if state.info[n].forced and state.info[n].precision == "low"]
-        downstream: set[ir.Node] = set()
-        stack = list(allow)
-        while stack:
-            node = stack.pop()
-            for i in state.info[node].low_outputs:
-                for use in node.outputs[i].uses():
-                    nxt = use.node
-                    if nxt not in downstream and self._movable(nxt):
-                        if use.idx in state.info[nxt].low_inputs:
-                            downstream.add(nxt)
-                            stack.append(nxt)
-        upstream: set[ir.Node] = set()
-        stack = list(allow)
-        while stack:
-            node = stack.pop()
-            for i in state.info[node].low_inputs:
-                value = node.inputs[i]
-                prev = value.producer() if value is not None else None
-                if prev is None or prev in upstream or not self._movable(prev):
-                    continue
-                if value.index() in state.info[prev].low_outputs:
-                    upstream.add(prev)
-                    stack.append(prev)
-        for node in downstream & upstream:
+        net = FlowNetwork()
+        src, sink = net.add_vertex(), net.add_vertex()
+        vertex: dict[ir.Node, int] = {}
+        movable = []
+        for node in nodes:
             info = state.info[node]
-            info.precision = "low"
-            info.reason += "; between ALLOW nodes"
+            if not info.candidate:
+                continue
+            v = vertex[node] = net.add_vertex()
+            if info.forced:
+                net.add_edge(*((src, v) if info.precision == "low" else (v, sink)), INF)
+            else:
+                movable.append(node)
+        if not movable:
+            return
+        weight = len(movable) + 1
+        for node in movable:
+            v = vertex[node]
+            net.add_edge(*((src, v) if prefer_low else (v, sink)), 1)
+        for value in _float_values_of(nodes, state):
+            self._add_value(net, value, vertex, src, sink, weight)
+        net.max_flow(src, sink)
+        low_side = net.source_side(src)
+        for node in movable:
+            info = state.info[node]
+            low = vertex[node] in low_side
+            if low != (info.precision == "low"):
+                info.reason += "; " + ("low precision" if low else "FP32") + " needs fewer casts"
+            info.precision = "low" if low else "fp32"
 
-    def _settle(self, nodes: list[ir.Node]) -> None:
-        """Flip INFER/CLEAR nodes whose other precision needs strictly fewer casts."""
+    def _add_value(
+        self,
+        net: FlowNetwork,
+        value: ir.Value,
+        vertex: dict[ir.Node, int],
+        src: int,
+        sink: int,
+        weight: int,
+    ) -> None:
         state = self.state
-        movable = [
-            n
-            for n in nodes
-            if not state.info[n].forced and state.info[n].op_class in ("infer", "clear")
-        ]
-        for _ in range(10):
-            changed = False
-            for node in movable:
-                info = state.info[node]
-                as_low = _casts_needed(node, info, True, state)
-                as_fp32 = _casts_needed(node, info, False, state)
-                if info.precision == "low" and as_fp32 < as_low:
-                    info.precision, changed = "fp32", True
-                    info.reason += "; FP32 needs fewer casts here"
-                elif info.precision == "fp32" and as_low < as_fp32:
-                    info.precision, changed = "low", True
-                    info.reason += "; low precision needs fewer casts here"
-            if not changed:
-                break
+        if constant_tensor(value) is not None:
+            return  # a constant is stored in whatever precision its readers need
+        producer = value.producer()
+        if producer is not None:
+            info = state.info.get(producer)
+            movable_out = info is not None and value.index() in info.low_outputs
+            p = vertex.get(producer, sink) if movable_out else sink
+        else:
+            p = src if value_home(value, state) == "low" else sink
+        readers: set[int] = set()
+        for use in value.uses():
+            info = state.info.get(use.node)
+            if info is None or use.idx in info.any_inputs:
+                continue
+            if use.idx in info.low_inputs and use.node in vertex:
+                readers.add(vertex[use.node])
+            else:
+                readers.add(sink)
+        if value.is_graph_output():
+            readers.add(src if output_requirement(value, state) == "low" else sink)
+        readers.discard(p)
+        if not readers or (p in (src, sink) and readers <= {src, sink}):
+            return
+        if p != sink:  # p LOW and a reader FP32 → a Cast up
+            a = net.add_vertex()
+            net.add_edge(p, a, weight)
+            for r in readers:
+                net.add_edge(a, r, INF)
+        if p != src:  # p FP32 and a reader LOW → a Cast down
+            b = net.add_vertex()
+            net.add_edge(b, p, weight)
+            for r in readers:
+                net.add_edge(r, b, INF)
+
+
+def _float_values_of(nodes: list[ir.Node], state: ConversionState) -> list[ir.Value]:
+    """Float values read by candidate nodes or produced by them (graph inputs included)."""
+    seen: set[int] = set()
+    out: list[ir.Value] = []
+    for node in nodes:
+        info = state.info[node]
+        if not info.candidate:
+            continue
+        for v in (*(node.inputs[i] for i in info.low_inputs), *node.outputs):
+            if v is not None and id(v) not in seen and is_float_tensor(v):
+                seen.add(id(v))
+                out.append(v)
+    return out
