@@ -242,10 +242,11 @@ def _compare_float(res: OutputResult, ref: np.ndarray, cand: np.ndarray, t: Thre
     if t.atol is not None or t.rtol is not None:
         atol = t.atol or 0.0
         rtol = t.rtol or 0.0
-        bad = both & ~(absdiff <= atol + rtol * np.abs(r))
+        allowed = atol + rtol * np.abs(np.where(r_fin, r, 0.0))
+        bad = both & ~(absdiff <= allowed)
         n_bad = int(np.count_nonzero(bad))
         if n_bad:
-            worst = np.where(bad, absdiff - (atol + rtol * np.abs(r)), -np.inf)
+            worst = np.where(bad, absdiff - allowed, -np.inf)
             i = np.unravel_index(int(np.argmax(worst)), r.shape)
             res.failures.append(
                 f"{n_bad} of {res.elements} elements exceed atol {atol:g} + rtol {rtol:g}*|ref| "
