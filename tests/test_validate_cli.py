@@ -1,0 +1,227 @@
+"""The validate CLI pieces: exit codes 0/1/2, options, reports, and the convert-command hooks."""
+
+from __future__ import annotations
+
+import json
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import click
+import numpy as np
+import onnx
+import pytest
+from click.testing import CliRunner
+from onnx import TensorProto
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from models import validation_models as vm  # noqa: E402
+
+pytest.importorskip("onnxruntime")
+
+from amp_convert.errors import ValidationError  # noqa: E402
+from amp_convert.validate import validate  # noqa: E402
+from amp_convert.validate.command import (  # noqa: E402
+    VALIDATION_OPTION_NAMES,
+    parse_threshold,
+    run_cli_validation,
+    validate_command,
+    validation_options,
+)
+from amp_convert.validate.runtime import MISSING_ORT  # noqa: E402
+
+
+@pytest.fixture
+def pairs(tmp_path: Path) -> dict[str, tuple[str, str]]:
+    out = {}
+    for name, build in (
+        ("mlp", lambda: vm.mlp_pair(TensorProto.FLOAT16)),
+        ("overflow", vm.overflow_pair),
+        ("tokens", vm.multi_io_pair),
+    ):
+        ref, cand = build()
+        r, c = tmp_path / f"{name}.onnx", tmp_path / f"{name}.fp16.onnx"
+        onnx.save(ref, r)
+        onnx.save(cand, c)
+        out[name] = (str(r), str(c))
+    return out
+
+
+def _run(*args: str):
+    return CliRunner().invoke(validate_command, [*args, "--runs", "2", "--warmup", "0"])
+
+
+def test_exit_0_when_all_pass(pairs) -> None:
+    res = _run(*pairs["mlp"], "--atol", "1e-2", "--rtol", "1e-2", "--min-cosine", "0.999")
+    assert res.exit_code == 0, res.output
+    assert "result: PASS" in res.output and "speedup" in res.output
+    assert "provider: emulate (requested auto" in res.output
+
+
+def test_exit_1_when_an_output_fails(pairs) -> None:
+    res = _run(*pairs["overflow"], "--atol", "0.1")
+    assert res.exit_code == 1, res.output
+    assert "result: FAIL" in res.output and "new NaN/Inf" in res.output
+    # the CPU provider misses the overflow (and says so)
+    res = _run(*pairs["overflow"], "--atol", "0.1", "--provider", "cpu")
+    assert res.exit_code == 0 and "removes the casts" in res.output
+
+
+def test_no_thresholds_is_report_only(pairs) -> None:
+    res = _run(*pairs["overflow"])
+    assert res.exit_code == 0 and "report only" in res.output
+
+
+def test_per_output_overrides(pairs) -> None:
+    tokens = pairs["tokens"]
+    assert _run(*tokens, "--atol", "0.1").exit_code == 0
+    res = _run(*tokens, "--atol", "0.1", "--atol", "logits:1e-6")
+    assert res.exit_code == 1 and "FAIL (1 of 3 outputs: logits)" in res.output
+    res = _run(*tokens, "--max-nan", "nope:2")
+    assert res.exit_code == 2 and "unknown output 'nope'" in res.output
+
+
+def test_dims_option(pairs) -> None:
+    res = _run(*pairs["tokens"], "--dim", "batch=2", "--dim", "seq=3")
+    assert res.exit_code == 0, res.output
+    assert "dims: batch=2, seq=3" in res.output and "input_ids[2, 3]" in res.output
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--dim", "batch"], "NAME=VALUE"),
+        (["--atol", "abc"], "expected [NAME:]VALUE with a number"),
+        (["--atol", "1", "--atol", "2"], "given twice"),
+        (["--max-nan", "1.5"], "with an integer"),
+        (["--provider", "tpu"], "Invalid value for '--provider'"),
+        (["--seed", "-1"], "Invalid value for '--seed'"),
+    ],
+)
+def test_usage_errors_exit_2(pairs, args, message) -> None:
+    res = _run(*pairs["mlp"], *args)
+    assert res.exit_code == 2 and message in res.output
+
+
+def test_load_errors_exit_2_with_one_line(pairs, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"not a model")
+    res = CliRunner().invoke(validate_command, [pairs["mlp"][0], str(bad)])
+    assert res.exit_code == 2
+    assert res.output.startswith("error: candidate") and res.output.count("\n") == 1
+    res = CliRunner().invoke(validate_command, [pairs["mlp"][0], str(tmp_path / "missing.onnx")])
+    assert res.exit_code == 2 and "does not exist" in res.output
+    res = _run(*pairs["mlp"], "--dim", "seq=4")
+    assert res.exit_code == 2 and "matches no dynamic dimension" in res.output
+    res = _run(pairs["mlp"][0], pairs["tokens"][1])
+    assert res.exit_code == 2 and "different inputs" in res.output
+
+
+def test_npz_inputs(pairs, tmp_path: Path) -> None:
+    good, wrong_name, wrong_shape = (tmp_path / f"{n}.npz" for n in ("good", "name", "shape"))
+    np.savez(good, x=np.ones((2, 16), np.float32))
+    np.savez(wrong_name, inp=np.ones((2, 16), np.float32))
+    np.savez(wrong_shape, x=np.ones((2, 3), np.float32))
+    res = _run(*pairs["mlp"], "--inputs", str(good))
+    assert res.exit_code == 0 and "inputs: npz:" in res.output
+    res = _run(*pairs["mlp"], "--inputs", str(wrong_name))
+    assert res.exit_code == 2
+    assert "missing 'x'; unexpected 'inp' (model inputs: x)" in res.output
+    res = _run(*pairs["mlp"], "--inputs", str(wrong_shape))
+    assert res.exit_code == 2
+    assert "input 'x': expected shape [2, 16], got (2, 3) (axis 1 must be 16)" in res.output
+
+
+def test_report_and_junit_files(pairs, tmp_path: Path) -> None:
+    rj, rx = tmp_path / "r.json", tmp_path / "r.xml"
+    res = _run(*pairs["overflow"], "--atol", "0.1", "--report", str(rj), "--junit", str(rx), "-q")
+    assert res.exit_code == 1
+    assert "output  dtype" not in res.output  # quiet: no table, one failure line
+    assert res.output.startswith("validation FAILED (emulate): y:")
+    d = json.loads(rj.read_text())
+    assert d["passed"] is False and d["outputs"][0]["max_abs"] == "inf"
+    assert d["thresholds"]["atol"] == 0.1 and d["latency"]["runs"] == 2
+    case = ET.parse(rx).getroot().find("testsuite/testcase")
+    assert case.get("name") == "y" and "new NaN/Inf" in case.find("failure").get("message")
+    res = _run(*pairs["mlp"], "--report", str(tmp_path / "no" / "dir" / "r.json"))
+    assert res.exit_code == 2 and "cannot write report" in res.output
+
+
+def test_quiet_success_prints_nothing(pairs) -> None:
+    res = _run(*pairs["mlp"], "-q")
+    assert res.exit_code == 0 and res.output == ""
+
+
+def test_hooks_for_the_convert_command(pairs, tmp_path: Path) -> None:
+    """What cli.py plugs in: validation_options on its own command + run_cli_validation."""
+
+    @click.command()
+    @click.argument("src")
+    @click.argument("dst")
+    @validation_options
+    @click.option("--validation-report", type=click.Path())
+    def convert(src: str, dst: str, validation_report: str | None, **values) -> None:
+        assert set(values) == set(VALIDATION_OPTION_NAMES)
+        code = run_cli_validation(src, dst, report_path=validation_report, **values)
+        click.get_current_context().exit(code)
+
+    report = tmp_path / "v.json"
+    res = CliRunner().invoke(
+        convert, [*pairs["tokens"], "--dim", "seq=2", "--atol", "pred:0", "--runs", "1",
+                  "--validation-report", str(report)],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert json.loads(report.read_text())["inputs"]["dims"] == {"batch": 1, "seq": 2}
+    # programmatic call with raw strings works the same way
+    code = run_cli_validation(*pairs["overflow"], quiet=True, atol=("0.1",), runs=0)
+    assert code == 1
+    with pytest.raises(TypeError, match="unknown option"):
+        run_cli_validation(*pairs["mlp"], atoll=1)
+
+
+def test_parse_threshold_names_with_colons() -> None:
+    opt = parse_threshold("atol", ("1e-3", "output:0:0.5", "logits:2"))
+    assert opt.value == 1e-3 and opt.per_output == {"output:0": 0.5, "logits": 2.0}
+
+
+def test_missing_onnxruntime_is_one_clear_error(monkeypatch, pairs) -> None:
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # makes `import onnxruntime` fail
+    with pytest.raises(ValidationError) as err:
+        validate(*pairs["mlp"])
+    assert str(err.value) == MISSING_ORT
+    assert MISSING_ORT == (
+        "validation needs ONNX Runtime: pip install 'amp-convert[cpu]' (or [gpu])"
+    )
+    res = CliRunner().invoke(validate_command, list(pairs["mlp"]))
+    assert res.exit_code == 2 and MISSING_ORT in res.output
+
+
+def test_conversion_modules_do_not_import_onnxruntime() -> None:
+    """Importing the validate package must not pull onnxruntime in (conversion never needs it)."""
+    import subprocess
+
+    code = (
+        "import sys, amp_convert.validate, amp_convert.validate.command, amp_convert.testing; "
+        "sys.exit(1 if 'onnxruntime' in sys.modules else 0)"
+    )
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+@pytest.mark.cuda
+def test_cuda_provider(pairs) -> None:
+    import onnxruntime as ort
+
+    if "CUDAExecutionProvider" not in ort.get_available_providers():
+        pytest.skip("needs the ONNX Runtime CUDA provider (onnxruntime-gpu)")
+    report = validate(*pairs["overflow"], provider="cuda", runs=5, warmup=2)
+    assert report.provider == "cuda" and "CUDAExecutionProvider" in report.ort_providers
+    assert report.output("y").candidate_inf > 0  # real FP16 overflows like emulate says
+    emu = validate(*pairs["overflow"], provider="emulate", runs=0)
+    assert report.output("y").candidate_inf == emu.output("y").candidate_inf
+    mlp = validate(*pairs["mlp"], provider="cuda", runs=5, warmup=2)
+    assert mlp.output("y").max_abs < 1e-2 and mlp.speedup is not None
+    auto = validate(*pairs["mlp"], provider="auto", runs=0)
+    assert auto.provider == "cuda"
