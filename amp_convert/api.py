@@ -99,6 +99,8 @@ def convert_file(
     io.check_output_path(dst_path, force, src_path)
     start = time.perf_counter()
     model = io.load_model(src_path)
+    if external_data is None:
+        external_data = io.uses_external_data(model) or None  # None: decide by size
     report = pipeline.run(model, options)
     io.save_model(model, dst_path, external=external_data)
     report.seconds = time.perf_counter() - start

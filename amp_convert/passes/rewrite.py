@@ -54,7 +54,7 @@ class RewritePass(ir.passes.InPlacePass):
             self._connect(value, home)
         for value, home in plan:
             if home == "low":
-                value.dtype = state.low
+                value.type = ir.TensorType(state.low)  # a new object: clones share types
         self._retarget_attributes(model)
         return ir.passes.PassResult(model, modified=True)
 

@@ -1,0 +1,240 @@
+"""The Python API's input kinds, file handling, external data, idempotence and bad input."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import pytest
+
+import amp_convert
+from amp_convert import InputError, OptionError, OutputError
+from models.big import write_big_model
+from models.blocks import bert_encoder
+from models.focused import ALL_FOCUSED
+from models.inputs import sample_inputs
+from tests.helpers import FLOAT16, casts, op_counts, rel_error, run
+
+
+def _digest(*paths: Path) -> str:
+    h = hashlib.sha256()
+    for p in paths:
+        h.update(p.read_bytes())
+    return h.hexdigest()
+
+
+@pytest.fixture
+def model_file(tmp_path: Path) -> Path:
+    path = tmp_path / "bert.onnx"
+    onnx.save(bert_encoder(), path)
+    return path
+
+
+def test_model_proto_in_model_proto_out_input_untouched() -> None:
+    model = bert_encoder()
+    before = model.SerializeToString()
+    out = amp_convert.convert(model, level="O2")
+    assert isinstance(out, onnx.ModelProto)
+    assert model.SerializeToString() == before
+    assert any(t.data_type == FLOAT16 for t in out.graph.initializer)
+
+
+def test_bytes_in_bytes_out() -> None:
+    out = amp_convert.convert(bert_encoder().SerializeToString(), level="O1")
+    assert isinstance(out, bytes)
+    onnx.checker.check_model(onnx.load_model_from_string(out), full_check=True)
+
+
+def test_ir_model_in_ir_model_out_input_untouched() -> None:
+    model = ir.serde.deserialize_model(bert_encoder())
+    dtypes = [v.dtype for v in model.graph.initializers.values()]
+    out, report = amp_convert.convert(model, level="O2", return_report=True)
+    assert isinstance(out, ir.Model) and out is not model
+    assert [v.dtype for v in model.graph.initializers.values()] == dtypes
+    assert report.nodes_low > 0
+
+
+def test_path_in_ir_model_out(model_file: Path) -> None:
+    out = amp_convert.convert(model_file, level="O2")
+    assert isinstance(out, ir.Model)
+
+
+def test_convert_file_default_name_and_report(model_file: Path) -> None:
+    before = _digest(model_file)
+    report = amp_convert.convert_file(model_file, level="O2")
+    out = model_file.with_name("bert.fp16.onnx")
+    assert out.exists()
+    assert _digest(model_file) == before
+    onnx.checker.check_model(str(out), full_check=True)
+    assert report.size_after < report.size_before
+    assert "casts inserted" in report.summary()
+    bf = amp_convert.convert_file(model_file, dtype="bf16")
+    assert model_file.with_name("bert.bf16.onnx").exists() and bf.dtype == "bf16"
+
+
+def test_report_json_holds_every_node(model_file: Path, tmp_path: Path) -> None:
+    report = amp_convert.convert_file(model_file, tmp_path / "o.onnx", level="O2")
+    report.to_json(tmp_path / "r.json")
+    import json
+
+    data = json.loads((tmp_path / "r.json").read_text())
+    assert data["schema_version"] == 1
+    assert data["casts_inserted"] == report.casts_inserted
+    assert len(data["nodes"]) == len(bert_encoder().graph.node)
+    softmax = [n for n in data["nodes"] if n["op_type"] == "Softmax"]
+    assert softmax and all(n["precision"] == "fp32" and "deny" in n["reason"] for n in softmax)
+
+
+def test_external_data_streams_and_stays_external(tmp_path: Path) -> None:
+    src = tmp_path / "big.onnx"
+    write_big_model(src, target_bytes=6_000_000)
+    data_files = sorted(tmp_path.glob("big.onnx*"))
+    before = _digest(*data_files)
+    dst = tmp_path / "out" / "big.fp16.onnx"
+    dst.parent.mkdir()
+    report = amp_convert.convert_file(src, dst, level="O2")
+    assert _digest(*data_files) == before, "input model and its data are never modified"
+    assert (dst.parent / "big.fp16.onnx.data").exists()
+    proto = onnx.load(str(dst), load_external_data=False)
+    assert any(t.data_location == onnx.TensorProto.EXTERNAL for t in proto.graph.initializer)
+    onnx.checker.check_model(str(dst), full_check=True)
+    original = onnx.load(str(src))
+    feeds = sample_inputs(original, seed=0)
+    ref, got = run(str(src), feeds)[0], run(str(dst), feeds)[0]
+    assert rel_error(ref, got) < 1e-2
+    assert report.size_after < 0.6 * report.size_before
+
+
+def test_idempotent(model_file: Path, tmp_path: Path) -> None:
+    first = tmp_path / "a.onnx"
+    second = tmp_path / "b.onnx"
+    amp_convert.convert_file(model_file, first, level="O2")
+    report = amp_convert.convert_file(first, second, level="O2")
+    assert report.already_converted
+    a, b = onnx.load(first), onnx.load(second)
+    assert a.graph == b.graph
+    # even without our stamp, a second pass finds nothing left to change
+    del a.metadata_props[:]
+    again, report = amp_convert.convert(a, level="O2", return_report=True)
+    assert not report.already_converted
+    assert op_counts(again) == op_counts(a)
+    assert casts(again) == casts(a)
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"", "empty file"),
+        (b"this is not a model at all \x00\xff" * 10, "not an ONNX model"),
+    ],
+)
+def test_bad_files(tmp_path: Path, content: bytes, message: str) -> None:
+    path = tmp_path / "bad.onnx"
+    path.write_bytes(content)
+    with pytest.raises(InputError, match=message):
+        amp_convert.convert_file(path, tmp_path / "out.onnx")
+    assert not (tmp_path / "out.onnx").exists()
+
+
+def test_truncated_file(model_file: Path, tmp_path: Path) -> None:
+    data = model_file.read_bytes()
+    cut = tmp_path / "cut.onnx"
+    cut.write_bytes(data[: len(data) // 3])
+    with pytest.raises(InputError, match="not an ONNX model"):
+        amp_convert.convert_file(cut, tmp_path / "out.onnx")
+    assert list(tmp_path.glob("out.onnx*")) == []
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="no such file"):
+        amp_convert.convert_file(tmp_path / "nope.onnx")
+
+
+@pytest.mark.parametrize("field", ["ir_version", "opset"])
+def test_unsupported_versions(tmp_path: Path, field: str) -> None:
+    model = bert_encoder()
+    if field == "ir_version":
+        model.ir_version = onnx.IR_VERSION + 5
+        match = "IR version"
+    else:
+        model.opset_import[0].version = onnx.defs.onnx_opset_version() + 5
+        match = "opset"
+    path = tmp_path / "m.onnx"
+    path.write_bytes(model.SerializeToString())
+    with pytest.raises(InputError, match=match):
+        amp_convert.convert_file(path, tmp_path / "out.onnx")
+
+
+def test_output_rules(model_file: Path, tmp_path: Path) -> None:
+    out = tmp_path / "o.onnx"
+    out.write_bytes(b"keep me")
+    with pytest.raises(OutputError, match="exists"):
+        amp_convert.convert_file(model_file, out)
+    assert out.read_bytes() == b"keep me"
+    amp_convert.convert_file(model_file, out, force=True)
+    assert onnx.load(out).graph.node
+    with pytest.raises(OutputError, match="overwrite the input"):
+        amp_convert.convert_file(model_file, model_file, force=True)
+    with pytest.raises(OutputError, match="does not exist"):
+        amp_convert.convert_file(model_file, tmp_path / "no" / "dir" / "o.onnx")
+    with pytest.raises(OutputError, match="does not exist"):
+        amp_convert.convert_file(model_file, model_file / "o.onnx")
+
+
+def test_failure_leaves_no_partial_output(model_file: Path, tmp_path: Path, monkeypatch) -> None:
+    import amp_convert.io as io
+
+    def broken_save(model, path, *a, **k):
+        Path(path).write_bytes(b"half")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(io.ir, "save", broken_save)
+    out = tmp_path / "o.onnx"
+    with pytest.raises(OutputError, match="No space left"):
+        amp_convert.convert_file(model_file, out)
+    assert list(tmp_path.iterdir()) == [model_file]
+
+
+def test_verification_failure_is_reported_not_written(model_file: Path, tmp_path: Path,
+                                                      monkeypatch) -> None:
+    from amp_convert.passes import rewrite
+
+    original = rewrite.RewritePass._retarget_attributes
+
+    def corrupt(self, model):  # simulate a converter bug: a Cast whose `to` disagrees
+        original(self, model)
+        for node in model.graph.all_nodes():
+            if node.op_type == "Cast":
+                node.attributes["to"] = ir.AttrInt64("to", ir.DataType.DOUBLE)
+                return
+
+    monkeypatch.setattr(rewrite.RewritePass, "_retarget_attributes", corrupt)
+    with pytest.raises(amp_convert.VerificationError, match="node '.*' \\(Cast\\)"):
+        amp_convert.convert_file(model_file, tmp_path / "o.onnx")
+    assert not (tmp_path / "o.onnx").exists()
+
+
+def test_bad_options() -> None:
+    model = bert_encoder()
+    with pytest.raises(OptionError, match="unknown level"):
+        amp_convert.convert(model, level="O7")
+    with pytest.raises(OptionError, match="unknown dtype"):
+        amp_convert.convert(model, dtype="fp8")
+    with pytest.raises(OptionError, match="bad regular expression"):
+        amp_convert.convert(model, exclude_nodes=["("])
+    with pytest.raises(OptionError, match="both"):
+        amp_convert.convert(model, fp32_ops="MatMul", fp16_ops="MatMul")
+    with pytest.raises(OptionError, match="does not exist"):
+        amp_convert.convert(model, op_lists="/nonexistent/lists.txt")
+
+
+def test_interface_values_keep_names() -> None:
+    model = ALL_FOCUSED["topk_model"]()
+    out = amp_convert.convert(model, level="O2")
+    assert [o.name for o in out.graph.output] == [o.name for o in model.graph.output]
+    assert [i.name for i in out.graph.input] == [i.name for i in model.graph.input]
+    feeds = sample_inputs(model)
+    np.testing.assert_array_equal(run(model, feeds)[1], run(out, feeds)[1])
