@@ -153,7 +153,7 @@ class AssignPrecisionPass(ir.passes.InPlacePass):
                         continue
                     if info.op_class in ("infer", "clear") and use.idx in info.low_inputs:
                         info.precision, info.forced = "fp32", True
-                        info.reason = f"follows deny: reads {out.name!r} from {node.op_type}"
+                        info.reason += f"; follows deny: reads {out.name!r} from {node.op_type}"
                         stack.append(use.node)
 
     def _min_cut(self, nodes: list[ir.Node], prefer_low: bool) -> None:

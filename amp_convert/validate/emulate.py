@@ -10,8 +10,9 @@ How the copy is built (``build_emulated_model``), in every graph including If/Lo
 
 * element types of all values come from ONNX shape inference of the *original* candidate, run per
   graph on a weight-free skeleton (bodies get their captured outer values as typed inputs, because
-  ``onnx.shape_inference`` leaves body value_info empty); a schema-based dtype propagation fills
-  what inference leaves unknown;
+  ``onnx.shape_inference`` leaves body value_info empty); a dtype propagation from op schemas
+  (ONNX's, and ONNX Runtime's contrib schemas for ``com.microsoft`` ops, which ONNX inference does
+  not know) fills what inference leaves unknown; values still unknown are listed in the report;
 * a node output that is FP16/BF16 is renamed ``<name>__emu_f32`` and followed by the Cast pair that
   produces ``<name>`` again, so consumers (also inside bodies) are untouched. A ``Cast(to=low)``
   keeps its cast and only gets the Cast back to FLOAT. Ops that only select or move elements
@@ -35,6 +36,7 @@ overflow test).
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -321,25 +323,22 @@ class _Context:
             return {0: e} if e else {}
         domain = node.domain if node.domain not in _DEFAULT_DOMAINS else ""
         version = self.opsets.get(domain, self.opsets.get("ai.onnx", 1))
-        try:
-            schema = onnx.defs.get_schema(node.op_type, version, domain)
-        except Exception:  # unknown op (custom domain): nothing to go on
+        schema = _schema(node.op_type, version, domain)
+        if schema is None:  # unknown op (custom domain): nothing to go on
             return {}
-        constraints = {c.type_param_str: list(c.allowed_type_strs) for c in schema.type_constraints}
+        ins, outs, constraints = schema
         in_types: dict[str, int] = {}
         for i, name in enumerate(node.input):
-            if not name or not schema.inputs:
+            if not name or not ins:
                 continue
-            formal = schema.inputs[min(i, len(schema.inputs) - 1)]
             e = _tensor_elem(types.get(name))
             if e:
-                in_types.setdefault(formal.type_str, e)
+                in_types.setdefault(ins[min(i, len(ins) - 1)], e)
         out: dict[int, int] = {}
         for i, _ in enumerate(node.output):
-            if not schema.outputs:
+            if not outs:
                 break
-            formal = schema.outputs[min(i, len(schema.outputs) - 1)]
-            ts = formal.type_str
+            ts = outs[min(i, len(outs) - 1)]
             if ts in in_types:
                 out[i] = in_types[ts]
             else:
@@ -455,6 +454,52 @@ class _Context:
             ):
                 a.sparse_tensor.values.CopyFrom(_upcast_tensor(a.sparse_tensor.values))
                 self.result.retargeted_attributes += 1
+
+
+Schema = tuple[list[str], list[str], dict[str, list[str]]]
+
+
+@functools.cache
+def _schema(op_type: str, version: int, domain: str) -> Schema | None:
+    """(input type strs, output type strs, constraints) from ONNX, else from ONNX Runtime.
+
+    ONNX Runtime registers its contrib schemas (com.microsoft FusedMatMul, Attention,
+    SkipLayerNormalization, ...), which ONNX shape inference does not know.
+    """
+    try:
+        s = onnx.defs.get_schema(op_type, version, domain)
+    except Exception:
+        return _ort_schema(op_type, version, domain)
+    return (
+        [f.type_str for f in s.inputs],
+        [f.type_str for f in s.outputs],
+        {c.type_param_str: list(c.allowed_type_strs) for c in s.type_constraints},
+    )
+
+
+def _ort_schema(op_type: str, version: int, domain: str) -> Schema | None:
+    try:
+        from onnxruntime.capi import _pybind_state as C
+
+        candidates = [
+            s for s in _ort_schemas(C) if s.name == op_type and s.domain == domain
+            and s.since_version <= version
+        ]  # fmt: skip
+    except Exception:  # no ORT, or an ORT without schema access: stay unknown
+        return None
+    if not candidates:
+        return None
+    s = max(candidates, key=lambda s: s.since_version)
+    return (
+        [f.typeStr for f in s.inputs],
+        [f.typeStr for f in s.outputs],
+        {c.type_param_str: list(c.allowed_type_strs) for c in s.type_constraints},
+    )
+
+
+@functools.cache
+def _ort_schemas(C) -> list:  # noqa: N803 - the module's conventional name
+    return [s for s in C.get_all_operator_schema() if s.domain not in _DEFAULT_DOMAINS]
 
 
 _STR_TO_ELEM = {
