@@ -241,3 +241,47 @@ def test_sequence_and_random_like_attributes() -> None:
     (y,) = sess.run(None, {"x": x})
     with np.errstate(over="ignore"):
         np.testing.assert_array_equal(y, x.astype(np.float16).astype(np.float32))
+
+
+def _contrib_pair(op_domain: str, op_type: str):
+    """x → Cast fp16 → <op>(x16, w16) → Relu → Cast FLOAT; the reference uses MatMul in FP32."""
+    w = np.random.default_rng(5).standard_normal((4, 4)).astype(np.float32)
+    io = (
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])],
+    )
+    ref_g = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Relu", ["m"], ["y"])],
+        "ref", *io, [vm._tensor("w", w)],
+    )  # fmt: skip
+    cand_g = helper.make_graph(
+        [
+            helper.make_node("Cast", ["x"], ["x16"], to=TensorProto.FLOAT16),
+            helper.make_node(op_type, ["x16", "w"], ["m"], domain=op_domain),
+            helper.make_node("Relu", ["m"], ["r"]),
+            helper.make_node("Cast", ["r"], ["y"], to=TensorProto.FLOAT),
+        ],
+        "cand", *io, [vm._tensor("w", w, TensorProto.FLOAT16)],
+    )  # fmt: skip
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid(op_domain, 1)]
+    return (
+        helper.make_model(ref_g, opset_imports=opsets[:1], ir_version=9),
+        helper.make_model(cand_g, opset_imports=opsets, ir_version=9),
+    )
+
+
+def test_contrib_op_types_come_from_ort_schemas() -> None:
+    """ONNX inference does not know com.microsoft ops; ORT's registered schemas fill the gap."""
+    ref, cand = _contrib_pair("com.microsoft", "FusedMatMul")
+    emu = build_emulated_model(cand)
+    assert emu.unknown_types == []
+    assert emu.rounding_points == {"float16": 2}  # the first Cast and FusedMatMul (Relu is exact)
+    report = validate(ref, cand, provider="emulate", runs=0)
+    assert 0 < report.output("y").max_abs < 1e-2
+    assert not any("unknown" in w for w in report.warnings)
+
+
+def test_unknown_op_types_are_reported() -> None:
+    _, cand = _contrib_pair("my.custom", "MyMatMul")
+    emu = build_emulated_model(cand)
+    assert emu.unknown_types == ["m", "r"]
