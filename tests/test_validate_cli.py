@@ -225,3 +225,23 @@ def test_cuda_provider(pairs) -> None:
     assert mlp.output("y").max_abs < 1e-2 and mlp.speedup is not None
     auto = validate(*pairs["mlp"], provider="auto", runs=0)
     assert auto.provider == "cuda"
+
+
+def test_progress_only_on_a_terminal_outside_ci(monkeypatch, pairs, capsys) -> None:
+    from amp_convert.validate import core, progress
+
+    monkeypatch.delenv("CI", raising=False)
+    assert progress.progress_wanted() is False  # pytest's streams are not a TTY
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True, raising=False)
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
+    assert progress.progress_wanted() is True
+    monkeypatch.setenv("CI", "1")
+    assert progress.progress_wanted() is False
+    # the bar itself: forced on, it reports on stderr and counts both models' runs
+    monkeypatch.setattr(core, "progress_wanted", lambda: True)
+    ticks: list[int] = []
+    real = progress.Progress.tick
+    monkeypatch.setattr(progress.Progress, "tick", lambda self: (ticks.append(1), real(self)))
+    validate(*pairs["mlp"], provider="emulate", runs=3, warmup=0, progress=True)
+    assert len(ticks) == 6
+    assert "timing" in capsys.readouterr().err
