@@ -1,4 +1,4 @@
-"""amp-convert: FP32 ONNX models to mixed precision (FP16/BF16) that load, run fast and stay accurate.
+"""amp-convert: FP32 ONNX models to mixed precision (FP16/BF16) that load, run fast, stay accurate.
 
 Public API: convert, convert_file, Level, ConvertOptions, ConversionReport, and the error family.
 """

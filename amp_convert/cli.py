@@ -1,4 +1,4 @@
-"""The amp-convert command line: `amp-convert MODEL [options]` converts, `amp-convert validate` checks.
+"""The command line: `amp-convert MODEL [options]` converts, `amp-convert validate` checks.
 
 Nothing imports this module; it only turns arguments into API calls and errors into one line.
 """
@@ -52,34 +52,85 @@ def _fail(error: BaseException, verbose: bool, code: int = EXIT_ERROR) -> None:
 
 @cli.command("convert", context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("model", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
-              help="Output path [default: MODEL.fp16.onnx / MODEL.bf16.onnx next to MODEL].")
-@click.option("--level", type=click.Choice(["O0", "O1", "O2", "O3"], case_sensitive=False),
-              default="O2", show_default=True,
-              help="O0 nothing, O1 allow-list ops only, O2 all but deny-list, O3 all the schemas allow.")
-@click.option("--dtype", type=click.Choice(["fp16", "bf16"], case_sensitive=False),
-              default="fp16", show_default=True, help="Low-precision type.")
-@click.option("--keep-io-types/--no-keep-io-types", default=True, show_default=True,
-              help="Keep FP32 model inputs/outputs (casts at the boundary).")
-@click.option("--fp32-ops", "fp32_ops", multiple=True, metavar="OP,...",
-              help="Ops to keep FP32 (added to the deny list; repeatable).")
-@click.option("--fp16-ops", "fp16_ops", multiple=True, metavar="OP,...",
-              help="Ops to run in low precision (added to the allow list; repeatable).")
-@click.option("--exclude-nodes", multiple=True, metavar="REGEX",
-              help="Keep nodes whose name matches REGEX in FP32 (repeatable).")
-@click.option("--cast-optional-params", is_flag=True,
-              help="Store weights low even where an FP32 reader then needs a cast (MXNet style).")
-@click.option("--op-lists", type=click.Path(dir_okay=False, path_type=Path),
-              help="Op list file with [allow]/[infer]/[clear]/[deny]/[rules] sections.")
-@click.option("--report", "report_path", type=click.Path(dir_okay=False, path_type=Path),
-              help="Write the full ConversionReport (per-node decisions and reasons) as JSON.")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Output path [default: MODEL.fp16.onnx / MODEL.bf16.onnx next to MODEL].",
+)
+@click.option(
+    "--level",
+    type=click.Choice(["O0", "O1", "O2", "O3"], case_sensitive=False),
+    default="O2",
+    show_default=True,
+    help="O0 nothing, O1 allow-list ops only, O2 all but deny-list, O3 all the schemas allow.",
+)
+@click.option(
+    "--dtype",
+    type=click.Choice(["fp16", "bf16"], case_sensitive=False),
+    default="fp16",
+    show_default=True,
+    help="Low-precision type.",
+)
+@click.option(
+    "--keep-io-types/--no-keep-io-types",
+    default=True,
+    show_default=True,
+    help="Keep FP32 model inputs/outputs (casts at the boundary).",
+)
+@click.option(
+    "--fp32-ops",
+    "fp32_ops",
+    multiple=True,
+    metavar="OP,...",
+    help="Ops to keep FP32 (added to the deny list; repeatable).",
+)
+@click.option(
+    "--fp16-ops",
+    "fp16_ops",
+    multiple=True,
+    metavar="OP,...",
+    help="Ops to run in low precision (added to the allow list; repeatable).",
+)
+@click.option(
+    "--exclude-nodes",
+    multiple=True,
+    metavar="REGEX",
+    help="Keep nodes whose name matches REGEX in FP32 (repeatable).",
+)
+@click.option(
+    "--cast-optional-params",
+    is_flag=True,
+    help="Store weights low even where an FP32 reader then needs a cast (MXNet style).",
+)
+@click.option(
+    "--op-lists",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Op list file with [allow]/[infer]/[clear]/[deny]/[rules] sections.",
+)
+@click.option(
+    "--report",
+    "report_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write the full ConversionReport (per-node decisions and reasons) as JSON.",
+)
 @click.option("--force", is_flag=True, help="Overwrite the output if it exists.")
-@click.option("--validate", "do_validate", is_flag=True,
-              help="Validate the converted model against the original afterwards.")
-@click.option("--validation-report", type=click.Path(dir_okay=False, path_type=Path),
-              help="With --validate: write the ValidationReport as JSON.")
-@click.option("--junit", type=click.Path(dir_okay=False, path_type=Path),
-              help="With --validate: write a JUnit XML file (one test case per output).")
+@click.option(
+    "--validate",
+    "do_validate",
+    is_flag=True,
+    help="Validate the converted model against the original afterwards.",
+)
+@click.option(
+    "--validation-report",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="With --validate: write the ValidationReport as JSON.",
+)
+@click.option(
+    "--junit",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="With --validate: write a JUnit XML file (one test case per output).",
+)
 @validation_options
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
 @click.option("-v", "--verbose", is_flag=True, help="Print per-node decisions and tracebacks.")
@@ -135,7 +186,11 @@ def convert_command(
                 click.echo(f"  {n.precision:5s} {n.op_type:22s} {n.name}: {n.reason}")
     if do_validate:
         code = run_cli_validation(
-            model, output, report_path=validation_report, junit_path=junit, quiet=quiet,
+            model,
+            output,
+            report_path=validation_report,
+            junit_path=junit,
+            quiet=quiet,
             **validation,
         )
         sys.exit(code)

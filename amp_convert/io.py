@@ -55,7 +55,7 @@ def _from_proto(proto: onnx.ModelProto, where: str) -> ir.Model:
 
 
 def load_model(src: ModelLike) -> ir.Model:
-    """Any accepted input kind → a fresh ir.Model the caller may change (the source stays intact)."""
+    """Any accepted input kind → a fresh ir.Model the caller may change (the source stays)."""
     if isinstance(src, ir.Model):
         model = src.clone()
         where = "model"
@@ -130,7 +130,7 @@ def default_output_path(src: str | os.PathLike, dtype: str) -> Path:
 
 
 def check_output_path(dst: Path, force: bool, src: Path | None = None) -> None:
-    """Refuse before any work is done: existing output without force, unwritable folder, dst==src."""
+    """Refuse before any work: existing output without force, unwritable folder, dst == src."""
     if src is not None and dst.resolve() == src.resolve():
         raise OutputError(f"{dst}: output would overwrite the input model; choose another -o")
     if dst.exists() and not force:

@@ -101,8 +101,7 @@ class ConversionReport:
         ]
         if self.size_before:
             lines.append(
-                f"size: {_mb(self.size_before)} -> {_mb(self.size_after)}"
-                f" in {self.seconds:.2f} s"
+                f"size: {_mb(self.size_before)} -> {_mb(self.size_after)} in {self.seconds:.2f} s"
             )
         for t in self.tensors:
             if t.action != "converted":

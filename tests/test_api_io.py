@@ -198,8 +198,9 @@ def test_failure_leaves_no_partial_output(model_file: Path, tmp_path: Path, monk
     assert list(tmp_path.iterdir()) == [model_file]
 
 
-def test_verification_failure_is_reported_not_written(model_file: Path, tmp_path: Path,
-                                                      monkeypatch) -> None:
+def test_verification_failure_is_reported_not_written(
+    model_file: Path, tmp_path: Path, monkeypatch
+) -> None:
     from amp_convert.passes import rewrite
 
     original = rewrite.RewritePass._retarget_attributes

@@ -39,7 +39,8 @@ def _case_id(path: str) -> str:
 
 
 def _read(path: str, vi: onnx.ValueInfoProto):
-    data = open(path, "rb").read()
+    with open(path, "rb") as f:
+        data = f.read()
     if vi.type.HasField("sequence_type"):
         seq = onnx.SequenceProto()
         seq.ParseFromString(data)
@@ -51,7 +52,9 @@ def _read(path: str, vi: onnx.ValueInfoProto):
 
 def _light_input(vi: onnx.ValueInfoProto) -> np.ndarray:
     """The input onnx's own runner feeds to light models (arange / n, see generate_dummy_data)."""
-    shape = tuple(d.dim_value if d.HasField("dim_value") else 1 for d in vi.type.tensor_type.shape.dim)
+    shape = tuple(
+        d.dim_value if d.HasField("dim_value") else 1 for d in vi.type.tensor_type.shape.dim
+    )
     n = int(np.prod(shape))
     return (np.arange(n).reshape(shape) / n).astype(np.float32)
 
@@ -62,17 +65,14 @@ def _data(path: str, model: onnx.ModelProto):
     if "/light/" in path.replace(os.sep, "/"):
         feeds = {vi.name: _light_input(vi) for vi in inputs}
         prefix = path[: -len(".onnx")]
-        expected = [
-            _read(f"{prefix}_output_{i}.pb", vi) for i, vi in enumerate(model.graph.output)
-        ]
+        expected = [_read(f"{prefix}_output_{i}.pb", vi) for i, vi in enumerate(model.graph.output)]
         return feeds, expected
     folder = os.path.join(os.path.dirname(path), "test_data_set_0")
     feeds = {
         vi.name: _read(os.path.join(folder, f"input_{i}.pb"), vi) for i, vi in enumerate(inputs)
     }
     expected = [
-        _read(os.path.join(folder, f"output_{i}.pb"), vi)
-        for i, vi in enumerate(model.graph.output)
+        _read(os.path.join(folder, f"output_{i}.pb"), vi) for i, vi in enumerate(model.graph.output)
     ]
     return feeds, expected
 

@@ -45,8 +45,13 @@ def test_default_command_writes_next_to_model(bert: Path) -> None:
     assert out.exists()
     onnx.checker.check_model(str(out), full_check=True)
     assert f"wrote {out}" in result.output
-    for words in ("nodes FP16:", "nodes FP32:", "casts inserted:", "initializers converted:",
-                  "size:"):
+    for words in (
+        "nodes FP16:",
+        "nodes FP32:",
+        "casts inserted:",
+        "initializers converted:",
+        "size:",
+    ):
         assert words in result.output
     assert "LayerNormalization" in result.output  # kept-FP32 ops by type
 
@@ -87,15 +92,31 @@ def test_fp32_ops_and_fp16_ops(bert: Path, tmp_path: Path) -> None:
     data = report_of(tmp_path, bert, "--fp32-ops", "MatMul,Gemm", "-o", tmp_path / "a.onnx")
     assert precision_by_op(data, "MatMul") == {"fp32"}
     assert all("user" in n["reason"] for n in data["nodes"] if n["op_type"] == "MatMul")
-    data = report_of(tmp_path, bert, "--fp16-ops", "Softmax", "--fp16-ops", "LayerNormalization",
-                     "-o", tmp_path / "b.onnx")
+    data = report_of(
+        tmp_path,
+        bert,
+        "--fp16-ops",
+        "Softmax",
+        "--fp16-ops",
+        "LayerNormalization",
+        "-o",
+        tmp_path / "b.onnx",
+    )
     assert precision_by_op(data, "Softmax") == {"low"}
     assert precision_by_op(data, "LayerNormalization") == {"low"}
 
 
 def test_exclude_nodes(bert: Path, tmp_path: Path) -> None:
-    data = report_of(tmp_path, bert, "--exclude-nodes", r"layer0/.*MatMul",
-                     "--exclude-nodes", "^pooler/", "-o", tmp_path / "o.onnx")
+    data = report_of(
+        tmp_path,
+        bert,
+        "--exclude-nodes",
+        r"layer0/.*MatMul",
+        "--exclude-nodes",
+        "^pooler/",
+        "-o",
+        tmp_path / "o.onnx",
+    )
     for n in data["nodes"]:
         if "layer0/" in n["name"] and n["op_type"] == "MatMul" or n["name"].startswith("pooler/"):
             assert n["precision"] != "low", n
@@ -107,8 +128,10 @@ def test_cast_optional_params(tmp_path: Path) -> None:
     onnx.save(ALL_FOCUSED["shared_initializer"](), src)
     invoke(src, "-o", tmp_path / "a.onnx")
     invoke(src, "-o", tmp_path / "b.onnx", "--cast-optional-params")
+
     def weight_type(p: Path) -> int:
         return {t.name: t.data_type for t in onnx.load(p).graph.initializer}["shared/weight"]
+
     assert weight_type(tmp_path / "a.onnx") == FLOAT
     assert weight_type(tmp_path / "b.onnx") == FLOAT16
 
@@ -155,9 +178,21 @@ def test_version_and_help() -> None:
     text = invoke("--help").output
     assert "convert" in text and "validate" in text
     text = invoke("convert", "--help").output
-    for option in ("--level", "--dtype", "--keep-io-types", "--fp32-ops", "--fp16-ops",
-                   "--exclude-nodes", "--cast-optional-params", "--op-lists", "--report",
-                   "--force", "--quiet", "--verbose", "--validate"):
+    for option in (
+        "--level",
+        "--dtype",
+        "--keep-io-types",
+        "--fp32-ops",
+        "--fp16-ops",
+        "--exclude-nodes",
+        "--cast-optional-params",
+        "--op-lists",
+        "--report",
+        "--force",
+        "--quiet",
+        "--verbose",
+        "--validate",
+    ):
         assert option in text
 
 
@@ -186,15 +221,43 @@ def test_unknown_level_is_usage_error(bert: Path) -> None:
 
 def test_convert_and_validate(bert: Path, tmp_path: Path) -> None:
     vreport = tmp_path / "v.json"
-    result = invoke(bert, "-o", tmp_path / "o.onnx", "--validate", "--provider", "emulate",
-                    "--runs", "2", "--warmup", "1", "--min-cosine", "0.999",
-                    "--validation-report", vreport, "--junit", tmp_path / "v.xml")
+    result = invoke(
+        bert,
+        "-o",
+        tmp_path / "o.onnx",
+        "--validate",
+        "--provider",
+        "emulate",
+        "--runs",
+        "2",
+        "--warmup",
+        "1",
+        "--min-cosine",
+        "0.999",
+        "--validation-report",
+        vreport,
+        "--junit",
+        tmp_path / "v.xml",
+    )
     assert result.exit_code == 0, result.output
     data = json.loads(vreport.read_text())
     assert data["passed"] is True
     assert (tmp_path / "v.xml").read_text().count("<testcase") == 2
-    failing = invoke(bert, "-o", tmp_path / "o.onnx", "--force", "--validate",
-                     "--provider", "emulate", "--runs", "0", "--atol", "1e-9", "--rtol", "0")
+    failing = invoke(
+        bert,
+        "-o",
+        tmp_path / "o.onnx",
+        "--force",
+        "--validate",
+        "--provider",
+        "emulate",
+        "--runs",
+        "0",
+        "--atol",
+        "1e-9",
+        "--rtol",
+        "0",
+    )
     assert failing.exit_code == 1
 
 

@@ -123,7 +123,9 @@ def test_shared_initializer_one_copy_and_a_cast() -> None:
 
 
 def test_cast_optional_params_stores_shared_weight_low() -> None:
-    converted, _ = convert(ALL_FOCUSED["shared_initializer"](), level="O2", cast_optional_params=True)
+    converted, _ = convert(
+        ALL_FOCUSED["shared_initializer"](), level="O2", cast_optional_params=True
+    )
     inits = {t.name: t for t in converted.graph.initializer}
     assert inits["shared/weight"].data_type == FLOAT16
     assert input_types(converted, "softmax/Softmax") == [FLOAT]  # cast up for the FP32 reader
@@ -140,8 +142,12 @@ def test_existing_cast_to_float_retargeted_without_mismatch() -> None:
 
 def test_random_like_ops_get_explicit_dtype() -> None:
     converted, _ = convert(ALL_FOCUSED["random_normal_like"](), level="O2")
-    for name in ("noise/RandomNormalLike", "noise/RandomUniformLike", "eye/EyeLike",
-                 "dropout/Bernoulli"):
+    for name in (
+        "noise/RandomNormalLike",
+        "noise/RandomUniformLike",
+        "eye/EyeLike",
+        "dropout/Bernoulli",
+    ):
         node = node_by_name(converted, name)
         dtype = next(a.i for a in node.attribute if a.name == "dtype")
         assert dtype == FLOAT16, name

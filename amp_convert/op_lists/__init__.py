@@ -135,7 +135,7 @@ def load_builtin() -> OpLists:
 
 
 def apply_user_file(lists: OpLists, path: str | Path) -> OpLists:
-    """Extend/trim `lists` with a user file made of [allow]/[infer]/[clear]/[deny]/[rules] sections."""
+    """Extend/trim `lists` with a user file of [allow]/[infer]/[clear]/[deny]/[rules] sections."""
     try:
         text = Path(path).read_text()
     except OSError as e:
@@ -153,7 +153,9 @@ def apply_user_file(lists: OpLists, path: str | Path) -> OpLists:
                 raise OptionError(f"{path}:{n}: unknown section [{section}]")
             continue
         if section is None:
-            raise OptionError(f"{path}:{n}: entry before any [allow]/[infer]/[clear]/[deny] section")
+            raise OptionError(
+                f"{path}:{n}: entry before any [allow]/[infer]/[clear]/[deny] section"
+            )
         if section == "rules":
             out.rules.insert(0, _parse_rule(line, f"{path}:{n}", user=True))
         else:

@@ -1,4 +1,4 @@
-"""Pass 3: decide LOW or FP32 per node, by level, then settle INFER/CLEAR nodes where casts are saved.
+"""Pass 3: decide LOW or FP32 per node by level, then place INFER/CLEAR nodes for the fewest casts.
 
 - O1: ALLOW nodes are LOW; INFER/CLEAR nodes go LOW only where that needs fewer casts.
 - O2: everything LOW except DENY and what DENY reaches forward through INFER/CLEAR (like TF's
@@ -45,7 +45,11 @@ def value_home(value: ir.Value, state: ConversionState) -> str:
             return "low"
         return "fp32"
     if value.is_graph_input():
-        return "low" if (value.graph is state.main_graph and not state.options.keep_io_types) else "fp32"
+        return (
+            "low"
+            if (value.graph is state.main_graph and not state.options.keep_io_types)
+            else "fp32"
+        )
     if value.is_initializer():
         return "free"
     return "fp32"
@@ -93,9 +97,11 @@ class AssignPrecisionPass(ir.passes.InPlacePass):
         level = state.options.level
         for node in nodes:
             info = state.info[node]
-            if not info.candidate:
-                info.precision, info.forced = "fp32", True
-            elif info.op_class == "deny" and (level != Level.O3 or "user" in info.reason):
+            if (
+                not info.candidate
+                or info.op_class == "deny"
+                and (level != Level.O3 or "user" in info.reason)
+            ):
                 info.precision, info.forced = "fp32", True
             elif level == Level.O3 or info.op_class == "allow":
                 info.precision, info.forced = "low", True

@@ -70,9 +70,7 @@ def _slots(node: ir.Node, sig: schema.OpSignature, low: ir.DataType) -> tuple[se
             if FLOAT in dtypes and None in dtypes:
                 why = f"type of {var} not fully known"
             continue
-        admitted = next(
-            s for s in (*sig.inputs, *sig.outputs) if s.type_str == var
-        ).allowed
+        admitted = next(s for s in (*sig.inputs, *sig.outputs) if s.type_str == var).allowed
         if schema.type_name(low) in admitted:
             lowered.add(var)
         else:
@@ -108,10 +106,17 @@ def _info_for(node: ir.Node, state: ConversionState, opset: int) -> NodeInfo:
     if not low_in and not low_out:
         if not has_float:
             return NodeInfo("none", "no float data path")
-        return NodeInfo("fixed", why or "schema: no float slot can take the low type", any_inputs=any_in)
-    if node.op_type == "Cast" and node.inputs[0] is not None and node.inputs[0].dtype in (
-        ir.DataType.FLOAT16,
-        ir.DataType.BFLOAT16,
+        return NodeInfo(
+            "fixed", why or "schema: no float slot can take the low type", any_inputs=any_in
+        )
+    if (
+        node.op_type == "Cast"
+        and node.inputs[0] is not None
+        and node.inputs[0].dtype
+        in (
+            ir.DataType.FLOAT16,
+            ir.DataType.BFLOAT16,
+        )
     ):
         # A widening Cast out of a low-precision value is a deliberate boundary (our own output)
         return NodeInfo("fixed", "boundary cast out of a low-precision value", any_inputs=any_in)

@@ -86,7 +86,7 @@ class FlowNetwork:
         return total
 
     def source_side(self, s: int) -> set[int]:
-        """Vertices reachable from s in the residual graph (after max_flow: the min cut's S side)."""
+        """Vertices reachable from s in the residual graph (after max_flow: the cut's S side)."""
         seen = {s}
         queue = deque([s])
         while queue:

@@ -19,7 +19,14 @@ NUMPY_TYPES = {ir.DataType.FLOAT16: np.float16, ir.DataType.BFLOAT16: ml_dtypes.
 SUFFIX = {ir.DataType.FLOAT16: "fp16", ir.DataType.BFLOAT16: "bf16", FLOAT: "fp32"}
 SMALL_CONSTANT = 64  # elements; below this a second copy beats a runtime Cast
 _DTYPE_ATTR_OPS = frozenset(
-    {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "EyeLike", "Bernoulli"}
+    {
+        "RandomNormal",
+        "RandomUniform",
+        "RandomNormalLike",
+        "RandomUniformLike",
+        "EyeLike",
+        "Bernoulli",
+    }
 )
 
 

@@ -84,7 +84,11 @@ def constant_tensor(value: ir.Value) -> ir.TensorProtocol | None:
     if value.is_initializer() and not value.is_graph_input():
         return value.const_value
     producer = value.producer()
-    if producer is not None and producer.op_type == "Constant" and producer.domain in ("", "ai.onnx"):
+    if (
+        producer is not None
+        and producer.op_type == "Constant"
+        and producer.domain in ("", "ai.onnx")
+    ):
         attr = producer.attributes.get("value")
         if attr is not None and attr.type == ir.AttributeType.TENSOR:
             return attr.value

@@ -63,12 +63,19 @@ def _check_bodies(node: ir.Node) -> str | None:
             body = node.attributes[attr].value
             for i, (out, inner) in enumerate(zip(node.outputs, body.outputs, strict=False)):
                 if out.dtype is not None and inner.dtype is not None and out.dtype != inner.dtype:
-                    return f"{_label(node)}: output {i} is {out.dtype.name}, {attr} gives {inner.dtype.name}"
+                    got = inner.dtype.name
+                    return f"{_label(node)}: output {i} is {out.dtype.name}, {attr} gives {got}"
     elif node.op_type == "Loop":
         body = node.attributes["body"].value
         for i, (outer, inner) in enumerate(zip(node.inputs[2:], body.inputs[2:], strict=False)):
-            if outer is not None and None not in (outer.dtype, inner.dtype) and outer.dtype != inner.dtype:
-                return f"{_label(node)}: loop-carried input {i} is {outer.dtype.name}, body takes {inner.dtype.name}"
+            if (
+                outer is not None
+                and None not in (outer.dtype, inner.dtype)
+                and outer.dtype != inner.dtype
+            ):
+                want = inner.dtype.name
+                have = outer.dtype.name
+                return f"{_label(node)}: loop-carried input {i} is {have}, body takes {want}"
     return None
 
 
