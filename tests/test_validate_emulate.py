@@ -285,3 +285,18 @@ def test_unknown_op_types_are_reported() -> None:
     _, cand = _contrib_pair("my.custom", "MyMatMul")
     emu = build_emulated_model(cand)
     assert emu.unknown_types == ["m", "r"]
+
+
+def test_models_over_the_protobuf_limit_go_through_a_temporary_folder(monkeypatch) -> None:
+    """Above 2 GiB a model cannot be handed to ORT as bytes; the same numbers come out."""
+    from amp_convert.validate import runtime
+
+    ref, cand = vm.mlp_pair(TensorProto.FLOAT16)
+    before = cand.SerializeToString()
+    small = validate(ref, cand, provider="emulate", runs=0).output("y")
+    monkeypatch.setattr(runtime, "_PROTO_LIMIT", 0)
+    for provider in ("emulate", "cpu"):
+        big = validate(ref, cand, provider=provider, runs=1, warmup=0).output("y")
+        assert big.max_abs > 0
+    assert validate(ref, cand, provider="emulate", runs=0).output("y").max_abs == small.max_abs
+    assert cand.SerializeToString() == before  # the caller's proto is not rewritten

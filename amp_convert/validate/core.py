@@ -75,16 +75,49 @@ def validate(
     limits = Thresholds.coerce(thresholds)
     ref_src = load_source(reference, "reference")
     cand_src = load_source(candidate, "candidate")
+    runners: list[Runner] = []
+    try:
+        return _validate(
+            ort, ref_src, cand_src, provider=provider, inputs=inputs, dims=dims, seed=seed,
+            runs=runs, warmup=warmup, limits=limits, progress=progress, runners=runners,
+        )  # fmt: skip
+    finally:
+        for runner in runners:
+            runner.session = None  # close the session before deleting what it may map
+            if runner.keep_alive is not None:
+                runner.keep_alive.cleanup()
+        for src in (ref_src, cand_src):
+            if src._tmp is not None:  # temporary external-data folders of >2 GiB models
+                src._tmp.cleanup()
+
+
+def _validate(
+    ort: Any,
+    ref_src: ModelSource,
+    cand_src: ModelSource,
+    *,
+    provider: str,
+    inputs: Any,
+    dims: Mapping[str, int] | None,
+    seed: int,
+    runs: int,
+    warmup: int,
+    limits: Thresholds,
+    progress: bool,
+    runners: list[Runner],
+) -> ValidationReport:
     warnings: list[str] = []
 
     mode = provider
     if provider == "auto":
         mode = "cuda" if cuda_available() else "emulate"
     ref_runner, cand_runner, emulated = _open(ref_src, cand_src, mode)
+    runners.extend(r for r in (ref_runner, cand_runner) if r is not None)
     if mode == "cuda" and ref_runner is None:  # auto: CUDA listed but failed to start
         warnings.append("provider auto: the CUDA provider failed to start; fell back to emulate")
         mode = "emulate"
         ref_runner, cand_runner, emulated = _open(ref_src, cand_src, mode)
+        runners.extend((ref_runner, cand_runner))
     assert ref_runner is not None and cand_runner is not None
 
     if mode == "cpu":

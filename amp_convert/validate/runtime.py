@@ -143,7 +143,9 @@ def serialize_for_ort(src: ModelSource) -> str | bytes:
     tmp = tempfile.TemporaryDirectory(prefix="amp-validate-")
     src._tmp = tmp
     path = os.path.join(tmp.name, "model.onnx")
-    onnx.save_model(src.proto, path, save_as_external_data=True, location="model.onnx.data")
+    proto = onnx.ModelProto()
+    proto.CopyFrom(src.proto)  # saving as external data rewrites the proto it is given
+    onnx.save_model(proto, path, save_as_external_data=True, location="model.onnx.data")
     src.base_dir = tmp.name
     return path
 
@@ -160,6 +162,7 @@ class Runner:
     device: str  # "cpu" or "cuda"
     inputs: dict[str, tuple[str, list]]  # name -> (ORT type string, shape)
     outputs: list[tuple[str, str]]  # (name, ORT type string)
+    keep_alive: Any = None  # temporary external-data folder the session may still map
 
     @property
     def providers(self) -> list[str]:
@@ -209,6 +212,8 @@ def make_session(
     try:
         session = ort.InferenceSession(model_input, so, providers=providers)
     except Exception as e:
+        if tmp is not None:
+            tmp.cleanup()
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         hint = ""
         if "NOT_IMPLEMENTED" in msg or "Could not find an implementation" in msg:
@@ -219,9 +224,6 @@ def make_session(
         raise ValidationError(
             f"{role} {src.label}: ONNX Runtime cannot load it: {msg}{hint}"
         ) from None
-    finally:
-        if tmp is not None:
-            tmp.cleanup()
     if device == "cuda" and CUDA_EP not in session.get_providers():
         raise ValidationError(
             f"{role} {src.label}: the CUDA provider failed to start (ORT fell back to CPU); "
@@ -229,7 +231,7 @@ def make_session(
         )
     inputs = {i.name: (i.type, list(i.shape)) for i in session.get_inputs()}
     outputs = [(o.name, o.type) for o in session.get_outputs()]
-    return Runner(session, device, inputs, outputs)
+    return Runner(session, device, inputs, outputs, keep_alive=tmp or src._tmp)
 
 
 # --------------------------------------------------------------------------------------------
