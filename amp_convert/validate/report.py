@@ -1,7 +1,13 @@
 """ValidationReport: what ran, the numbers per output, latency, and the verdict.
 
 ``to_dict()`` is the stable JSON schema (``schema_version`` 1). Non-finite floats are written as
-the strings ``"inf"``, ``"-inf"`` and ``"nan"`` so the file is strict JSON.
+the strings ``"inf"``, ``"-inf"`` and ``"nan"`` so the file is strict JSON. Top-level keys:
+``schema_version, tool, passed, reference, candidate, provider {requested, used, ort_providers,
+onnxruntime_version, graph_optimizations}, inputs {source, seed, dims, shapes, dtypes},
+thresholds, outputs [one object per output, see OutputResult], latency {warmup, runs, reference,
+candidate, speedup} or null, emulation {rounding_points, low_precision_inputs,
+upcast_initializers, retargeted_attributes, unknown_types} or null, warnings``. New keys may be
+added within a schema version; renamed or removed keys bump it.
 """
 
 from __future__ import annotations
