@@ -1,6 +1,6 @@
 """amp-convert: FP32 ONNX models to mixed precision (FP16/BF16) that load, run fast, stay accurate.
 
-Public API: convert, convert_file, Level, ConvertOptions, ConversionReport, and the error family.
+Public API: convert, convert_file, validate, Level, ConvertOptions, the reports and the errors.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from amp_convert.errors import (  # noqa: E402
 )
 from amp_convert.options import ConvertOptions, Level, make_options  # noqa: E402
 from amp_convert.report import ConversionReport, NodeDecision  # noqa: E402
+from amp_convert.validate import ValidationReport, validate  # noqa: E402
 
 __all__ = [
     "AmpConvertError",
@@ -29,10 +30,12 @@ __all__ = [
     "OptionError",
     "OutputError",
     "ValidationError",
+    "ValidationReport",
     "VerificationError",
     "__version__",
     "convert",
     "convert_file",
     "convert_ir",
     "make_options",
+    "validate",
 ]
