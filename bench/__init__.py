@@ -1,0 +1,1 @@
+"""Benchmark scripts that print figures (not timed tests). See bench/convert_bench.py."""

@@ -1,0 +1,422 @@
+"""Conversion time and peak memory of amp-convert against the I/O floor, in one run.
+
+Models: the realistic blocks (models/blocks.py, written to a temp dir), the backend models shipped
+in the onnx wheel (onnx/backend/test/data/light/*.onnx) and a generated > 2 GB FP32 model with
+external data (models/big.py, built in a temp dir on the same disk and removed at the end).
+
+For each model, each measurement runs in a FRESH subprocess (bench/_measure.py), so its peak RSS
+(VmHWM of the child at its end; see bench/_measure.py) is that operation's own:
+  * conversion: ``amp_convert.convert_file(src, dst, level, dtype, force=True)``;
+  * I/O floor:  ``onnx.load(src)`` (external data included) + ``onnx.save`` of the same model
+    (``save_as_external_data=True`` for an external-data model).
+The two are interleaved (conv, floor, floor, conv, ...) ``--repeat`` times; times are medians,
+peak RSS the maximum over the repeats. While a child runs, the parent also samples
+/proc/PID/status, splitting the peak into anonymous memory (heap, copies) and file-backed pages
+(memory-mapped weights, which the kernel can drop) - sampled, so a lower bound.
+
+Run from the repository root:
+    PYTHONPATH=. python bench/convert_bench.py [--repeat 3] [--level O2] [--dtype fp16]
+        [--big-bytes 2200000000 | --no-big] [--only REGEX] [--markdown] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:  # models/ and amp_convert/ importable without PYTHONPATH
+    sys.path.insert(0, str(REPO))
+MiB = 2**20
+GB = 10**9
+BIG_ENOUGH = 10**7  # below this, peak RSS is the interpreter's, and RSS/size means nothing
+
+
+# ----------------------------------------------------------------------------------------------
+# one measurement in a child process
+# ----------------------------------------------------------------------------------------------
+def _status_kib(pid: int) -> dict[str, int]:
+    """VmRSS / RssAnon / RssFile of a process in KiB (empty when unavailable)."""
+    out: dict[str, int] = {}
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                key, _, rest = line.partition(":")
+                if key in ("VmRSS", "RssAnon", "RssFile"):
+                    out[key] = int(rest.split()[0])
+    except (OSError, ValueError, IndexError):
+        pass
+    return out
+
+
+class _Sampler(threading.Thread):
+    """Polls a child's /proc status every `interval` s and keeps the peaks (a lower bound)."""
+
+    def __init__(self, pid: int, interval: float = 0.01) -> None:
+        super().__init__(daemon=True)
+        self.pid, self.interval = pid, interval
+        self.peaks = {"VmRSS": 0, "RssAnon": 0, "RssFile": 0}
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.is_set():
+            for key, kib in _status_kib(self.pid).items():
+                self.peaks[key] = max(self.peaks[key], kib * 1024)
+            self.done.wait(self.interval)
+
+
+def run_child(args: list[str], timeout: float) -> dict:
+    """Run `python -m bench._measure ARGS` in a fresh interpreter; its JSON result + samples."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH", "")]))
+    cmd = [sys.executable, "-m", "bench._measure", *args]
+    start = time.perf_counter()
+    proc = subprocess.Popen(
+        cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    sampler = _Sampler(proc.pid)
+    sampler.start()
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        stdout, stderr = "", f"timed out after {timeout:.0f} s"
+    finally:
+        sampler.done.set()
+        sampler.join()
+    wall = time.perf_counter() - start
+    lines = stdout.strip().splitlines()
+    try:
+        result = json.loads(lines[-1])
+    except (IndexError, json.JSONDecodeError):
+        tail = (stderr.strip().splitlines() or ["no output"])[-1]
+        result = {"error": f"child failed (rc {proc.returncode}): {tail}"}
+    result["wall"] = wall
+    result["anon_peak"] = sampler.peaks["RssAnon"]
+    result["file_peak"] = sampler.peaks["RssFile"]
+    return result
+
+
+# ----------------------------------------------------------------------------------------------
+# models
+# ----------------------------------------------------------------------------------------------
+@dataclass
+class Target:
+    name: str
+    group: str  # block | onnx-light | big
+    path: Path
+    size: int  # bytes on disk, external data included
+    conv: list[dict] = field(default_factory=list)
+    floor: list[dict] = field(default_factory=list)
+
+    @property
+    def error(self) -> str | None:
+        for r in self.conv + self.floor:
+            if "error" in r:
+                return r["error"]
+        return None
+
+
+def _disk_size(path: Path) -> int:
+    """The .onnx file plus the external data files next to it that it references."""
+    import onnx
+
+    total = path.stat().st_size
+    proto = onnx.load(str(path), load_external_data=False)
+    locations = {
+        e.value for t in proto.graph.initializer for e in t.external_data if e.key == "location"
+    }
+    return total + sum((path.parent / loc).stat().st_size for loc in locations)
+
+
+def block_targets(workdir: Path) -> list[Target]:
+    import onnx
+
+    from models.blocks import ALL_BLOCKS
+
+    out = []
+    for name, build in ALL_BLOCKS.items():
+        path = workdir / f"{name}.onnx"
+        onnx.save(build(), str(path))
+        out.append(Target(name, "block", path, _disk_size(path)))
+    return out
+
+
+def light_targets() -> list[Target]:
+    import onnx
+
+    folder = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
+    paths = sorted(Path(p) for p in glob.glob(str(folder / "*.onnx")))
+    return [Target(p.stem, "onnx-light", p, _disk_size(p)) for p in paths]
+
+
+def big_target(workdir: Path, target_bytes: int) -> Target:
+    from models.big import write_big_model
+
+    start = time.perf_counter()
+    info = write_big_model(workdir / "big.onnx", target_bytes=target_bytes)
+    print(
+        f"# wrote big.onnx + {info.data_path.name}: {info.layers} x MatMul {info.width}x"
+        f"{info.width}, {info.data_bytes / GB:.2f} GB external data in "
+        f"{time.perf_counter() - start:.1f} s",
+        flush=True,
+    )
+    size = _disk_size(info.path)
+    return Target(f"big_external_{size / GB:.1f}GB", "big", info.path, size)
+
+
+# ----------------------------------------------------------------------------------------------
+# measuring
+# ----------------------------------------------------------------------------------------------
+def measure(t: Target, args: argparse.Namespace, outdir: Path) -> None:
+    """Interleave conversion and floor `repeat` times (ABBA order); outputs removed each time."""
+    for i in range(args.repeat):
+        order = ("conv", "floor") if i % 2 == 0 else ("floor", "conv")
+        for kind in order:
+            out = outdir / f"{kind}_{i}"
+            out.mkdir()
+            dst = str(out / "out.onnx")
+            if kind == "conv":
+                res = run_child(["convert", str(t.path), dst, args.level, args.dtype], args.timeout)
+                t.conv.append(res)
+            else:
+                res = run_child(["floor", str(t.path), dst], args.timeout)
+                t.floor.append(res)
+            shutil.rmtree(out)
+            if "error" in res:
+                return
+        if args.verbose:
+            c, f = t.conv[-1], t.floor[-1]
+            print(
+                f"#   {t.name} rep {i + 1}: conv {c['seconds']:.3f} s "
+                f"{c['peak_rss'] / MiB:.0f} MiB, floor {f['seconds']:.3f} s "
+                f"{f['peak_rss'] / MiB:.0f} MiB",
+                file=sys.stderr,
+                flush=True,
+            )
+
+
+def _median(rows: list[dict], key: str) -> float:
+    return statistics.median(r[key] for r in rows)
+
+
+def _max(rows: list[dict], key: str) -> float:
+    return max(r[key] for r in rows)
+
+
+def _size(n: float) -> str:
+    if n >= GB:
+        return f"{n / GB:.2f} GB"
+    if n >= 10**6:
+        return f"{n / 10**6:.1f} MB"
+    return f"{n / 10**3:.1f} kB"
+
+
+def _secs(s: float) -> str:
+    return f"{s:.2f}" if s >= 1 else f"{s * 1000:.0f} ms"
+
+
+COLUMNS = [
+    "model",
+    "group",
+    "size",
+    "size after",
+    "casts",
+    "low",
+    "fp32",
+    "conv",
+    "floor",
+    "conv/floor",
+    "conv RSS MiB",
+    "(anon/file)",
+    "conv dRSS",
+    "floor RSS MiB",
+    "conv RSS/size",
+]
+
+
+def row(t: Target) -> list[str]:
+    if t.error:
+        return [t.name, t.group, _size(t.size), f"ERROR: {t.error}"] + [""] * (len(COLUMNS) - 4)
+    c, f = t.conv, t.floor
+    conv_s, floor_s = _median(c, "seconds"), _median(f, "seconds")
+    peak = _max(c, "peak_rss")
+    return [
+        t.name,
+        t.group,
+        _size(t.size),
+        _size(c[0]["size_after"]),
+        str(c[0]["casts_inserted"]),
+        str(c[0]["nodes_low"]),
+        str(c[0]["nodes_fp32"]),
+        _secs(conv_s),
+        _secs(floor_s),
+        f"{conv_s / floor_s:.2f}x",
+        f"{peak / MiB:.0f}",
+        f"{_max(c, 'anon_peak') / MiB:.0f}/{_max(c, 'file_peak') / MiB:.0f}",
+        f"{max(r['peak_rss'] - r['base_rss'] for r in c) / MiB:.0f}",
+        f"{_max(f, 'peak_rss') / MiB:.0f}",
+        f"{100 * peak / t.size:.0f}%" if t.size >= BIG_ENOUGH else "-",
+    ]
+
+
+def print_table(rows: list[list[str]], markdown: bool) -> None:
+    if markdown:
+        print("| " + " | ".join(COLUMNS) + " |")
+        print("|" + "|".join("---" if i < 2 else "---:" for i in range(len(COLUMNS))) + "|")
+        for r in rows:
+            print("| " + " | ".join(x.replace("|", "\\|") for x in r) + " |")
+        return
+    ok = [r for r in rows if not r[3].startswith("ERROR")]  # an error line may run long
+    widths = [
+        max([len(COLUMNS[i])] + [len(r[i]) for r in (rows if i < 3 else ok)])
+        for i in range(len(COLUMNS))
+    ]
+
+    def fmt(cells: list[str]) -> str:
+        return "  ".join(
+            cell.ljust(w) if i < 2 or cell.startswith("ERROR") else cell.rjust(w)
+            for i, (cell, w) in enumerate(zip(cells, widths, strict=True))
+        ).rstrip()
+
+    print(fmt(COLUMNS))
+    print("  ".join("-" * w for w in widths))
+    for r in rows:
+        print(fmt(r))
+
+
+def target_lines(targets: list[Target]) -> list[str]:
+    lines = []
+    for t in targets:
+        if t.group != "big" or t.error:
+            continue
+        label = ">2 GB model" if t.size > 2**31 else f"big model ({_size(t.size)})"
+        peak = _max(t.conv, "peak_rss")
+        conv_s, floor_s = _median(t.conv, "seconds"), _median(t.floor, "seconds")
+        lines.append(
+            f"{label}: peak RSS {peak / MiB:.0f} MiB = {100 * peak / t.size:.1f}% of model "
+            f"size ({_size(t.size)}); anonymous {_max(t.conv, 'anon_peak') / MiB:.0f} MiB, "
+            f"file-backed {_max(t.conv, 'file_peak') / MiB:.0f} MiB (sampled)"
+        )
+        if not t.conv[0].get("external_out", True):
+            lines.append(
+                f"{label}: NOTE the converted model was written as a single "
+                f"{_size(t.conv[0]['size_after'])} protobuf, without external data"
+            )
+        lines.append(
+            f"{label}: conversion {conv_s:.2f} s = {conv_s / floor_s:.2f}x the I/O floor "
+            f"({floor_s:.2f} s, peak RSS {_max(t.floor, 'peak_rss') / MiB:.0f} MiB)"
+        )
+    return lines
+
+
+# ----------------------------------------------------------------------------------------------
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--repeat", type=int, default=3, help="measurements per model (median time)")
+    p.add_argument("--level", default="O2", help="conversion level O0..O3 (default O2)")
+    p.add_argument("--dtype", default="fp16", help="fp16 or bf16 (default fp16)")
+    p.add_argument(
+        "--big-bytes",
+        type=float,
+        default=2.2e9,
+        help="weight bytes of the generated external-data model (default 2.2e9)",
+    )
+    p.add_argument("--no-big", action="store_true", help="skip the generated > 2 GB model")
+    p.add_argument("--only", help="measure only models whose name matches this regex")
+    p.add_argument("--markdown", action="store_true", help="print a Markdown table")
+    p.add_argument("--json", type=Path, help="also write every raw measurement to this file")
+    p.add_argument(
+        "--tmpdir", type=Path, help="where temp models go (default: the system temp dir)"
+    )
+    p.add_argument("--timeout", type=float, default=900, help="seconds per child process")
+    p.add_argument("-v", "--verbose", action="store_true", help="progress on stderr")
+    args = p.parse_args(argv)
+    if args.repeat < 1:
+        p.error("--repeat must be >= 1")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    wall = time.perf_counter()
+    tmp_root = args.tmpdir or Path(tempfile.gettempdir())
+    workdir = Path(tempfile.mkdtemp(prefix="amp_bench_", dir=tmp_root))
+    try:
+        import platform
+
+        import onnx
+        import onnx_ir
+
+        import amp_convert
+
+        print(
+            f"# amp-convert {amp_convert.__version__} (onnx {onnx.__version__}, onnx-ir "
+            f"{onnx_ir.__version__}, Python {platform.python_version()}), level {args.level} "
+            f"{args.dtype}, {args.repeat} repeats interleaved, {os.cpu_count()} CPUs, "
+            f"temp dir {workdir}",
+            flush=True,
+        )
+        only = re.compile(args.only) if args.only else None
+
+        def wanted(name: str) -> bool:
+            return only is None or bool(only.search(name))
+
+        targets = [t for t in block_targets(workdir) + light_targets() if wanted(t.name)]
+        if not args.no_big and wanted("big_external"):
+            free = shutil.disk_usage(workdir).free
+            need = int(2.6 * args.big_bytes)  # model + floor output (same size) + margin
+            if free < need:
+                print(f"# SKIPPED big model: {_size(free)} free in {workdir}, need {_size(need)}")
+            else:
+                targets.append(big_target(workdir, int(args.big_bytes)))
+
+        outdir = workdir / "out"
+        outdir.mkdir()
+        for t in targets:
+            if args.verbose:
+                print(f"# measuring {t.name} ({_size(t.size)})", file=sys.stderr, flush=True)
+            measure(t, args, outdir)
+
+        print()
+        print(
+            "conv/floor: median time of convert_file vs onnx.load+onnx.save of the same model, "
+            "each in a fresh process;"
+        )
+        print(
+            "RSS: peak (VmHWM) of that process, max over repeats; dRSS = peak minus the RSS "
+            "after imports, before the timed work; RSS/size only for models >= 10 MB;"
+        )
+        print("(anon/file): sampled peaks of anonymous vs file-backed (mmapped) resident memory.")
+        print()
+        print_table([row(t) for t in targets], args.markdown)
+        print()
+        for line in target_lines(targets):
+            print(line)
+        print(f"# total wall time {time.perf_counter() - wall:.0f} s")
+        if args.json:
+            raw = [
+                {k: v for k, v in vars(t).items() if k != "path"} | {"path": str(t.path)}
+                for t in targets
+            ]
+            args.json.write_text(json.dumps(raw, indent=2) + "\n")
+        return 1 if any(t.error for t in targets) else 0
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
