@@ -89,3 +89,45 @@ def type_name(dtype: ir.DataType) -> str:
 
 def admits(slot: Slot, dtype: ir.DataType) -> bool:
     return type_name(dtype) in slot.allowed
+
+
+@functools.lru_cache(maxsize=1)
+def _runtime_schemas() -> dict[tuple[str, str], list]:
+    """ONNX Runtime's contrib schemas (com.microsoft...), when onnxruntime is installed."""
+    try:
+        from onnxruntime.capi import _pybind_state
+    except Exception:  # conversion never needs onnxruntime; without it these ops stay untyped
+        return {}
+    out: dict[tuple[str, str], list] = {}
+    for s in _pybind_state.get_all_operator_schema():
+        if s.domain not in ("", "ai.onnx", "ai.onnx.ml"):
+            out.setdefault((s.domain, s.name), []).append(s)
+    return out
+
+
+def _resolve_runtime(param, constraints: dict[str, list[str]]) -> Slot:
+    variadic = "Variadic" in str(param.option)
+    allowed = constraints.get(param.typeStr)
+    if allowed is not None:
+        return Slot(param.typeStr, frozenset(allowed), variadic, True, param.isHomogeneous)
+    return Slot(param.typeStr, frozenset([param.typeStr]), variadic, False, True)
+
+
+@functools.lru_cache(maxsize=1024)
+def runtime_signature(op_type: str, domain: str, opset: int) -> OpSignature | None:
+    """Signature of a custom op from ONNX Runtime's registry: used only to type its outputs.
+
+    The op itself still keeps its precision (we cannot know its kernels' numerics), but knowing
+    that com.microsoft:FusedMatMul returns float lets the nodes after it be converted.
+    """
+    candidates = [
+        s for s in _runtime_schemas().get((domain, op_type), []) if s.since_version <= opset
+    ]
+    if not candidates:
+        return None
+    s = max(candidates, key=lambda c: c.since_version)
+    constraints = {c.type_param_str: list(c.allowed_type_strs) for c in s.type_constraints}
+    return OpSignature(
+        inputs=tuple(_resolve_runtime(p, constraints) for p in s.inputs),
+        outputs=tuple(_resolve_runtime(p, constraints) for p in s.outputs),
+    )

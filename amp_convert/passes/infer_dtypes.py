@@ -97,6 +97,8 @@ def _attr_dtype(node: ir.Node) -> ir.DataType | None:
 
 def _propagate(node: ir.Node, opset: int) -> None:
     sig = schema.signature(node.op_type, node.domain, opset)
+    if sig is None and node.domain not in ("", "ai.onnx"):
+        sig = schema.runtime_signature(node.op_type, node.domain, opset)
     if sig is None:
         return
     bound: dict[str, ir.DataType] = {}
