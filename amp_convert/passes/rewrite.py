@@ -12,7 +12,13 @@ import ml_dtypes
 import numpy as np
 import onnx_ir as ir
 
-from amp_convert.passes.assign import output_requirement, requirements, use_requirement, value_home
+from amp_convert.passes.assign import (
+    output_requirement,
+    release,
+    requirements,
+    use_requirement,
+    value_home,
+)
 from amp_convert.passes.state import FLOAT, ConversionState, constant_tensor, is_float_tensor
 
 NUMPY_TYPES = {ir.DataType.FLOAT16: np.float16, ir.DataType.BFLOAT16: ml_dtypes.bfloat16}
@@ -39,7 +45,9 @@ def to_low(tensor: ir.TensorProtocol, low: ir.DataType, lazy: bool = True) -> ir
     np_type = NUMPY_TYPES[low]
 
     def convert() -> ir.Tensor:
-        return ir.Tensor(np.asarray(tensor.numpy()).astype(np_type), dtype=low, name=tensor.name)
+        array = np.asarray(tensor.numpy()).astype(np_type)
+        release(tensor)  # the converted copy is all the save needs
+        return ir.Tensor(array, dtype=low, name=tensor.name)
 
     if not lazy:
         return convert()
