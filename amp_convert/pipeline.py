@@ -12,10 +12,10 @@ from amp_convert.options import ConvertOptions, Level
 from amp_convert.passes.assign import AssignPrecisionPass
 from amp_convert.passes.classify import ClassifyPass
 from amp_convert.passes.cleanup import CleanupPass, count_casts
-from amp_convert.passes.infer_dtypes import InferDtypesPass
+from amp_convert.passes.infer_dtypes import InferDtypesPass, analyse
 from amp_convert.passes.rewrite import RewritePass
 from amp_convert.passes.state import ConversionState
-from amp_convert.passes.verify import VerifyPass, onnx_strict_check
+from amp_convert.passes.verify import VerifyPass
 from amp_convert.report import ConversionReport, NodeDecision
 
 STAMP_KEY = "amp_convert"
@@ -107,14 +107,15 @@ def run(model: ir.Model, options: ConvertOptions) -> ConversionReport:
         report.already_converted = True
         return report
     state.names = _all_names(model)
-    original_strict = onnx_strict_check(model) is None
+    strict_error, inferred_types = analyse(model)
+    original_strict = strict_error is None
     if not original_strict:
         report.warnings.append(
             "the input model fails ONNX's strict type inference; only amp-convert's own type "
             "check verified the result"
         )
     for pass_ in (
-        InferDtypesPass(state),
+        InferDtypesPass(state, inferred_types),
         ClassifyPass(state),
         AssignPrecisionPass(state),
         RewritePass(state),

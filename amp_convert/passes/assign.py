@@ -9,6 +9,8 @@ Hard limits win at every level: weights beyond the low type's range keep their r
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import onnx_ir as ir
 
@@ -49,10 +51,9 @@ def _max_abs(flat: np.ndarray) -> float:
 def release(tensor: ir.TensorProtocol) -> None:
     """Drop the memory map of an external tensor (it is mapped again if read again)."""
     if isinstance(tensor, ir.ExternalTensor):
-        try:
+        # someone may still hold a view: then it stays mapped, which is only slower
+        with contextlib.suppress(BufferError):
             tensor.release()
-        except BufferError:  # someone still holds a view: it stays mapped, which is only slower
-            pass
 
 
 def value_home(value: ir.Value, state: ConversionState) -> str:

@@ -66,20 +66,39 @@ def _proto_value_types(graph: onnx.GraphProto, out: dict[str, onnx.TypeProto]) -
                     _proto_value_types(g, out)
 
 
-def _onnx_inferred_types(model: ir.Model) -> dict[str, onnx.TypeProto]:
-    def infer(proto: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
-        inferred = onnx.shape_inference.infer_shapes(
-            proto, check_type=False, strict_mode=False, data_prop=False
-        )
+def first_line(error: Exception) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def analyse(model: ir.Model) -> tuple[str | None, dict[str, onnx.TypeProto]]:
+    """One look at the original through ONNX: (strict check error or None, inferred types).
+
+    The strict check (checker + strict type inference) tells whether ONNX's own verification can
+    be held against our result; its inference also types the values. Serialised once, stripped.
+    """
+
+    def look(proto: onnx.ModelProto) -> tuple[str | None, dict[str, onnx.TypeProto]]:
+        error = None
+        try:
+            onnx.checker.check_model(proto, full_check=False)
+            inferred = onnx.shape_inference.infer_shapes(
+                proto, check_type=True, strict_mode=True, data_prop=False
+            )
+        except Exception as e:  # onnx raises several error kinds
+            error = first_line(e)
+            try:
+                inferred = onnx.shape_inference.infer_shapes(
+                    proto, check_type=False, strict_mode=False, data_prop=False
+                )
+            except Exception as e2:  # inference is a help, never a requirement
+                logger.info("onnx shape inference failed (%s); schema propagation only", e2)
+                return error, {}
         types: dict[str, onnx.TypeProto] = {}
         _proto_value_types(inferred.graph, types)
-        return types
+        return error, types
 
-    try:
-        return call_on_stripped(model, infer)
-    except Exception as e:  # inference is a help, never a requirement
-        logger.info("onnx shape inference failed (%s); using schema propagation only", e)
-        return {}
+    return call_on_stripped(model, look)
 
 
 def _attr_dtype(node: ir.Node) -> ir.DataType | None:
@@ -130,9 +149,10 @@ def _propagate(node: ir.Node, opset: int) -> None:
 class InferDtypesPass(ir.passes.InPlacePass):
     """Fill in missing element types (ONNX inference first, schema propagation second)."""
 
-    def __init__(self, state: ConversionState) -> None:
+    def __init__(self, state: ConversionState, types: dict[str, onnx.TypeProto]) -> None:
         super().__init__()
         self.state = state
+        self.types = types
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         for graph in model.graphs():
@@ -146,7 +166,7 @@ class InferDtypesPass(ir.passes.InPlacePass):
             if v.dtype is None and v.type is None
         ]
         if missing:
-            types = _onnx_inferred_types(model)
+            types = self.types
             for value in missing:
                 if value.name in types:
                     try:

@@ -13,7 +13,7 @@ import onnx_ir as ir
 
 from amp_convert import schema
 from amp_convert.errors import VerificationError
-from amp_convert.passes.infer_dtypes import call_on_stripped
+from amp_convert.passes.infer_dtypes import call_on_stripped, first_line
 from amp_convert.passes.state import ConversionState
 
 
@@ -99,7 +99,7 @@ def onnx_strict_check(model: ir.Model) -> str | None:
     try:
         call_on_stripped(model, check)
     except Exception as e:  # onnx raises several error kinds
-        return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        return first_line(e)
     return None
 
 
