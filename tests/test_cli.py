@@ -270,3 +270,19 @@ def test_types_written_by_cli_match_report(bert: Path, tmp_path: Path) -> None:
         if n["op_type"] == "MatMul":
             out = by_name[n["name"]].output[0]
             assert types[out] == (FLOAT16 if n["precision"] == "low" else FLOAT)
+
+
+def test_validate_catches_fp16_overflow_that_cpu_hides(tmp_path: Path) -> None:
+    """End to end: a model whose FP16 intermediates overflow converts fine, but validation fails.
+
+    ORT CPU computes FP16 nodes in FP32, so it passes; `emulate` rounds like a GPU and sees inf.
+    """
+    src = tmp_path / "overflow.onnx"
+    onnx.save(ALL_FOCUSED["fp16_overflow"](), src)
+    common = ("-o", tmp_path / "o.onnx", "--force", "--validate", "--runs", "0", "--max-nan", "0")
+    on_cpu = invoke(src, *common, "--provider", "cpu")
+    assert on_cpu.exit_code == 0, on_cpu.output
+    assert "understated" in on_cpu.output
+    emulated = invoke(src, *common, "--provider", "emulate")
+    assert emulated.exit_code == 1, emulated.output
+    assert "inf" in emulated.output
