@@ -100,9 +100,8 @@ class ConversionReport:
             f"kept FP32: {self.initializers_kept}",
         ]
         if self.size_before:
-            lines.append(
-                f"size: {_mb(self.size_before)} -> {_mb(self.size_after)} in {self.seconds:.2f} s"
-            )
+            before, after = _sizes(self.size_before, self.size_after)
+            lines.append(f"size: {before} -> {after} in {self.seconds:.2f} s")
         for t in self.tensors:
             if t.action != "converted":
                 lines.append(f"note: {t.name}: {t.action} ({t.detail})")
@@ -120,5 +119,10 @@ def _top(counter: Counter[str], limit: int = 8) -> str:
     return f"({text})"
 
 
-def _mb(n: int) -> str:
-    return f"{n / 1e6:.2f} MB" if n >= 1e5 else f"{n / 1e3:.1f} KB"
+def _sizes(*sizes: int) -> list[str]:
+    """Sizes in one unit (the one that suits the largest), e.g. ['1.20 GB', '0.60 GB']."""
+    top = max(sizes)
+    unit, scale = next(
+        (u, s) for u, s in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3), ("B", 1)) if top >= s or s == 1
+    )
+    return [f"{n / scale:.2f} {unit}" for n in sizes]
