@@ -15,6 +15,7 @@ import google.protobuf.message
 import onnx
 import onnx_ir as ir
 
+from amp_convert import proto_walk
 from amp_convert.errors import InputError, OutputError
 
 MIN_OPSET = 1
@@ -176,7 +177,7 @@ def file_size(path: str | os.PathLike) -> int:
     total = path.stat().st_size
     proto = onnx.load(str(path), load_external_data=False)
     locations = set()
-    for graph in _proto_graphs(proto.graph):
+    for graph in proto_walk.graphs(proto.graph):
         for t in graph.initializer:
             for entry in t.external_data:
                 if entry.key == "location":
@@ -186,14 +187,3 @@ def file_size(path: str | os.PathLike) -> int:
         if p.exists():
             total += p.stat().st_size
     return total
-
-
-def _proto_graphs(graph: onnx.GraphProto):
-    yield graph
-    for node in graph.node:
-        for attr in node.attribute:
-            if attr.type == onnx.AttributeProto.GRAPH:
-                yield from _proto_graphs(attr.g)
-            elif attr.type == onnx.AttributeProto.GRAPHS:
-                for g in attr.graphs:
-                    yield from _proto_graphs(g)

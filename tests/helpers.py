@@ -8,6 +8,8 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
+from amp_convert import proto_walk
+
 FLOAT16 = onnx.TensorProto.FLOAT16
 FLOAT = onnx.TensorProto.FLOAT
 
@@ -24,13 +26,8 @@ def run(model: onnx.ModelProto | str, feeds: dict[str, np.ndarray]) -> list[np.n
 
 
 def all_nodes(graph: onnx.GraphProto):
-    for node in graph.node:
-        yield node
-        for attr in node.attribute:
-            if attr.type == onnx.AttributeProto.GRAPH:
-                yield from all_nodes(attr.g)
-            for g in attr.graphs:
-                yield from all_nodes(g)
+    for g in proto_walk.graphs(graph):
+        yield from g.node
 
 
 def op_counts(model: onnx.ModelProto) -> Counter[str]:

@@ -14,7 +14,7 @@ from typing import TypeVar
 import onnx
 import onnx_ir as ir
 
-from amp_convert import schema
+from amp_convert import proto_walk, schema
 from amp_convert.passes.state import ConversionState
 
 logger = logging.getLogger(__name__)
@@ -54,16 +54,10 @@ def call_on_stripped(model: ir.Model, func: Callable[[onnx.ModelProto], _R]) -> 
 
 
 def _proto_value_types(graph: onnx.GraphProto, out: dict[str, onnx.TypeProto]) -> None:
-    for vi in (*graph.input, *graph.value_info, *graph.output):
-        if vi.type.WhichOneof("value") is not None:
-            out.setdefault(vi.name, vi.type)
-    for node in graph.node:
-        for attr in node.attribute:
-            if attr.type == onnx.AttributeProto.GRAPH:
-                _proto_value_types(attr.g, out)
-            elif attr.type == onnx.AttributeProto.GRAPHS:
-                for g in attr.graphs:
-                    _proto_value_types(g, out)
+    for g in proto_walk.graphs(graph):
+        for vi in (*g.input, *g.value_info, *g.output):
+            if vi.type.WhichOneof("value") is not None:
+                out.setdefault(vi.name, vi.type)
 
 
 def first_line(error: Exception) -> str:

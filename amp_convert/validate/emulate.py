@@ -38,12 +38,13 @@ from __future__ import annotations
 import contextlib
 import functools
 import itertools
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
+
+from amp_convert import proto_walk
 
 LOW_TYPES: dict[int, str] = {TensorProto.FLOAT16: "float16", TensorProto.BFLOAT16: "bfloat16"}
 
@@ -123,19 +124,8 @@ def build_emulated_model(model: onnx.ModelProto) -> EmulatedModel:
 # type helpers
 
 
-def _graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
-    yield graph
-    for node in graph.node:
-        for sub in _subgraphs(node):
-            yield from _graphs(sub)
-
-
-def _subgraphs(node: onnx.NodeProto) -> Iterator[onnx.GraphProto]:
-    for a in node.attribute:
-        if a.type == onnx.AttributeProto.GRAPH:
-            yield a.g
-        elif a.type == onnx.AttributeProto.GRAPHS:
-            yield from a.graphs
+_graphs = proto_walk.graphs
+_subgraphs = proto_walk.subgraphs
 
 
 def _type_has_low(tp: onnx.TypeProto) -> bool:

@@ -19,6 +19,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto
 
+from amp_convert import proto_walk
 from amp_convert.errors import ValidationError
 
 MISSING_ORT = "validation needs ONNX Runtime: pip install 'amp-convert[cpu]' (or [gpu])"
@@ -82,14 +83,8 @@ class ModelSource:
 
 
 def _all_initializers(graph: onnx.GraphProto):
-    yield from graph.initializer
-    for node in graph.node:
-        for a in node.attribute:
-            if a.type == onnx.AttributeProto.GRAPH:
-                yield from _all_initializers(a.g)
-            elif a.type == onnx.AttributeProto.GRAPHS:
-                for g in a.graphs:
-                    yield from _all_initializers(g)
+    for g in proto_walk.graphs(graph):
+        yield from g.initializer
 
 
 def load_source(model: Any, role: str) -> ModelSource:
