@@ -102,7 +102,7 @@ def _info_for(node: ir.Node, state: ConversionState, opset: int) -> NodeInfo:
     low_out = frozenset(
         i for i, _ in enumerate(node.outputs) if (s := sig.output_slot(i)) and s.type_str in lowered
     )
-    any_in = frozenset({0}) if node.op_type == "Cast" else frozenset()
+    any_in = frozenset({0}) if node.op_type in ("Cast", "CastLike") else frozenset()
     if not low_in and not low_out:
         if not has_float:
             return NodeInfo("none", "no float data path")
