@@ -5,9 +5,10 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
+from onnx import numpy_helper
 
 import amp_convert
-from models.blocks import bert_encoder, resnet_cnn
+from models.blocks import bert_encoder, gpt_decoder, resnet_cnn
 from models.focused import ALL_FOCUSED
 from models.inputs import sample_inputs
 from tests.helpers import (
@@ -249,3 +250,18 @@ def test_levels_are_ordered() -> None:
     assert 0 < low[0] <= low[1] <= low[2]
     o3 = convert(original, level="O3")[1]
     assert o3.nodes_fp32 == 0 and o3.decision("encoder/layer0/attn/Softmax").precision == "low"
+
+
+def test_scalar_sentinel_is_saturated_and_reported() -> None:
+    """float32's min as a causal-mask fill is a sentinel: stored as -65504 (reported), no casts."""
+    original = gpt_decoder()
+    converted, report = convert(original, level="O3")
+    notes = {t.name: t for t in report.tensors}
+    sentinel = next(t for t in notes.values() if t.action == "saturated")
+    assert "+-65504" in sentinel.detail and sentinel.name in report.summary()
+    value = next(
+        numpy_helper.to_array(t) for t in converted.graph.initializer if t.name == sentinel.name
+    )
+    assert value.dtype == np.float16 and float(value.reshape(-1)[0]) == -65504.0
+    assert report.casts_inserted == 1  # only the FP32 logits output
+    assert_close(original, converted)

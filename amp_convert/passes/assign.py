@@ -20,6 +20,7 @@ from amp_convert.passes.state import ConversionState, constant_tensor, is_float_
 from amp_convert.report import TensorNote
 
 FP16_MAX = 65504.0
+SENTINEL = 1e9  # a scalar constant this large is a "minus infinity" fill, not data
 _CHUNK = 1 << 22
 
 
@@ -136,11 +137,16 @@ class AssignPrecisionPass(ir.passes.InPlacePass):
         return ir.passes.PassResult(model, modified=False)
 
     def _range_limits(self, nodes: list[ir.Node]) -> None:
-        """Readers of weights that do not fit FP16 keep FP32: never clamp silently."""
+        """Readers of weights that do not fit FP16 keep FP32: never clamp silently.
+
+        One exception, always reported: a scalar constant of magnitude >= 1e9 is a sentinel
+        ("minus infinity" mask fills such as float32's min, -1e9), not a learned value; it is
+        saturated to +-65504, which is still far beyond any activation it is compared or added to.
+        """
         state = self.state
         if state.low != ir.DataType.FLOAT16:
             return  # bfloat16 has float32's range
-        checked: dict[int, float] = {}
+        checked: dict[int, bool] = {}
         for node in nodes:
             info = state.info[node]
             if not info.candidate:
@@ -151,21 +157,35 @@ class AssignPrecisionPass(ir.passes.InPlacePass):
                 if tensor is None or not is_float_tensor(value):
                     continue
                 if id(value) not in checked:
-                    checked[id(value)] = max_abs_finite(tensor)
-                    if checked[id(value)] > FP16_MAX:
-                        state.out_of_range[value.name or ""] = checked[id(value)]
-                        state.report.tensors.append(
-                            TensorNote(
-                                value.name or "",
-                                "kept FP32",
-                                f"max |value| {checked[id(value)]:.4g} > {FP16_MAX:g}; "
-                                "its readers stay FP32 instead of clamping",
-                            )
-                        )
-                if checked[id(value)] > FP16_MAX:
+                    checked[id(value)] = self._fits(value, tensor)
+                if not checked[id(value)]:
                     info.op_class = "fixed"
                     info.reason = f"range: input {value.name!r} exceeds FP16 (never clamped)"
                     break
+
+    def _fits(self, value: ir.Value, tensor: ir.TensorProtocol) -> bool:
+        state = self.state
+        peak = max_abs_finite(tensor)
+        if peak <= FP16_MAX:
+            return True
+        name = value.name or ""
+        if tensor.size == 1 and peak >= SENTINEL:
+            state.saturate.add(name)
+            state.report.tensors.append(
+                TensorNote(
+                    name, "saturated", f"sentinel of magnitude {peak:.3g} stored as +-{FP16_MAX:g}"
+                )
+            )
+            return True
+        state.out_of_range[name] = peak
+        state.report.tensors.append(
+            TensorNote(
+                name,
+                "kept FP32",
+                f"max |value| {peak:.4g} > {FP16_MAX:g}; its readers stay FP32 instead of clamping",
+            )
+        )
+        return False
 
     def _deny_reach(self, nodes: list[ir.Node]) -> None:
         """DENY spreads forward through INFER/CLEAR nodes (their inputs are unsafe values)."""

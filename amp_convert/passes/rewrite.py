@@ -13,6 +13,7 @@ import numpy as np
 import onnx_ir as ir
 
 from amp_convert.passes.assign import (
+    FP16_MAX,
     output_requirement,
     release,
     requirements,
@@ -40,12 +41,20 @@ def _numpy_type(dtype: ir.DataType) -> type:
     return NUMPY_TYPES.get(dtype, np.float32)
 
 
-def to_low(tensor: ir.TensorProtocol, low: ir.DataType, lazy: bool = True) -> ir.TensorProtocol:
+def low_array(array: np.ndarray, dtype: ir.DataType, saturate: bool = False) -> np.ndarray:
+    """`array` in `dtype`; `saturate` clips a reported sentinel to the FP16 range first."""
+    if saturate and dtype == ir.DataType.FLOAT16:
+        array = np.clip(array, -FP16_MAX, FP16_MAX)
+    return array.astype(_numpy_type(dtype))
+
+
+def to_low(
+    tensor: ir.TensorProtocol, low: ir.DataType, lazy: bool = True, saturate: bool = False
+) -> ir.TensorProtocol:
     """The tensor rounded to the low type; lazy so big weights stream at save time."""
-    np_type = NUMPY_TYPES[low]
 
     def convert() -> ir.Tensor:
-        array = np.asarray(tensor.numpy()).astype(np_type)
+        array = low_array(np.asarray(tensor.numpy()), low, saturate)
         release(tensor)  # the converted copy is all the save needs
         return ir.Tensor(array, dtype=low, name=tensor.name)
 
@@ -94,9 +103,10 @@ class RewritePass(ir.passes.InPlacePass):
         state = self.state
         producer = value.producer()
         if producer is not None:  # a Constant node
-            producer.attributes["value"] = ir.AttrTensor("value", to_low(tensor, state.low, False))
+            low = to_low(tensor, state.low, False, value.name in state.saturate)
+            producer.attributes["value"] = ir.AttrTensor("value", low)
         else:
-            value.const_value = to_low(tensor, state.low)
+            value.const_value = to_low(tensor, state.low, saturate=value.name in state.saturate)
             state.report.initializers_converted += 1
 
     def _connect(self, value: ir.Value, home: str) -> None:
@@ -136,7 +146,9 @@ class RewritePass(ir.passes.InPlacePass):
                 name=state.unique_name(f"{value.name}_{SUFFIX[target]}"),
                 type=ir.TensorType(target),
                 shape=value.shape,
-                const_value=ir.Tensor(array.astype(_numpy_type(target)), dtype=target),
+                const_value=ir.Tensor(
+                    low_array(array, target, value.name in state.saturate), dtype=target
+                ),
             )
             value.graph.register_initializer(copy)
             self._casts[key] = copy

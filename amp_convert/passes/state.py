@@ -45,6 +45,8 @@ class ConversionState:
     # float32 tensors whose values do not fit the low type: name -> max |value|
     out_of_range: dict[str, float] = field(default_factory=dict)
     main_graph: ir.Graph | None = None
+    # scalar sentinels (e.g. float32 min as a mask fill) stored as +-65504, each reported
+    saturate: set[str] = field(default_factory=set)
 
     @property
     def low(self) -> ir.DataType:
