@@ -99,11 +99,12 @@ def convert_file(
     io.check_output_path(dst_path, force, src_path)
     start = time.perf_counter()
     model = io.load_model(src_path)
+    src_external = io.uses_external_data(model)
     if external_data is None:
-        external_data = io.uses_external_data(model) or None  # None: decide by size
+        external_data = src_external or None  # None: decide by size
     report = pipeline.run(model, options)
     io.save_model(model, dst_path, external=external_data)
     report.seconds = time.perf_counter() - start
-    report.size_before = io.file_size(src_path)
-    report.size_after = io.file_size(dst_path)
+    report.size_before = io.file_size(src_path, src_external)
+    report.size_after = io.file_size(dst_path, dst_path.with_name(dst_path.name + ".data").exists())
     return report

@@ -171,10 +171,12 @@ def save_model(model: ir.Model, dst: str | os.PathLike, *, external: bool | None
         raise
 
 
-def file_size(path: str | os.PathLike) -> int:
-    """Size of a model file plus the external data files it references."""
+def file_size(path: str | os.PathLike, external: bool = True) -> int:
+    """Size of a model file plus (when `external`) the external data files it references."""
     path = Path(path)
     total = path.stat().st_size
+    if not external:
+        return total
     proto = onnx.load(str(path), load_external_data=False)
     locations = set()
     for graph in proto_walk.graphs(proto.graph):

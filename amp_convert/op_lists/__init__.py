@@ -10,6 +10,7 @@ Users extend or trim them with a file in the same line format, split in sections
 
 from __future__ import annotations
 
+import functools
 import operator
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -122,7 +123,12 @@ def _parse_rule(raw: str, where: str, user: bool = False) -> Rule:
 
 
 def load_builtin() -> OpLists:
-    """The lists shipped with amp-convert."""
+    """The lists shipped with amp-convert (a fresh copy: callers may change it)."""
+    return _builtin().copy()
+
+
+@functools.lru_cache(maxsize=1)
+def _builtin() -> OpLists:
     lists = OpLists()
     base = resources.files("amp_convert.op_lists")
     for cls in CLASSES:
