@@ -157,7 +157,16 @@ def save_model(model: ir.Model, dst: str | os.PathLike, *, external: bool | None
     os.close(fd)
     try:
         if external:
-            ir.save(model, tmp, external_data=data_name)
+            # threads overlap the lazy FP32→low conversion of weights with the disk writes;
+            # onnx-ir bounds the bytes in flight, so memory stays flat
+            workers = min(4, os.cpu_count() or 1)
+            ir.save(
+                model,
+                tmp,
+                external_data=data_name,
+                max_workers=workers,
+                max_in_flight_bytes=256 << 20,
+            )
         else:
             ir.save(model, tmp)
         os.replace(tmp, dst)
