@@ -18,10 +18,6 @@ from amp_convert.report import ConversionReport
 M = TypeVar("M", onnx.ModelProto, ir.Model, bytes)
 
 
-def _options(options: ConvertOptions | None, **kwargs: object) -> ConvertOptions:
-    return options if options is not None else make_options(**kwargs)  # type: ignore[arg-type]
-
-
 def convert_ir(model: ir.Model, options: ConvertOptions) -> ConversionReport:
     """Convert an ir.Model in place (the building block of the other entry points)."""
     start = time.perf_counter()
@@ -91,7 +87,7 @@ def convert_file(
     big for a single protobuf) is written with its weights in DST.data next to it. Options as in
     convert(). Raises an AmpConvertError subclass with one clear message on bad input.
     """
-    options = _options(None, **kwargs)
+    options = make_options(**kwargs)  # type: ignore[arg-type]
     src_path = Path(src)
     dst_path = Path(dst) if dst is not None else io.default_output_path(src_path, options.dtype)
     if not src_path.exists():

@@ -87,10 +87,6 @@ def type_name(dtype: ir.DataType) -> str:
     return _TYPE_NAMES.get(dtype) or f"tensor({dtype.name.lower()})"
 
 
-def admits(slot: Slot, dtype: ir.DataType) -> bool:
-    return type_name(dtype) in slot.allowed
-
-
 @functools.lru_cache(maxsize=1)
 def _runtime_schemas() -> dict[tuple[str, str], list]:
     """ONNX Runtime's contrib schemas (com.microsoft...), when onnxruntime is installed."""

@@ -177,7 +177,6 @@ class AssignPrecisionPass(ir.passes.InPlacePass):
                 )
             )
             return True
-        state.out_of_range[name] = peak
         state.report.tensors.append(
             TensorNote(
                 name,

@@ -51,7 +51,7 @@ def _normalise_constant(node: ir.Node) -> None:
             node.attributes["value"] = ir.AttrTensor("value", ir.Tensor(data))
 
 
-def _slots(node: ir.Node, sig: schema.OpSignature, low: ir.DataType) -> tuple[set, set, str]:
+def _slots(node: ir.Node, sig: schema.OpSignature, low: ir.DataType) -> tuple[set, str]:
     """Type variables to lower, and why none could be, for a node with a schema."""
     candidates = set(sig.output_type_vars)
     first = sig.input_slot(0)
@@ -75,7 +75,7 @@ def _slots(node: ir.Node, sig: schema.OpSignature, low: ir.DataType) -> tuple[se
             lowered.add(var)
         else:
             why = f"schema: {var} of {node.op_type} excludes {low.name.lower()} at this opset"
-    return lowered, bound.keys(), why
+    return lowered, why
 
 
 def _info_for(node: ir.Node, state: ConversionState, opset: int) -> NodeInfo:
@@ -93,7 +93,7 @@ def _info_for(node: ir.Node, state: ConversionState, opset: int) -> NodeInfo:
         for v in (*node.inputs, *node.outputs)
     ):
         return NodeInfo("fixed" if has_float else "none", "sequence/optional types")
-    lowered, _, why = _slots(node, sig, state.low)
+    lowered, why = _slots(node, sig, state.low)
     low_in = frozenset(
         i
         for i, v in enumerate(node.inputs)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import onnx_ir as ir
@@ -42,8 +41,6 @@ class ConversionState:
     report: ConversionReport
     info: dict[ir.Node, NodeInfo] = field(default_factory=dict)
     names: set[str] = field(default_factory=set)
-    # float32 tensors whose values do not fit the low type: name -> max |value|
-    out_of_range: dict[str, float] = field(default_factory=dict)
     main_graph: ir.Graph | None = None
     # scalar sentinels (e.g. float32 min as a mask fill) stored as +-65504, each reported
     saturate: set[str] = field(default_factory=set)
@@ -76,11 +73,6 @@ def is_float_tensor(value: ir.Value | None) -> bool:
     return value.dtype == FLOAT
 
 
-def all_nodes(model: ir.Model) -> Iterator[ir.Node]:
-    """Every node, subgraphs included."""
-    return model.graph.all_nodes()
-
-
 def constant_tensor(value: ir.Value) -> ir.TensorProtocol | None:
     """The tensor behind an initializer (not a graph input) or a Constant node's `value`."""
     if value.is_initializer() and not value.is_graph_input():
@@ -95,8 +87,3 @@ def constant_tensor(value: ir.Value) -> ir.TensorProtocol | None:
         if attr is not None and attr.type == ir.AttributeType.TENSOR:
             return attr.value
     return None
-
-
-def is_constant_source(value: ir.Value) -> bool:
-    """Initializer or Constant output: storage precision is free to choose."""
-    return constant_tensor(value) is not None
