@@ -65,6 +65,14 @@ def first_line(error: Exception) -> str:
     return text.splitlines()[0] if text else type(error).__name__
 
 
+def strict_check(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """ONNX's checker plus strict type inference; raises on the first problem."""
+    onnx.checker.check_model(proto, full_check=False)
+    return onnx.shape_inference.infer_shapes(
+        proto, check_type=True, strict_mode=True, data_prop=False
+    )
+
+
 def analyse(model: ir.Model) -> tuple[str | None, dict[str, onnx.TypeProto]]:
     """One look at the original through ONNX: (strict check error or None, inferred types).
 
@@ -75,10 +83,7 @@ def analyse(model: ir.Model) -> tuple[str | None, dict[str, onnx.TypeProto]]:
     def look(proto: onnx.ModelProto) -> tuple[str | None, dict[str, onnx.TypeProto]]:
         error = None
         try:
-            onnx.checker.check_model(proto, full_check=False)
-            inferred = onnx.shape_inference.infer_shapes(
-                proto, check_type=True, strict_mode=True, data_prop=False
-            )
+            inferred = strict_check(proto)
         except Exception as e:  # onnx raises several error kinds
             error = first_line(e)
             try:

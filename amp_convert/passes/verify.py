@@ -8,12 +8,11 @@ type inference on the weight-stripped graph.
 
 from __future__ import annotations
 
-import onnx
 import onnx_ir as ir
 
 from amp_convert import schema
 from amp_convert.errors import VerificationError
-from amp_convert.passes.infer_dtypes import call_on_stripped, first_line
+from amp_convert.passes.infer_dtypes import call_on_stripped, first_line, strict_check
 from amp_convert.passes.state import ConversionState
 
 
@@ -92,12 +91,8 @@ def check_types(model: ir.Model) -> None:
 def onnx_strict_check(model: ir.Model) -> str | None:
     """ONNX checker + strict type inference on the weight-stripped model; the error text or None."""
 
-    def check(proto: onnx.ModelProto) -> None:
-        onnx.checker.check_model(proto, full_check=False)
-        onnx.shape_inference.infer_shapes(proto, check_type=True, strict_mode=True, data_prop=False)
-
     try:
-        call_on_stripped(model, check)
+        call_on_stripped(model, strict_check)
     except Exception as e:  # onnx raises several error kinds
         return first_line(e)
     return None
