@@ -129,40 +129,29 @@ _subgraphs = proto_walk.subgraphs
 
 
 def _type_has_low(tp: onnx.TypeProto) -> bool:
-    kind = tp.WhichOneof("value")
-    if kind == "tensor_type":
-        return tp.tensor_type.elem_type in LOW_TYPES
-    if kind == "sparse_tensor_type":
-        return tp.sparse_tensor_type.elem_type in LOW_TYPES
-    if kind == "sequence_type":
-        return _type_has_low(tp.sequence_type.elem_type)
-    if kind == "optional_type":
-        return _type_has_low(tp.optional_type.elem_type)
-    if kind == "map_type":
-        return _type_has_low(tp.map_type.value_type)
-    return False
+    leaf = _element_holder(tp)
+    return leaf is not None and leaf.elem_type in LOW_TYPES
 
 
 def _retype_low(tp: onnx.TypeProto) -> bool:
     """FP16/BF16 → FLOAT everywhere inside ``tp``; returns whether anything changed."""
+    leaf = _element_holder(tp)
+    if leaf is None or leaf.elem_type not in LOW_TYPES:
+        return False
+    leaf.elem_type = TensorProto.FLOAT
+    return True
+
+
+def _element_holder(tp: onnx.TypeProto):
+    """The (sparse) tensor type inside ``tp`` that carries the element type, or None."""
     kind = tp.WhichOneof("value")
-    if kind == "tensor_type":
-        if tp.tensor_type.elem_type in LOW_TYPES:
-            tp.tensor_type.elem_type = TensorProto.FLOAT
-            return True
-        return False
-    if kind == "sparse_tensor_type":
-        if tp.sparse_tensor_type.elem_type in LOW_TYPES:
-            tp.sparse_tensor_type.elem_type = TensorProto.FLOAT
-            return True
-        return False
-    if kind == "sequence_type":
-        return _retype_low(tp.sequence_type.elem_type)
-    if kind == "optional_type":
-        return _retype_low(tp.optional_type.elem_type)
+    if kind in ("tensor_type", "sparse_tensor_type"):
+        return getattr(tp, kind)
+    if kind in ("sequence_type", "optional_type"):
+        return _element_holder(getattr(tp, kind).elem_type)
     if kind == "map_type":
-        return _retype_low(tp.map_type.value_type)
-    return False
+        return _element_holder(tp.map_type.value_type)
+    return None
 
 
 def _tensor_elem(tp: onnx.TypeProto | None) -> int | None:
