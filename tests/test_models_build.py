@@ -2,19 +2,12 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import numpy as np
 import onnx
 import pytest
 from onnx import helper
-
-# `models/` is a repo-root package, not installed with amp_convert: make it importable when
-# pytest is run as `pytest` (which only puts tests/ on sys.path), not just `python -m pytest`.
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
 from models import build as build_mod  # noqa: E402
 from models.big import write_big_model  # noqa: E402
@@ -24,7 +17,7 @@ from models.inputs import DEFAULT_DIMS, sample_inputs  # noqa: E402
 
 ort = pytest.importorskip("onnxruntime")
 
-MODELS_DIR = ROOT / "models"
+MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
 ALL = {**ALL_BLOCKS, **ALL_FOCUSED, **build_mod.SAMPLES}
 
 

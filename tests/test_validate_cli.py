@@ -14,10 +14,6 @@ import pytest
 from click.testing import CliRunner
 from onnx import TensorProto
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
 from models import validation_models as vm  # noqa: E402
 
 pytest.importorskip("onnxruntime")

@@ -4,17 +4,12 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import numpy as np
 import pytest
 from onnx import TensorProto
-
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
 from models import validation_models as vm  # noqa: E402
 
