@@ -69,11 +69,7 @@ def value_home(value: ir.Value, state: ConversionState) -> str:
             return "low"
         return "fp32"
     if value.is_graph_input():
-        return (
-            "low"
-            if (value.graph is state.main_graph and not state.options.keep_io_types)
-            else "fp32"
-        )
+        return interface_precision(value, state)
     if value.is_initializer():
         return "free"
     return "fp32"
@@ -91,8 +87,11 @@ def use_requirement(node: ir.Node, index: int, state: ConversionState) -> str:
     return "fp32"
 
 
-def output_requirement(value: ir.Value, state: ConversionState) -> str:
-    """What a graph output needs: the interface type (main graph) or the original type (bodies)."""
+def interface_precision(value: ir.Value, state: ConversionState) -> str:
+    """A graph input's or output's type: low only at the main graph with --no-keep-io-types.
+
+    Subgraph inputs/outputs keep their original type: the If/Loop/Scan boundary does not change.
+    """
     if value.graph is state.main_graph and not state.options.keep_io_types:
         return "low"
     return "fp32"
@@ -101,7 +100,7 @@ def output_requirement(value: ir.Value, state: ConversionState) -> str:
 def requirements(value: ir.Value, state: ConversionState) -> set[str]:
     reqs = {use_requirement(use.node, use.idx, state) for use in value.uses()}
     if value.is_graph_output():
-        reqs.add(output_requirement(value, state))
+        reqs.add(interface_precision(value, state))
     reqs.discard("any")
     return reqs
 
@@ -273,7 +272,7 @@ class AssignPrecisionPass(ir.passes.InPlacePass):
             else:
                 readers.add(sink)
         if value.is_graph_output():
-            readers.add(src if output_requirement(value, state) == "low" else sink)
+            readers.add(src if interface_precision(value, state) == "low" else sink)
         readers.discard(p)
         if not readers or (p in (src, sink) and readers <= {src, sink}):
             return

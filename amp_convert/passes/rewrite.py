@@ -14,7 +14,7 @@ import onnx_ir as ir
 
 from amp_convert.passes.assign import (
     FP16_MAX,
-    output_requirement,
+    interface_precision,
     release,
     requirements,
     use_requirement,
@@ -115,8 +115,8 @@ class RewritePass(ir.passes.InPlacePass):
             need = use_requirement(use.node, use.idx, state)
             if need not in ("any", home):
                 use.node.replace_input_with(use.idx, self._cast(value, need))
-        if value.is_graph_output() and output_requirement(value, state) != home:
-            need = output_requirement(value, state)
+        if value.is_graph_output() and interface_precision(value, state) != home:
+            need = interface_precision(value, state)
             cast = self._cast(value, need)
             graph = value.graph
             original = value.name or ""
