@@ -5,14 +5,14 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import TypeVar, overload
+from typing import Any, TypeVar, overload
 
 import onnx
 import onnx_ir as ir
 
 from amp_convert import io, pipeline
 from amp_convert.errors import InputError
-from amp_convert.options import ConvertOptions, Level, make_options
+from amp_convert.options import ConvertOptions, make_options
 from amp_convert.report import ConversionReport
 
 M = TypeVar("M", onnx.ModelProto, ir.Model, bytes)
@@ -32,37 +32,18 @@ def convert(model: M, **kwargs: object) -> M: ...
 def convert(model: str | os.PathLike, **kwargs: object) -> ir.Model: ...
 
 
-def convert(
-    model,
-    *,
-    level: Level | str = "O2",
-    dtype: str = "fp16",
-    keep_io_types: bool = True,
-    fp32_ops: tuple[str, ...] | list[str] | str = (),
-    fp16_ops: tuple[str, ...] | list[str] | str = (),
-    exclude_nodes: tuple[str, ...] | list[str] | str = (),
-    cast_optional_params: bool = False,
-    op_lists: str | Path | None = None,
-    return_report: bool = False,
-):
+def convert(model, *, return_report: bool = False, **options: Any):
     """Convert a model to mixed precision and return the same kind it was given.
 
     `model` may be an onnx.ModelProto, an onnx_ir.Model, serialized bytes, or a path (a path gives
     back an onnx_ir.Model with its weights still memory-mapped; use convert_file to write one).
-    The input is never modified. With return_report=True, returns (model, ConversionReport).
+    Options are ConvertOptions' fields as keywords: level, dtype, keep_io_types, fp32_ops,
+    fp16_ops, exclude_nodes, cast_optional_params, op_lists, dims. The input is never modified.
+    With return_report=True, returns (model, ConversionReport).
     """
-    options = make_options(
-        level=level,
-        dtype=dtype,
-        keep_io_types=keep_io_types,
-        fp32_ops=fp32_ops,
-        fp16_ops=fp16_ops,
-        exclude_nodes=exclude_nodes,
-        cast_optional_params=cast_optional_params,
-        op_lists=op_lists,
-    )
+    opts = make_options(**options)
     work = io.load_model(model)
-    report = convert_ir(work, options)
+    report = convert_ir(work, opts)
     result: object
     if isinstance(model, onnx.ModelProto):
         result = ir.serde.serialize_model(work)
@@ -79,7 +60,7 @@ def convert_file(
     *,
     force: bool = False,
     external_data: bool | None = None,
-    **kwargs: object,
+    **kwargs: Any,
 ) -> ConversionReport:
     """Convert the model file `src` and write `dst` (default: next to it, NAME.fp16.onnx).
 
@@ -87,7 +68,7 @@ def convert_file(
     big for a single protobuf) is written with its weights in DST.data next to it. Options as in
     convert(). Raises an AmpConvertError subclass with one clear message on bad input.
     """
-    options = make_options(**kwargs)  # type: ignore[arg-type]
+    options = make_options(**kwargs)
     src_path = Path(src)
     dst_path = Path(dst) if dst is not None else io.default_output_path(src_path, options.dtype)
     if not src_path.exists():

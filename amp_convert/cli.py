@@ -1,14 +1,19 @@
 """The command line: `amp-convert MODEL [options]` converts, `amp-convert validate` checks.
 
-Nothing imports this module; it only turns arguments into API calls and errors into one line.
+It only turns arguments into API calls and errors into one line; the conversion options come
+from ConvertOptions' declaration (amp_convert/options.py), so they are written once.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 import logging
 import sys
 import traceback
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 import click
 
@@ -16,9 +21,44 @@ from amp_convert import __version__
 from amp_convert.api import convert_file
 from amp_convert.errors import AmpConvertError
 from amp_convert.io import default_output_path
+from amp_convert.options import option_names, user_fields
 from amp_convert.validate.command import run_cli_validation, validate_command, validation_options
 
 EXIT_ERROR = 2
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _click_option(f: dataclasses.Field) -> Callable[[F], F]:
+    """The click option for one ConvertOptions field, from the field's metadata."""
+    meta = f.metadata
+    kind, flags, help_text = meta["kind"], meta["flags"], meta["help"]
+    if kind == "choice":
+        return click.option(
+            *flags,
+            f.name,
+            type=click.Choice(meta["choices"], case_sensitive=False),
+            default=f.default.value if isinstance(f.default, enum.Enum) else f.default,
+            show_default=True,
+            help=help_text,
+        )
+    if kind == "switch":
+        return click.option(*flags, f.name, default=f.default, show_default=True, help=help_text)
+    if kind == "flag":
+        return click.option(*flags, f.name, is_flag=True, help=help_text)
+    if kind == "path":
+        path_type = click.Path(dir_okay=False, path_type=Path)
+        return click.option(*flags, f.name, type=path_type, help=help_text)
+    metavar = meta.get("metavar", "OP,..." if kind == "ops" else None)
+    return click.option(*flags, f.name, multiple=True, metavar=metavar, help=help_text)
+
+
+def conversion_options(f: F) -> F:
+    """Every ConvertOptions field as a command-line option (--dim comes with validation's)."""
+    for field in reversed(list(user_fields())):
+        if field.metadata["kind"] != "dims":
+            f = _click_option(field)(f)
+    return f
+
 
 
 class _ConvertByDefault(click.Group):
@@ -58,56 +98,7 @@ def _fail(error: BaseException, verbose: bool, code: int = EXIT_ERROR) -> None:
     type=click.Path(dir_okay=False, path_type=Path),
     help="Output path [default: MODEL.fp16.onnx / MODEL.bf16.onnx next to MODEL].",
 )
-@click.option(
-    "--level",
-    type=click.Choice(["O0", "O1", "O2", "O3"], case_sensitive=False),
-    default="O2",
-    show_default=True,
-    help="O0 nothing, O1 allow-list ops only, O2 all but deny-list, O3 all the schemas allow.",
-)
-@click.option(
-    "--dtype",
-    type=click.Choice(["fp16", "bf16"], case_sensitive=False),
-    default="fp16",
-    show_default=True,
-    help="Low-precision type.",
-)
-@click.option(
-    "--keep-io-types/--no-keep-io-types",
-    default=True,
-    show_default=True,
-    help="Keep FP32 model inputs/outputs (casts at the boundary).",
-)
-@click.option(
-    "--fp32-ops",
-    "fp32_ops",
-    multiple=True,
-    metavar="OP,...",
-    help="Ops to keep FP32 (added to the deny list; repeatable).",
-)
-@click.option(
-    "--fp16-ops",
-    "fp16_ops",
-    multiple=True,
-    metavar="OP,...",
-    help="Ops to run in low precision (added to the allow list; repeatable).",
-)
-@click.option(
-    "--exclude-nodes",
-    multiple=True,
-    metavar="REGEX",
-    help="Keep nodes whose name matches REGEX in FP32 (repeatable).",
-)
-@click.option(
-    "--cast-optional-params",
-    is_flag=True,
-    help="Store weights low even where an FP32 reader then needs a cast (MXNet style).",
-)
-@click.option(
-    "--op-lists",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Op list file with [allow]/[infer]/[clear]/[deny]/[rules] sections.",
-)
+@conversion_options
 @click.option(
     "--report",
     "report_path",
@@ -137,14 +128,6 @@ def _fail(error: BaseException, verbose: bool, code: int = EXIT_ERROR) -> None:
 def convert_command(
     model: Path,
     output: Path | None,
-    level: str,
-    dtype: str,
-    keep_io_types: bool,
-    fp32_ops: tuple[str, ...],
-    fp16_ops: tuple[str, ...],
-    exclude_nodes: tuple[str, ...],
-    cast_optional_params: bool,
-    op_lists: Path | None,
     report_path: Path | None,
     force: bool,
     do_validate: bool,
@@ -152,26 +135,18 @@ def convert_command(
     junit: Path | None,
     quiet: bool,
     verbose: bool,
-    **validation: object,
+    **kwargs: Any,
 ) -> None:
     """Convert MODEL to mixed precision (writes MODEL.fp16.onnx unless -o is given)."""
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(message)s")
-    dtype = dtype.lower()
-    output = output or default_output_path(model, dtype)
+    options = {name: kwargs.pop(name) for name in option_names() if name in kwargs}
+    validation = kwargs
+    # one --dim serves both the cast-cost estimate and the validation inputs
+    options["dims"] = validation.get("dim") or {}
+    options["dtype"] = options["dtype"].lower()
+    output = output or default_output_path(model, options["dtype"])
     try:
-        report = convert_file(
-            model,
-            output,
-            force=force,
-            level=level.upper(),
-            dtype=dtype,
-            keep_io_types=keep_io_types,
-            fp32_ops=fp32_ops,
-            fp16_ops=fp16_ops,
-            exclude_nodes=exclude_nodes,
-            cast_optional_params=cast_optional_params,
-            op_lists=op_lists,
-        )
+        report = convert_file(model, output, force=force, **options)
         if report_path is not None:
             report.to_json(report_path)
     except AmpConvertError as e:

@@ -1,12 +1,23 @@
-"""User-facing conversion options, validated once so passes can trust them."""
+"""User-facing conversion options, declared once and validated once so passes can trust them.
+
+`ConvertOptions` is the single declaration: each field's metadata carries its command-line flag and
+help text. The CLI builds its options from it (`cli_spec`), the Python API takes the same names as
+keywords (`make_options`), and the already-converted stamp covers every field (`stamp`).
+"""
 
 from __future__ import annotations
 
 import enum
+import hashlib
+import json
 import re
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
+import ml_dtypes
+import numpy as np
 import onnx_ir as ir
 
 from amp_convert.errors import OptionError
@@ -18,79 +29,253 @@ class Level(str, enum.Enum):
     O0 = "O0"  # nothing changes: the model is re-saved, a control
     O1 = "O1"  # ALLOW ops low; INFER/CLEAR follow only where it saves casts
     O2 = "O2"  # everything low except DENY ops and what DENY reaches through INFER/CLEAR
-    O3 = "O3"  # everything the schemas allow becomes low; built-in DENY is ignored
+    O3 = "O3"  # everything the target can run in low precision; built-in DENY is ignored
 
 
 DTYPES = {"fp16": ir.DataType.FLOAT16, "bf16": ir.DataType.BFLOAT16}
+_DTYPE_ALIASES = {"float16": "fp16", "half": "fp16", "bfloat16": "bf16"}
+
+
+def _opt(flags: tuple[str, ...], help: str, kind: str = "value", **extra: Any) -> dict:
+    """Field metadata: how the option appears on the command line."""
+    return {"flags": flags, "help": help, "kind": kind, **extra}
 
 
 @dataclass(frozen=True)
 class ConvertOptions:
-    """Everything that changes what the converter does."""
+    """Everything that changes what the converter does (and nothing else)."""
 
-    level: Level = Level.O2
-    dtype: str = "fp16"
-    keep_io_types: bool = True
-    fp32_ops: tuple[str, ...] = ()
-    fp16_ops: tuple[str, ...] = ()
-    exclude_nodes: tuple[str, ...] = ()
-    cast_optional_params: bool = False
-    op_lists: str | Path | None = None
-    exclude_patterns: tuple[re.Pattern[str], ...] = field(default=(), compare=False, repr=False)
+    level: Level = field(
+        default=Level.O2,
+        metadata=_opt(
+            ("--level",),
+            "O0 nothing, O1 allow-list ops only, O2 all but the deny list, O3 all the target "
+            "can run low.",
+            "choice",
+            choices=tuple(lv.value for lv in Level),
+        ),
+    )
+    dtype: str = field(
+        default="fp16",
+        metadata=_opt(("--dtype",), "Low-precision type.", "choice", choices=tuple(DTYPES)),
+    )
+    keep_io_types: bool = field(
+        default=True,
+        metadata=_opt(
+            ("--keep-io-types/--no-keep-io-types",),
+            "Keep FP32 model inputs/outputs (casts at the boundary).",
+            "switch",
+        ),
+    )
+    fp32_ops: tuple[str, ...] = field(
+        default=(),
+        metadata=_opt(
+            ("--fp32-ops",), "Ops to keep FP32 (added to the deny list; repeatable).", "ops"
+        ),
+    )
+    fp16_ops: tuple[str, ...] = field(
+        default=(),
+        metadata=_opt(
+            ("--fp16-ops",),
+            "Ops to run in low precision (added to the allow list; repeatable).",
+            "ops",
+        ),
+    )
+    exclude_nodes: tuple[str, ...] = field(
+        default=(),
+        metadata=_opt(
+            ("--exclude-nodes",),
+            "Keep nodes whose name matches REGEX in FP32 (repeatable).",
+            "multiple",
+            metavar="REGEX",
+        ),
+    )
+    cast_optional_params: bool = field(
+        default=False,
+        metadata=_opt(
+            ("--cast-optional-params",),
+            "Store weights low even where an FP32 reader then needs a runtime cast (MXNet style).",
+            "flag",
+        ),
+    )
+    op_lists: Path | None = field(
+        default=None,
+        metadata=_opt(
+            ("--op-lists",),
+            "Op list file with [allow]/[infer]/[clear]/[deny]/[rules] sections.",
+            "path",
+        ),
+    )
+    dims: tuple[tuple[str, int], ...] = field(
+        default=(),
+        metadata=_opt(
+            ("--dim",),
+            "NAME=VALUE for a symbolic dim: sizes the cast-cost estimate (and validation inputs).",
+            "dims",
+            metavar="NAME=VALUE",
+        ),
+    )
+    exclude_patterns: tuple[re.Pattern[str], ...] = field(
+        default=(), compare=False, repr=False, metadata={"derived": True}
+    )
 
     @property
     def low_dtype(self) -> ir.DataType:
         return DTYPES[self.dtype]
 
+    @property
+    def dim_values(self) -> dict[str, int]:
+        return dict(self.dims)
 
-def make_options(
-    level: Level | str = Level.O2,
-    dtype: str = "fp16",
-    keep_io_types: bool = True,
-    fp32_ops: str | tuple[str, ...] | list[str] = (),
-    fp16_ops: str | tuple[str, ...] | list[str] = (),
-    exclude_nodes: str | tuple[str, ...] | list[str] = (),
-    cast_optional_params: bool = False,
-    op_lists: str | Path | None = None,
-) -> ConvertOptions:
-    """Check and normalise option values; bad values raise OptionError with one clear line."""
+    def stamp(self) -> str:
+        """Every option that changes the result, as JSON (an op list file by its content)."""
+        data: dict[str, Any] = {}
+        for f in user_fields():
+            value = getattr(self, f.name)
+            if f.name == "op_lists":
+                value = _file_digest(value) if value is not None else None
+            elif isinstance(value, enum.Enum):
+                value = value.value
+            elif isinstance(value, tuple):
+                value = [list(v) if isinstance(v, tuple) else v for v in value]
+            data[f.name] = value
+        return json.dumps(data, sort_keys=True)
+
+
+def user_fields() -> Iterator[Any]:
+    """The fields a user sets (derived ones left out), in declaration order."""
+    return (f for f in fields(ConvertOptions) if not f.metadata.get("derived"))
+
+
+def option_names() -> tuple[str, ...]:
+    return tuple(f.name for f in user_fields())
+
+
+def _file_digest(path: Path) -> str:
     try:
-        level = Level(level.upper() if isinstance(level, str) else level)
-    except ValueError:
-        raise OptionError(f"unknown level {level!r} (choose O0, O1, O2 or O3)") from None
-    dtype = {"float16": "fp16", "bfloat16": "bf16"}.get(dtype.lower(), dtype.lower())
-    if dtype not in DTYPES:
-        raise OptionError(f"unknown dtype {dtype!r} (choose fp16 or bf16)")
-    fp32 = _split_ops(fp32_ops)
-    fp16 = _split_ops(fp16_ops)
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+    except OSError as e:
+        raise OptionError(f"cannot read op list file {path}: {e.strerror or e}") from None
+
+
+def make_options(**kwargs: Any) -> ConvertOptions:
+    """Check and normalise option values; bad values raise OptionError with one clear line."""
+    unknown = set(kwargs) - set(option_names())
+    if unknown:
+        known = ", ".join(option_names())
+        raise OptionError(f"unknown option(s) {', '.join(sorted(unknown))} (known: {known})")
+    level = _level(kwargs.get("level", Level.O2))
+    dtype = _dtype(kwargs.get("dtype", "fp16"))
+    keep_io = kwargs.get("keep_io_types", True)
+    if not isinstance(keep_io, bool | np.bool_):
+        raise OptionError(f"keep_io_types must be True or False, not {keep_io!r}")
+    fp32 = _split_ops("fp32_ops", kwargs.get("fp32_ops", ()))
+    fp16 = _split_ops("fp16_ops", kwargs.get("fp16_ops", ()))
     both = set(fp32) & set(fp16)
     if both:
         raise OptionError(f"ops in both --fp32-ops and --fp16-ops: {', '.join(sorted(both))}")
-    excludes = (exclude_nodes,) if isinstance(exclude_nodes, str) else tuple(exclude_nodes)
+    excludes = _strings("exclude_nodes", kwargs.get("exclude_nodes", ()))
     patterns = []
     for pattern in excludes:
         try:
             patterns.append(re.compile(pattern))
         except re.error as e:
             raise OptionError(f"--exclude-nodes {pattern!r}: bad regular expression: {e}") from None
-    if op_lists is not None and not Path(op_lists).is_file():
-        raise OptionError(f"op list file {op_lists} does not exist")
+    cast_optional = kwargs.get("cast_optional_params", False)
+    if not isinstance(cast_optional, bool | np.bool_):
+        raise OptionError(f"cast_optional_params must be True or False, not {cast_optional!r}")
+    op_lists = kwargs.get("op_lists")
+    if op_lists is not None:
+        if not isinstance(op_lists, str | Path) or not str(op_lists):
+            raise OptionError(f"op_lists must be a file path, not {op_lists!r}")
+        if not Path(op_lists).is_file():
+            raise OptionError(f"op list file {op_lists} does not exist")
+        op_lists = Path(op_lists)
     return ConvertOptions(
         level=level,
         dtype=dtype,
-        keep_io_types=keep_io_types,
+        keep_io_types=bool(keep_io),
         fp32_ops=fp32,
         fp16_ops=fp16,
         exclude_nodes=excludes,
-        cast_optional_params=cast_optional_params,
+        cast_optional_params=bool(cast_optional),
         op_lists=op_lists,
+        dims=_dims(kwargs.get("dims", ())),
         exclude_patterns=tuple(patterns),
     )
 
 
-def _split_ops(ops: str | tuple[str, ...] | list[str]) -> tuple[str, ...]:
-    items = [ops] if isinstance(ops, str) else list(ops)
+def _level(level: Any) -> Level:
+    if isinstance(level, Level):
+        return level
+    if not isinstance(level, str):
+        raise OptionError(f"level must be one of O0, O1, O2, O3, not {level!r}")
+    try:
+        return Level(level.upper())
+    except ValueError:
+        raise OptionError(f"unknown level {level!r} (choose O0, O1, O2 or O3)") from None
+
+
+def _dtype(dtype: Any) -> str:
+    if not isinstance(dtype, str):
+        try:
+            np_type = np.dtype(dtype)
+        except TypeError:
+            np_type = None
+        if np_type == np.float16:
+            return "fp16"
+        if np_type == np.dtype(ml_dtypes.bfloat16):
+            return "bf16"
+        raise OptionError(f"dtype must be 'fp16' or 'bf16', not {dtype!r}")
+    name = _DTYPE_ALIASES.get(dtype.lower(), dtype.lower())
+    if name not in DTYPES:
+        raise OptionError(f"unknown dtype {dtype!r} (choose fp16 or bf16)")
+    return name
+
+
+def _strings(name: str, items: Any) -> tuple[str, ...]:
+    if isinstance(items, str):
+        return (items,)
+    if not isinstance(items, Iterable) or isinstance(items, bytes | Mapping):
+        raise OptionError(f"{name} must be a string or a list of strings, not {items!r}")
+    out = tuple(items)
+    bad = [x for x in out if not isinstance(x, str)]
+    if bad:
+        raise OptionError(f"{name} must be a string or a list of strings; got {bad[0]!r}")
+    return out
+
+
+def _split_ops(name: str, ops: Any) -> tuple[str, ...]:
     out: list[str] = []
-    for item in items:
+    for item in _strings(name, ops):
         out.extend(p.strip() for p in item.split(",") if p.strip())
     return tuple(out)
+
+
+def _dims(dims: Any) -> tuple[tuple[str, int], ...]:
+    """{"batch": 8} / ("batch=8", ...) / (("batch", 8), ...) → (("batch", 8),)."""
+    if isinstance(dims, Mapping):
+        items: Iterable[Any] = dims.items()
+    elif isinstance(dims, str):
+        items = (dims,)
+    else:
+        items = dims
+    out: dict[str, int] = {}
+    for item in items:
+        if isinstance(item, str):
+            name, sep, text = item.partition("=")
+            if not sep:
+                raise OptionError(f"--dim {item!r}: expected NAME=VALUE")
+        else:
+            try:
+                name, text = item
+            except (TypeError, ValueError):
+                raise OptionError(f"dims: expected NAME=VALUE pairs, not {item!r}") from None
+        try:
+            value = int(text)
+        except (TypeError, ValueError):
+            raise OptionError(f"--dim {name}={text}: the value must be an integer") from None
+        if value < 1 or not str(name).strip():
+            raise OptionError(f"--dim {name}={text}: expected a name and a positive size")
+        out[str(name).strip()] = value
+    return tuple(sorted(out.items()))

@@ -1,82 +1,71 @@
-"""Builds the pass list from the options and runs it over one ir.Model, in place."""
+"""Builds the pass list from the options and runs it over one ir.Model, in place.
+
+The passes, in order, each in its own file under passes/ and handing its result to the next
+explicitly (through the constructor of the pass that reads it):
+
+    InferDtypesPass      every float value gets an element type
+    ClassifyPass         → classes: dict[Node, NodeInfo] (op lists, schema slots, user rules)
+    AssignPrecisionPass  → plan: PrecisionPlan (reads classify.classes)
+    RewritePass          applies assign.plan: retyped values, low weights, one Cast per value/type
+    CleanupPass          folds redundant casts
+  postcondition: verify (strict type check); a failure is a converter bug, never written
+"""
 
 from __future__ import annotations
 
-import json
-
 import onnx_ir as ir
 
-from amp_convert import __version__
-from amp_convert.op_lists import apply_user_file, apply_user_ops, load_builtin
+from amp_convert.errors import AmpConvertError
+from amp_convert.onnx_checks import analyse
+from amp_convert.op_lists import OpLists, apply_user_file, apply_user_ops, load_builtin
 from amp_convert.options import ConvertOptions, Level
 from amp_convert.passes.assign import AssignPrecisionPass
 from amp_convert.passes.classify import ClassifyPass
 from amp_convert.passes.cleanup import CleanupPass, count_casts
-from amp_convert.passes.infer_dtypes import InferDtypesPass, analyse
+from amp_convert.passes.infer_dtypes import InferDtypesPass
+from amp_convert.passes.plan import PrecisionPlan
 from amp_convert.passes.rewrite import RewritePass
-from amp_convert.passes.state import ConversionState
-from amp_convert.passes.verify import VerifyPass
+from amp_convert.passes.verify import verify
+from amp_convert.precision import NodeClass, UniqueNames
 from amp_convert.report import ConversionReport, NodeDecision
 
 STAMP_KEY = "amp_convert"
 
 
-def _stamp(options: ConvertOptions) -> str:
-    return json.dumps(
-        {
-            "version": __version__,
-            "level": options.level.value,
-            "dtype": options.dtype,
-            "keep_io_types": options.keep_io_types,
-            "fp32_ops": list(options.fp32_ops),
-            "fp16_ops": list(options.fp16_ops),
-            "exclude_nodes": list(options.exclude_nodes),
-            "cast_optional_params": options.cast_optional_params,
-        },
-        sort_keys=True,
-    )
+class ConversionPipeline(ir.passes.Sequential):
+    """The conversion passes; verification is the sequence's postcondition."""
+
+    def __init__(self, *passes: ir.passes.PassBase, original_passed_strict: bool) -> None:
+        super().__init__(*passes)
+        self.original_passed_strict = original_passed_strict
+
+    def ensures(self, model: ir.Model) -> None:
+        verify(model, self.original_passed_strict)
 
 
-def _same_conversion(old: str | None, options: ConvertOptions) -> bool:
-    if not old:
-        return False
-    try:
-        previous = json.loads(old)
-        current = json.loads(_stamp(options))
-    except json.JSONDecodeError:
-        return False
-    previous.pop("version", None)
-    current.pop("version", None)
-    return previous == current
+def build_lists(options: ConvertOptions) -> OpLists:
+    """The built-in op lists with the user's file and --fp32-ops / --fp16-ops applied."""
+    lists = load_builtin()
+    if options.op_lists is not None:
+        lists = apply_user_file(lists, options.op_lists)
+    lists = apply_user_ops(lists, "deny", options.fp32_ops, "user: --fp32-ops")
+    return apply_user_ops(lists, "allow", options.fp16_ops, "user: --fp16-ops")
 
 
-def _all_names(model: ir.Model) -> set[str]:
-    names: set[str] = set()
-    for graph in model.graphs():
-        names.update(v.name for v in graph.inputs if v.name)
-        names.update(v.name for v in graph.outputs if v.name)
-        names.update(graph.initializers.keys())
-    for node in model.graph.all_nodes():
-        if node.name:
-            names.add(node.name)
-        names.update(v.name for v in node.outputs if v.name)
-    return names
-
-
-def _decisions(model: ir.Model, state: ConversionState) -> list[NodeDecision]:
+def _decisions(model: ir.Model, plan: PrecisionPlan) -> list[NodeDecision]:
     out = []
     for i, node in enumerate(model.graph.all_nodes()):
-        info = state.info.get(node)
+        info = plan.info.get(node)
         if info is None:  # a Cast we inserted
             continue
-        precision = "n/a" if info.op_class == "none" else info.precision
+        precision = "n/a" if info.op_class == NodeClass.NONE else info.precision.value
         out.append(
             NodeDecision(
                 name=node.name or f"{node.op_type}_{i}",
                 op_type=node.op_type,
                 domain=node.domain,
                 graph=node.graph.name if node.graph is not None and node.graph.name else "",
-                op_class=info.op_class,
+                op_class=info.op_class.value,
                 precision=precision,
                 reason=info.reason,
             )
@@ -84,13 +73,19 @@ def _decisions(model: ir.Model, state: ConversionState) -> list[NodeDecision]:
     return out
 
 
-def build_state(options: ConvertOptions, report: ConversionReport) -> ConversionState:
-    lists = load_builtin()
-    if options.op_lists is not None:
-        lists = apply_user_file(lists, options.op_lists)
-    lists = apply_user_ops(lists, "deny", options.fp32_ops, "user: --fp32-ops")
-    lists = apply_user_ops(lists, "allow", options.fp16_ops, "user: --fp16-ops")
-    return ConversionState(options=options, lists=lists, report=report)
+def _unknown_user_ops(options: ConvertOptions, model: ir.Model) -> list[str]:
+    """--fp32-ops / --fp16-ops names that are neither ONNX ops nor in the model: likely typos."""
+    import onnx.defs
+
+    present = {node.op_type for node in model.graph.all_nodes()}
+    warnings = []
+    for flag, ops in (("--fp32-ops", options.fp32_ops), ("--fp16-ops", options.fp16_ops)):
+        for op in ops:
+            if ":" in op or op in present:
+                continue
+            if not onnx.defs.has(op):
+                warnings.append(f"{flag} {op}: no ONNX op of that name (misspelt?); ignored")
+    return warnings
 
 
 def run(model: ir.Model, options: ConvertOptions) -> ConversionReport:
@@ -99,14 +94,15 @@ def run(model: ir.Model, options: ConvertOptions) -> ConversionReport:
         level=options.level.value, dtype=options.dtype, keep_io_types=options.keep_io_types
     )
     report.casts_before = report.casts_after = count_casts(model)
-    state = build_state(options, report)  # validates op list files even at O0
+    lists = build_lists(options)  # validates op list files even at O0
+    report.warnings.extend(_unknown_user_ops(options, model))
     if options.level == Level.O0:
         report.warnings.append("level O0: the model is re-saved unchanged")
         return report
-    if _same_conversion(model.metadata_props.get(STAMP_KEY), options):
+    if model.metadata_props.get(STAMP_KEY) == options.stamp():
         report.already_converted = True
         return report
-    state.names = _all_names(model)
+    names = UniqueNames.of_model(model)
     strict_error, inferred_types = analyse(model)
     original_strict = strict_error is None
     if not original_strict:
@@ -114,16 +110,29 @@ def run(model: ir.Model, options: ConvertOptions) -> ConversionReport:
             "the input model fails ONNX's strict type inference; only amp-convert's own type "
             "check verified the result"
         )
-    for pass_ in (
-        InferDtypesPass(state, inferred_types),
-        ClassifyPass(state),
-        AssignPrecisionPass(state),
-        RewritePass(state),
-        CleanupPass(state),
-        VerifyPass(state, original_strict),
-    ):
-        pass_(model)
-    report.nodes = _decisions(model, state)
+    classify = ClassifyPass(options, lists)
+    assign = AssignPrecisionPass(options, classify)
+    rewrite = RewritePass(options.cast_optional_params, assign, names)
+    pipeline = ConversionPipeline(
+        InferDtypesPass(inferred_types),
+        classify,
+        assign,
+        rewrite,
+        CleanupPass(),
+        original_passed_strict=original_strict,
+    )
+    try:
+        pipeline(model)
+    except ir.passes.PostconditionError as e:
+        if isinstance(e.__cause__, AmpConvertError):
+            raise e.__cause__ from None
+        raise
+    plan = assign.plan
+    assert plan is not None
+    report.nodes = _decisions(model, plan)
+    report.tensors.extend(plan.tensor_notes)
+    report.initializers_converted = rewrite.stats.initializers_converted
+    report.initializers_kept = rewrite.stats.initializers_kept
     report.casts_after = count_casts(model)
-    model.metadata_props[STAMP_KEY] = _stamp(options)
+    model.metadata_props[STAMP_KEY] = options.stamp()
     return report

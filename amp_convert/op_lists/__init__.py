@@ -148,6 +148,7 @@ def apply_user_file(lists: OpLists, path: str | Path) -> OpLists:
         raise OptionError(f"cannot read op list file {path}: {e.strerror or e}") from None
     section: str | None = None
     out = lists.copy()
+    user_rules: list[Rule] = []
     for n, raw in enumerate(text.splitlines(), 1):
         words = _split_line(raw)
         if not words:
@@ -163,9 +164,11 @@ def apply_user_file(lists: OpLists, path: str | Path) -> OpLists:
                 f"{path}:{n}: entry before any [allow]/[infer]/[clear]/[deny] section"
             )
         if section == "rules":
-            out.rules.insert(0, _parse_rule(line, f"{path}:{n}", user=True))
+            user_rules.append(_parse_rule(line, f"{path}:{n}", user=True))
         else:
             _parse_entries(line, section, f"{path}:{n}", out, user=True)
+    # the user's rules come before the built-in ones, in file order: the first match wins
+    out.rules[:0] = user_rules
     return out
 
 

@@ -1,4 +1,4 @@
-"""Pass 2: give each node a class (allow / infer / clear / deny) and find the slots it may lower.
+"""Classify: give each node a class (allow / infer / clear / deny) and find the slots it may lower.
 
 Which slots may turn low comes from the op's schema at the model's opset: the type variables that
 carry the node's data path (those bound to an output, and the one of input 0) when they are bound
@@ -13,10 +13,19 @@ import numpy as np
 import onnx_ir as ir
 
 from amp_convert import schema
-from amp_convert.op_lists import op_key
-from amp_convert.passes.state import CONTROL_FLOW, FLOAT, ConversionState, NodeInfo, constant_tensor
+from amp_convert.op_lists import OpLists, op_key
+from amp_convert.options import ConvertOptions
+from amp_convert.passes.plan import Classes, NodeInfo
+from amp_convert.precision import (
+    CONTROL_FLOW,
+    FLOAT,
+    LOW_TYPES,
+    NodeClass,
+    constant_tensor,
+    is_default_domain,
+)
 
-_USER_REASON = {"deny": "user: --fp32-ops / op list", "allow": "user: --fp16-ops / op list"}
+FIXED, NONE = NodeClass.FIXED, NodeClass.NONE
 
 
 def _scalar(value: ir.Value | None) -> float | None:
@@ -78,22 +87,23 @@ def _slots(node: ir.Node, sig: schema.OpSignature, low: ir.DataType) -> tuple[se
     return lowered, why
 
 
-def _info_for(node: ir.Node, state: ConversionState, opset: int) -> NodeInfo:
+def _info_for(node: ir.Node, ctx: ClassifyPass, opset: int) -> NodeInfo:
     has_float = any(v is not None and v.dtype == FLOAT for v in (*node.inputs, *node.outputs))
-    if node.op_type in CONTROL_FLOW and node.domain in ("", "ai.onnx"):
-        return NodeInfo("fixed", "control flow: boundary keeps its types, bodies are converted")
-    if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
-        return NodeInfo("none", "constant: stored in the precision its readers need")
+    default = is_default_domain(node.domain)
+    if node.op_type in CONTROL_FLOW and default:
+        return NodeInfo(FIXED, "control flow: boundary keeps its types, bodies are converted")
+    if node.op_type == "Constant" and default:
+        return NodeInfo(NONE, "constant: stored in the precision its readers need")
     sig = schema.signature(node.op_type, node.domain, opset)
     if sig is None:
         reason = f"no ONNX schema for {op_key(node.domain, node.op_type)} (custom op)"
-        return NodeInfo("fixed" if has_float else "none", reason)
+        return NodeInfo(FIXED if has_float else NONE, reason)
     if any(
         v is not None and v.type is not None and not isinstance(v.type, ir.TensorType)
         for v in (*node.inputs, *node.outputs)
     ):
-        return NodeInfo("fixed" if has_float else "none", "sequence/optional types")
-    lowered, why = _slots(node, sig, state.low)
+        return NodeInfo(FIXED if has_float else NONE, "sequence/optional types")
+    lowered, why = _slots(node, sig, ctx.low)
     low_in = frozenset(
         i
         for i, v in enumerate(node.inputs)
@@ -105,55 +115,55 @@ def _info_for(node: ir.Node, state: ConversionState, opset: int) -> NodeInfo:
     any_in = frozenset({0}) if node.op_type in ("Cast", "CastLike") else frozenset()
     if not low_in and not low_out:
         if not has_float:
-            return NodeInfo("none", "no float data path")
+            return NodeInfo(NONE, "no float data path")
         return NodeInfo(
-            "fixed", why or "schema: no float slot can take the low type", any_inputs=any_in
+            FIXED, why or "schema: no float slot can take the low type", any_inputs=any_in
         )
-    if (
-        node.op_type == "Cast"
-        and node.inputs[0] is not None
-        and node.inputs[0].dtype
-        in (
-            ir.DataType.FLOAT16,
-            ir.DataType.BFLOAT16,
-        )
-    ):
+    if node.op_type == "Cast" and node.inputs[0] is not None and node.inputs[0].dtype in LOW_TYPES:
         # A widening Cast out of a low-precision value is a deliberate boundary (our own output)
-        return NodeInfo("fixed", "boundary cast out of a low-precision value", any_inputs=any_in)
-    cls, reason = _list_class(node, state)
-    return NodeInfo(cls, reason, low_in, low_out, any_in)
+        return NodeInfo(FIXED, "boundary cast out of a low-precision value", any_inputs=any_in)
+    cls, reason, user = _list_class(node, ctx)
+    return NodeInfo(cls, reason, low_in, low_out, any_in, user=user)
 
 
-def _list_class(node: ir.Node, state: ConversionState) -> tuple[str, str]:
-    opts = state.options
-    for pattern in opts.exclude_patterns:
+def _list_class(node: ir.Node, ctx: ClassifyPass) -> tuple[NodeClass, str, bool]:
+    """The node's class from the lists, its reason, and whether the user decided it."""
+    for pattern in ctx.options.exclude_patterns:
         if node.name and pattern.search(node.name):
-            return "fixed", f"user: --exclude-nodes {pattern.pattern}"
+            return FIXED, f"user: --exclude-nodes {pattern.pattern}", True
     key = op_key(node.domain, node.op_type)
-    lists = state.lists
+    lists = ctx.lists
     entry = lists.lookup(key)
     user = lists.is_user(key)
-    for rule in lists.rules_for(key):
+    for rule in lists.rules_for(key):  # the first matching rule wins
         if (rule.user or not user) and rule.matches(_subject(node, rule.subject)):
-            return rule.cls, ("user rule: " if rule.user else "rule: ") + rule.reason
+            prefix = "user rule: " if rule.user else "rule: "
+            return NodeClass(rule.cls), prefix + rule.reason, rule.user
     if entry is None:
-        return "infer", "unlisted op: follows its neighbours"
+        return NodeClass.INFER, "unlisted op: follows its neighbours", False
     cls, reason = entry
-    return cls, (_USER_REASON.get(cls, "user: op list") if user else f"{cls} list: {reason}")
+    if user:
+        return NodeClass(cls), reason if reason.startswith("user") else f"user: {reason}", True
+    return NodeClass(cls), f"{cls} list: {reason}", False
 
 
 class ClassifyPass(ir.passes.InPlacePass):
-    """Attach a NodeInfo to every node (subgraphs included)."""
+    """Attach a NodeInfo to every node (subgraphs included); the result is `classes`."""
 
-    def __init__(self, state: ConversionState) -> None:
+    def __init__(self, options: ConvertOptions, lists: OpLists) -> None:
         super().__init__()
-        self.state = state
+        self.options = options
+        self.lists = lists
+        self.low = options.low_dtype
+        self.classes: Classes = {}
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         opsets = model.opset_imports
+        classes: Classes = {}
         for node in model.graph.all_nodes():
             if node.op_type == "Constant":
                 _normalise_constant(node)
             domain = "" if node.domain == "ai.onnx" else node.domain
-            self.state.info[node] = _info_for(node, self.state, opsets.get(domain, 1))
+            classes[node] = _info_for(node, self, opsets.get(domain, 1))
+        self.classes = classes
         return ir.passes.PassResult(model, modified=False)

@@ -1,4 +1,4 @@
-"""Pass 6: drop the casts the rewrite made redundant, without touching the rest of the model.
+"""Cleanup: drop the casts the rewrite made redundant, without touching the rest of the model.
 
 - a Cast whose input already has the target type is an identity: its readers read the input;
 - a Cast reading an exact widening Cast (FP16/BF16 → FP32) reads the low value directly
@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from amp_convert.passes.state import FLOAT, LOW_TYPES, ConversionState
+from amp_convert.precision import FLOAT, LOW_TYPES, is_default_domain
 
 
 def _is_cast(node: ir.Node | None) -> bool:
-    return node is not None and node.op_type == "Cast" and node.domain in ("", "ai.onnx")
+    return node is not None and node.op_type == "Cast" and is_default_domain(node.domain)
 
 
 def _target(node: ir.Node) -> ir.DataType:
@@ -27,10 +27,6 @@ def count_casts(model: ir.Model) -> int:
 
 class CleanupPass(ir.passes.InPlacePass):
     """Fold and remove redundant Cast nodes (ours and the model's own)."""
-
-    def __init__(self, state: ConversionState) -> None:
-        super().__init__()
-        self.state = state
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         modified = False

@@ -1,4 +1,4 @@
-"""Passes 4 and 5: retype values, retarget dtype attributes, store constants low, insert casts.
+"""Rewrite: retype values, retarget dtype attributes, store constants low, insert casts.
 
 Every FP32 value gets a home type (low when produced by a LOW node; interface type for graph
 inputs; for constants, what their readers need). Each reader whose slot needs another type reads
@@ -8,128 +8,113 @@ defined. Graph outputs keep their names: the cast takes the name, the low value 
 
 from __future__ import annotations
 
-import ml_dtypes
+from dataclasses import dataclass
+
 import numpy as np
 import onnx_ir as ir
 
-from amp_convert.passes.assign import (
-    FP16_MAX,
-    interface_precision,
-    release,
-    requirements,
-    use_requirement,
-    value_home,
+from amp_convert.passes.assign import AssignPrecisionPass
+from amp_convert.passes.plan import ANY, FREE, LOW, PrecisionPlan
+from amp_convert.precision import (
+    DTYPE_ATTRIBUTES,
+    FLOAT,
+    SUFFIX,
+    Precision,
+    UniqueNames,
+    constant_tensor,
+    is_default_domain,
+    is_float_tensor,
+    low_array,
 )
-from amp_convert.passes.state import FLOAT, ConversionState, constant_tensor, is_float_tensor
+from amp_convert.tensors import to_low
 
-NUMPY_TYPES = {ir.DataType.FLOAT16: np.float16, ir.DataType.BFLOAT16: ml_dtypes.bfloat16}
-SUFFIX = {ir.DataType.FLOAT16: "fp16", ir.DataType.BFLOAT16: "bf16", FLOAT: "fp32"}
 SMALL_CONSTANT = 64  # elements; below this a second copy beats a runtime Cast
-_DTYPE_ATTR_OPS = frozenset(
-    {
-        "RandomNormal",
-        "RandomUniform",
-        "RandomNormalLike",
-        "RandomUniformLike",
-        "EyeLike",
-        "Bernoulli",
-    }
-)
 
 
-def _numpy_type(dtype: ir.DataType) -> type:
-    return NUMPY_TYPES.get(dtype, np.float32)
+@dataclass
+class RewriteStats:
+    """What the rewrite did to the weights, for the report."""
 
-
-def low_array(array: np.ndarray, dtype: ir.DataType, saturate: bool = False) -> np.ndarray:
-    """`array` in `dtype`; `saturate` clips a reported sentinel to the FP16 range first."""
-    if saturate and dtype == ir.DataType.FLOAT16:
-        array = np.clip(array, -FP16_MAX, FP16_MAX)
-    return array.astype(_numpy_type(dtype))
-
-
-def to_low(
-    tensor: ir.TensorProtocol, low: ir.DataType, lazy: bool = True, saturate: bool = False
-) -> ir.TensorProtocol:
-    """The tensor rounded to the low type; lazy so big weights stream at save time."""
-
-    def convert() -> ir.Tensor:
-        array = low_array(np.asarray(tensor.numpy()), low, saturate)
-        release(tensor)  # the converted copy is all the save needs
-        return ir.Tensor(array, dtype=low, name=tensor.name)
-
-    if not lazy:
-        return convert()
-    return ir.LazyTensor(convert, dtype=low, shape=tensor.shape, name=tensor.name)
+    initializers_converted: int = 0
+    initializers_kept: int = 0
 
 
 class RewritePass(ir.passes.InPlacePass):
     """Apply the decisions of AssignPrecisionPass to the graph."""
 
-    def __init__(self, state: ConversionState) -> None:
+    def __init__(
+        self, cast_optional_params: bool, assign: AssignPrecisionPass, names: UniqueNames
+    ) -> None:
         super().__init__()
-        self.state = state
+        self.cast_optional_params = cast_optional_params
+        self.assign = assign
+        self.names = names
+        self.stats = RewriteStats()
         self._casts: dict[tuple[int, ir.DataType], ir.Value] = {}
 
+    @property
+    def plan(self) -> PrecisionPlan:
+        assert self.assign.plan is not None, "AssignPrecisionPass runs before RewritePass"
+        return self.assign.plan
+
     def call(self, model: ir.Model) -> ir.passes.PassResult:
-        state = self.state
-        plan = [(v, self._home(v)) for v in _float_values(model)]
-        for value, home in plan:
+        homes = [(v, self._home(v)) for v in _float_values(model)]
+        for value, home in homes:
             self._connect(value, home)
-        for value, home in plan:
-            if home == "low":
-                value.type = ir.TensorType(state.low)  # a new object: clones share types
+        for value, home in homes:
+            if home == LOW:
+                value.type = ir.TensorType(self.plan.low)  # a new object: clones share types
         self._retarget_attributes(model)
         return ir.passes.PassResult(model, modified=True)
 
-    def _home(self, value: ir.Value) -> str:
-        state = self.state
-        home = value_home(value, state)
+    def _home(self, value: ir.Value) -> Precision:
+        plan = self.plan
+        home = plan.home(value)
         tensor = constant_tensor(value)
-        if home == "free":
-            reqs = requirements(value, state)
-            low_wanted = reqs == {"low"} or ("low" in reqs and state.options.cast_optional_params)
-            home = "low" if low_wanted else "fp32"
-        elif home == "low" and value.is_initializer():
+        if home == FREE:
+            reqs = plan.needs(value)
+            low_wanted = reqs == {LOW} or (LOW in reqs and self.cast_optional_params)
+            home = LOW if low_wanted else Precision.FP32
+        elif home == LOW and value.is_initializer():
             tensor = value.const_value  # an initializer that is also a low graph input
         if tensor is not None:
-            if home == "low":
+            if home == LOW:
                 self._store_low(value, tensor)
             else:
-                state.report.initializers_kept += int(value.is_initializer())
+                self.stats.initializers_kept += int(value.is_initializer())
         return home
 
     def _store_low(self, value: ir.Value, tensor: ir.TensorProtocol) -> None:
-        state = self.state
+        plan = self.plan
+        saturate = value.name in plan.saturate
         producer = value.producer()
         if producer is not None:  # a Constant node
-            low = to_low(tensor, state.low, False, value.name in state.saturate)
+            low = to_low(tensor, plan.low, False, saturate)
             producer.attributes["value"] = ir.AttrTensor("value", low)
         else:
-            value.const_value = to_low(tensor, state.low, saturate=value.name in state.saturate)
-            state.report.initializers_converted += 1
+            value.const_value = to_low(tensor, plan.low, saturate=saturate)
+            self.stats.initializers_converted += 1
 
-    def _connect(self, value: ir.Value, home: str) -> None:
-        state = self.state
+    def _connect(self, value: ir.Value, home: Precision) -> None:
+        plan = self.plan
         for use in list(value.uses()):
-            need = use_requirement(use.node, use.idx, state)
-            if need not in ("any", home):
+            need = plan.need(use.node, use.idx)
+            if need not in (ANY, home):
                 use.node.replace_input_with(use.idx, self._cast(value, need))
-        if value.is_graph_output() and interface_precision(value, state) != home:
-            need = interface_precision(value, state)
-            cast = self._cast(value, need)
+        if value.is_graph_output() and plan.interface(value) != home:
+            cast = self._cast(value, plan.interface(value))
             graph = value.graph
             original = value.name or ""
-            value.name = state.unique_name(f"{original}_{SUFFIX[self._dtype(home)]}")
+            value.name = self.names.take(f"{original}_{SUFFIX[self._dtype(home)]}")
             cast.name = original
             for i, out in enumerate(graph.outputs):
                 if out is value:
                     graph.outputs[i] = cast
 
-    def _dtype(self, precision: str) -> ir.DataType:
-        return self.state.low if precision == "low" else FLOAT
+    def _dtype(self, precision: Precision) -> ir.DataType:
+        return self.plan.low if precision == LOW else FLOAT
 
-    def _cast(self, value: ir.Value, need: str) -> ir.Value:
+    def _cast(self, value: ir.Value, need: Precision) -> ir.Value:
         """The one Cast of `value` to `need`, created on first use next to the value's definition.
 
         A small constant is copied in the other precision instead: cheaper than a runtime Cast.
@@ -138,23 +123,22 @@ class RewritePass(ir.passes.InPlacePass):
         key = (id(value), target)
         if key in self._casts:
             return self._casts[key]
-        state = self.state
         tensor = constant_tensor(value)
         if tensor is not None and tensor.size <= SMALL_CONSTANT and not value.is_graph_output():
             array = np.asarray(tensor.numpy())
             copy = ir.Value(
-                name=state.unique_name(f"{value.name}_{SUFFIX[target]}"),
+                name=self.names.take(f"{value.name}_{SUFFIX[target]}"),
                 type=ir.TensorType(target),
                 shape=value.shape,
                 const_value=ir.Tensor(
-                    low_array(array, target, value.name in state.saturate), dtype=target
+                    low_array(array, target, value.name in self.plan.saturate), dtype=target
                 ),
             )
             value.graph.register_initializer(copy)
             self._casts[key] = copy
             return copy
         out = ir.Value(
-            name=state.unique_name(f"{value.name}_{SUFFIX[target]}"),
+            name=self.names.take(f"{value.name}_{SUFFIX[target]}"),
             type=ir.TensorType(target),
             shape=value.shape,
         )
@@ -164,7 +148,7 @@ class RewritePass(ir.passes.InPlacePass):
             [value],
             [ir.AttrInt64("to", target)],
             outputs=[out],
-            name=state.unique_name(f"{value.name}/cast_{SUFFIX[target]}"),
+            name=self.names.take(f"{value.name}/cast_{SUFFIX[target]}"),
         )
         producer = value.producer()
         if producer is not None:
@@ -181,19 +165,19 @@ class RewritePass(ir.passes.InPlacePass):
 
     def _retarget_attributes(self, model: ir.Model) -> None:
         """Attributes that name a float dtype follow the node's new precision."""
-        state = self.state
-        low = state.low
+        plan = self.plan
+        low = plan.low
         for node in list(model.graph.all_nodes()):
-            if not state.is_low(node) or node.domain not in ("", "ai.onnx"):
+            if not plan.is_low(node) or not is_default_domain(node.domain):
                 continue
-            info = state.info[node]
-            if 0 not in info.low_outputs:
+            if 0 not in plan.info[node].low_outputs:
                 continue
             op = node.op_type
             if op == "Cast" and node.attributes["to"].value == FLOAT:
                 node.attributes["to"] = ir.AttrInt64("to", low)
-            elif op in _DTYPE_ATTR_OPS:
-                node.attributes["dtype"] = ir.AttrInt64("dtype", low)
+            elif op in DTYPE_ATTRIBUTES:
+                for name in DTYPE_ATTRIBUTES[op]:
+                    node.attributes[name] = ir.AttrInt64(name, low)
             elif op == "ConstantOfShape":
                 attr = node.attributes.get("value")
                 base = attr.value if attr is not None else ir.Tensor(np.zeros(1, np.float32))

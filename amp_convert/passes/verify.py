@@ -1,4 +1,4 @@
-"""Pass 7: a strict type check of the result; a failure is a converter bug, never a written model.
+"""Verify: the pipeline's postcondition; a failure is a converter bug, never a written model.
 
 Two layers: our own O(nodes) check of every node against its schema (each type variable binds one
 admitted type, fixed slots have their type, Cast outputs match `to`, control-flow bodies match
@@ -12,8 +12,7 @@ import onnx_ir as ir
 
 from amp_convert import schema
 from amp_convert.errors import VerificationError
-from amp_convert.passes.infer_dtypes import call_on_stripped, first_line, strict_check
-from amp_convert.passes.state import ConversionState
+from amp_convert.onnx_checks import call_on_stripped, first_line, strict_check
 
 
 def _label(node: ir.Node) -> str:
@@ -98,18 +97,10 @@ def onnx_strict_check(model: ir.Model) -> str | None:
     return None
 
 
-class VerifyPass(ir.passes.InPlacePass):
-    """Refuse to hand back a model that breaks the type rules."""
-
-    def __init__(self, state: ConversionState, original_passed_strict: bool) -> None:
-        super().__init__()
-        self.state = state
-        self.original_passed_strict = original_passed_strict
-
-    def call(self, model: ir.Model) -> ir.passes.PassResult:
-        check_types(model)
-        if self.original_passed_strict:
-            problem = onnx_strict_check(model)
-            if problem:
-                raise VerificationError(f"converter bug, model not written: {problem}")
-        return ir.passes.PassResult(model, modified=False)
+def verify(model: ir.Model, original_passed_strict: bool) -> None:
+    """Refuse to hand back a model that breaks the type rules (raises VerificationError)."""
+    check_types(model)
+    if original_passed_strict:
+        problem = onnx_strict_check(model)
+        if problem:
+            raise VerificationError(f"converter bug, model not written: {problem}")

@@ -1,0 +1,98 @@
+"""ONNX's own checks on an ir.Model, run on a copy serialised without its large weights.
+
+A > 2 GB model cannot be serialised for the onnx C API, so large initializers become typed graph
+inputs for the duration of a call. The converter uses this twice: once to look at the original
+(strict check and type inference), once to verify the result.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TypeVar
+
+import onnx
+import onnx_ir as ir
+
+from amp_convert import proto_walk
+
+logger = logging.getLogger(__name__)
+_R = TypeVar("_R")
+_SMALL = 1024  # bytes of tensor data kept when stripping weights for the onnx C API
+
+
+def call_on_stripped(model: ir.Model, func: Callable[[onnx.ModelProto], _R]) -> _R:
+    """Run an onnx C-API function on the model serialised without its large weights.
+
+    Large initializers become typed graph inputs for the duration of the call; the model is left as
+    it was, whatever happens.
+    """
+    graph = model.graph
+    saved_inputs = list(graph.inputs)
+    removed: list[ir.Value] = []
+    for value in list(graph.initializers.values()):
+        tensor = value.const_value
+        if tensor is None or tensor.nbytes > _SMALL:
+            if value.dtype is None and tensor is not None:
+                value.dtype = tensor.dtype
+            if value.shape is None and tensor is not None:
+                value.shape = tensor.shape
+            removed.append(value)
+            graph.initializers.pop(value.name)
+            if not value.is_graph_input():
+                graph.inputs.append(value)
+    try:
+        proto = ir.serde.serialize_model(model)
+        return func(proto)
+    finally:
+        graph.inputs.clear()
+        graph.inputs.extend(saved_inputs)
+        for value in removed:
+            graph.initializers.add(value)
+
+
+def _proto_value_types(graph: onnx.GraphProto, out: dict[str, onnx.TypeProto]) -> None:
+    for g in proto_walk.graphs(graph):
+        for vi in (*g.input, *g.value_info, *g.output):
+            if vi.type.WhichOneof("value") is not None:
+                out.setdefault(vi.name, vi.type)
+
+
+def first_line(error: Exception) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def strict_check(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """ONNX's checker plus strict type inference; raises on the first problem."""
+    onnx.checker.check_model(proto, full_check=False)
+    return onnx.shape_inference.infer_shapes(
+        proto, check_type=True, strict_mode=True, data_prop=False
+    )
+
+
+def analyse(model: ir.Model) -> tuple[str | None, dict[str, onnx.TypeProto]]:
+    """One look at the original through ONNX: (strict check error or None, inferred types).
+
+    The strict check (checker + strict type inference) tells whether ONNX's own verification can
+    be held against our result; its inference also types the values. Serialised once, stripped.
+    """
+
+    def look(proto: onnx.ModelProto) -> tuple[str | None, dict[str, onnx.TypeProto]]:
+        error = None
+        try:
+            inferred = strict_check(proto)
+        except Exception as e:  # onnx raises several error kinds
+            error = first_line(e)
+            try:
+                inferred = onnx.shape_inference.infer_shapes(
+                    proto, check_type=False, strict_mode=False, data_prop=False
+                )
+            except Exception as e2:  # inference is a help, never a requirement
+                logger.info("onnx shape inference failed (%s); schema propagation only", e2)
+                return error, {}
+        types: dict[str, onnx.TypeProto] = {}
+        _proto_value_types(inferred.graph, types)
+        return error, types
+
+    return call_on_stripped(model, look)
