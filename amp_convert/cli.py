@@ -60,7 +60,6 @@ def conversion_options(f: F) -> F:
     return f
 
 
-
 class _ConvertByDefault(click.Group):
     """`amp-convert model.onnx ...` means `amp-convert convert model.onnx ...`."""
 

@@ -26,10 +26,26 @@ from amp_convert.passes.infer_dtypes import InferDtypesPass
 from amp_convert.passes.plan import PrecisionPlan
 from amp_convert.passes.rewrite import RewritePass
 from amp_convert.passes.verify import verify
-from amp_convert.precision import NodeClass, UniqueNames
-from amp_convert.report import ConversionReport, NodeDecision
+from amp_convert.precision import NodeClass, UniqueNames, is_default_domain
+from amp_convert.report import CastNote, ConversionReport, NodeDecision
+from amp_convert.traffic import ShapeBook, model_traffic
 
 STAMP_KEY = "amp_convert"
+
+
+class MeasureTrafficPass(ir.passes.InPlacePass):
+    """Estimate the original's bytes per inference, and the same graph all in low precision."""
+
+    def __init__(self, shapes: ShapeBook, low: ir.DataType) -> None:
+        super().__init__()
+        self.shapes = shapes
+        self.low = low
+        self.original = self.all_low = 0
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        self.original = model_traffic(model, self.shapes)
+        self.all_low = model_traffic(model, self.shapes, low=self.low)
+        return ir.passes.PassResult(model, modified=False)
 
 
 class ConversionPipeline(ir.passes.Sequential):
@@ -73,6 +89,27 @@ def _decisions(model: ir.Model, plan: PrecisionPlan) -> list[NodeDecision]:
     return out
 
 
+def _cast_notes(model: ir.Model, shapes: ShapeBook) -> list[CastNote]:
+    notes = []
+    for node in model.graph.all_nodes():
+        if node.op_type != "Cast" or not is_default_domain(node.domain) or not node.inputs:
+            continue
+        source = node.inputs[0]
+        to = ir.DataType(node.attributes["to"].value)
+        if source is None or source.dtype is None:
+            continue
+        moved = shapes.elements(source) * (_itemsize(source.dtype) + _itemsize(to))
+        notes.append(CastNote(source.name or "", to.name, int(moved)))
+    return sorted(notes, key=lambda n: -n.bytes)
+
+
+def _itemsize(dtype: ir.DataType) -> float:
+    try:
+        return dtype.itemsize
+    except (TypeError, ValueError):
+        return 0
+
+
 def _unknown_user_ops(options: ConvertOptions, model: ir.Model) -> list[str]:
     """--fp32-ops / --fp16-ops names that are neither ONNX ops nor in the model: likely typos."""
     import onnx.defs
@@ -110,11 +147,14 @@ def run(model: ir.Model, options: ConvertOptions) -> ConversionReport:
             "the input model fails ONNX's strict type inference; only amp-convert's own type "
             "check verified the result"
         )
+    shapes = ShapeBook(inferred_types, options.dim_values)
+    measure = MeasureTrafficPass(shapes, options.low_dtype)
     classify = ClassifyPass(options, lists)
-    assign = AssignPrecisionPass(options, classify)
+    assign = AssignPrecisionPass(options, classify, shapes)
     rewrite = RewritePass(options.cast_optional_params, assign, names)
     pipeline = ConversionPipeline(
         InferDtypesPass(inferred_types),
+        measure,
         classify,
         assign,
         rewrite,
@@ -134,5 +174,11 @@ def run(model: ir.Model, options: ConvertOptions) -> ConversionReport:
     report.initializers_converted = rewrite.stats.initializers_converted
     report.initializers_kept = rewrite.stats.initializers_kept
     report.casts_after = count_casts(model)
+    report.casts = _cast_notes(model, shapes)
+    report.traffic = {
+        "original": measure.original,
+        "result": model_traffic(model, shapes),
+        "all_low": measure.all_low,
+    }
     model.metadata_props[STAMP_KEY] = options.stamp()
     return report

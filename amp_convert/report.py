@@ -33,6 +33,25 @@ class TensorNote:
 
 
 @dataclass
+class CastNote:
+    """A Cast in the result: the tensor it reads, the type it makes, the bytes it moves per run."""
+
+    tensor: str
+    to: str
+    bytes: int
+
+
+@dataclass
+class FoldNote:
+    """A BatchNormalization done offline: folded into its producer, decomposed, or kept."""
+
+    node: str
+    action: str
+    into: str
+    detail: str
+
+
+@dataclass
 class ConversionReport:
     """Summary and per-node decisions of one conversion (serialisable with to_dict/to_json)."""
 
@@ -50,6 +69,12 @@ class ConversionReport:
     seconds: float = 0.0
     already_converted: bool = False
     warnings: list[str] = field(default_factory=list)
+    #: every Cast in the result with its estimated bytes per inference (largest first)
+    casts: list[CastNote] = field(default_factory=list)
+    #: estimated bytes read+written per inference: original, result, original all in low precision
+    traffic: dict[str, int] = field(default_factory=dict)
+    folds: list[FoldNote] = field(default_factory=list)
+    target: str = ""
 
     @property
     def casts_inserted(self) -> int:
@@ -99,6 +124,18 @@ class ConversionReport:
             f"initializers converted: {self.initializers_converted}, "
             f"kept FP32: {self.initializers_kept}",
         ]
+        if self.traffic.get("original"):
+            t = self.traffic
+            lines.append(
+                f"traffic: 1.00 → {t['result'] / t['original']:.2f} "
+                f"(all-low {t['all_low'] / t['original']:.2f}; estimated bytes per inference)"
+            )
+        if self.folds:
+            actions = Counter(f.action for f in self.folds)
+            lines.append(
+                "BatchNormalization done offline: "
+                + ", ".join(f"{n} {action}" for action, n in sorted(actions.items()))
+            )
         if self.size_before:
             before, after = _sizes(self.size_before, self.size_after)
             lines.append(f"size: {before} -> {after} in {self.seconds:.2f} s")

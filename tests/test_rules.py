@@ -113,14 +113,19 @@ def test_control_flow_bodies_converted_with_outer_captures(name: str) -> None:
     assert types["enc/MatMul_out"] == FLOAT16
 
 
-def test_shared_initializer_one_copy_and_a_cast() -> None:
+def test_shared_initializer_stored_in_both_precisions_never_cast_at_run_time() -> None:
+    """Issue 7: no runtime Cast reads a weight; a reader in each precision gets its own copy."""
     original = ALL_FOCUSED["shared_initializer"]()
     converted, _ = convert(original, level="O2")
     inits = {t.name: t for t in converted.graph.initializer}
-    assert inits["shared/weight"].data_type == FLOAT  # Softmax (FP32) reads it too
-    assert sum(1 for n in inits if n.startswith("shared/weight")) == 1
-    assert input_types(converted, "direct/MatMul")[1] == FLOAT16  # through one Cast
+    assert inits["shared/weight"].data_type == FLOAT  # Softmax (FP32) reads the original
+    copies = [t for n, t in inits.items() if n.startswith("shared/weight") and n != "shared/weight"]
+    assert [t.data_type for t in copies] == [FLOAT16]
+    assert node_by_name(converted, "direct/MatMul").input[1] == copies[0].name
     assert input_types(converted, "softmax/Softmax") == [FLOAT]
+    cast_inputs = {n.input[0] for n in all_nodes(converted.graph) if n.op_type == "Cast"}
+    assert not cast_inputs & set(inits)
+    assert_close(original, converted)
 
 
 def test_cast_optional_params_stores_shared_weight_low() -> None:

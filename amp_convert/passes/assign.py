@@ -18,6 +18,7 @@ from amp_convert.passes.plan import FP32, LOW, NodeInfo, PrecisionPlan
 from amp_convert.precision import FLOAT16, FP16_MAX, NodeClass, constant_tensor, is_float_tensor
 from amp_convert.report import TensorNote
 from amp_convert.tensors import max_abs_finite
+from amp_convert.traffic import LAUNCH_BYTES, ShapeBook
 
 SENTINEL = 1e9  # a scalar constant this large is a "minus infinity" fill, not data
 
@@ -25,10 +26,11 @@ SENTINEL = 1e9  # a scalar constant this large is a "minus infinity" fill, not d
 class AssignPrecisionPass(ir.passes.InPlacePass):
     """Decide every node's precision; the result is `plan` (a PrecisionPlan)."""
 
-    def __init__(self, options: ConvertOptions, classify: ClassifyPass) -> None:
+    def __init__(self, options: ConvertOptions, classify: ClassifyPass, shapes: ShapeBook) -> None:
         super().__init__()
         self.options = options
         self.classify = classify
+        self.shapes = shapes
         self.plan: PrecisionPlan | None = None
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
@@ -56,7 +58,7 @@ class AssignPrecisionPass(ir.passes.InPlacePass):
                 info.precision = LOW if level == Level.O2 else FP32
         if level in (Level.O1, Level.O2):
             _deny_reach(plan, nodes)
-            _min_cut(plan, nodes, prefer_low=level == Level.O2)
+            _min_cut(plan, nodes, prefer_low=level == Level.O2, shapes=self.shapes)
         return ir.passes.PassResult(model, modified=False)
 
     def _range_limits(self, plan: PrecisionPlan, nodes: list[ir.Node]) -> None:
@@ -123,14 +125,22 @@ def _deny_reach(plan: PrecisionPlan, nodes: list[ir.Node]) -> None:
                     stack.append(use.node)
 
 
-def _min_cut(plan: PrecisionPlan, nodes: list[ir.Node], prefer_low: bool) -> None:
-    """Place INFER/CLEAR nodes so the number of Casts is minimal (an exact s-t min cut).
+def _min_cut(
+    plan: PrecisionPlan, nodes: list[ir.Node], prefer_low: bool, shapes: ShapeBook
+) -> None:
+    """Place INFER/CLEAR nodes so the bytes moved per inference are minimal (an exact s-t min cut).
 
-    Source side = LOW, sink side = FP32. Every float value costs one Cast when a reader needs
-    the other precision than its producer gives; two helper vertices per value make that a
-    cut of weight W. Forced nodes are tied to their side; each movable node has a weight-1
-    edge towards the level's preference (O2: LOW, O1: FP32), which only breaks ties since W
-    exceeds the number of movable nodes.
+    Source side = LOW, sink side = FP32.
+    - At O2 a movable node left FP32 pays the extra bytes its own data path moves at 4 bytes an
+      element (a unary edge); at O1 nodes move only where that saves Casts.
+    - A float value costs one Cast when a reader needs the other precision than its producer
+      gives; two helper vertices per value make that a cut of the value's weight: the bytes the
+      Cast moves (a read of one type, a write of the other, sized from shapes) plus a kernel
+      launch's worth (LAUNCH_BYTES), with the number of Casts as the tie-break.
+    - A constant is free to live in either precision, but readers that disagree on it cost a
+      runtime Cast or a second stored copy of the whole weight, so its bytes pull them together.
+    - Forced nodes are tied to their side; each movable node has a weight-1 edge towards the
+      level's preference (O2: LOW, O1: FP32), which only breaks ties between equal costs.
     """
     net = FlowNetwork()
     src, sink = net.add_vertex(), net.add_vertex()
@@ -147,11 +157,25 @@ def _min_cut(plan: PrecisionPlan, nodes: list[ir.Node], prefer_low: bool) -> Non
             movable.append(node)
     if not movable:
         return
-    weight = len(movable) + 1
+    values = _float_values_of(plan, nodes)
+    per_cast = len(movable) + 1  # one Cast outweighs every preference edge together
+    per_byte = per_cast * (len(values) + 1)  # one byte outweighs every Cast count together
+    low_bytes = plan.low.itemsize
     for node in movable:
         v = vertex[node]
         net.add_edge(*((src, v) if prefer_low else (v, sink)), 1)
-    for value in _float_values_of(plan, nodes):
+        if not prefer_low:
+            continue  # O1 moves a node to low precision only where that saves Casts
+        # a node left FP32 reads and writes its data path at 4 bytes an element instead of 2
+        info = plan.info[node]
+        slots = (
+            *(node.inputs[i] for i in info.low_inputs),
+            *(node.outputs[i] for i in info.low_outputs),
+        )
+        elements = sum(shapes.elements(x) for x in slots if x is not None and is_float_tensor(x))
+        net.add_edge(src, v, int(elements * (4 - low_bytes)) * per_byte)
+    for value in values:
+        weight = (shapes.cast_bytes(value, plan.low) + LAUNCH_BYTES) * per_byte + per_cast
         _add_value(plan, net, value, vertex, src, sink, weight)
     net.max_flow(src, sink)
     low_side = net.source_side(src)
@@ -159,7 +183,7 @@ def _min_cut(plan: PrecisionPlan, nodes: list[ir.Node], prefer_low: bool) -> Non
         info = plan.info[node]
         low = vertex[node] in low_side
         if low != (info.precision == LOW):
-            info.reason += "; " + ("low precision" if low else "FP32") + " needs fewer casts"
+            info.reason += "; " + ("low precision" if low else "FP32") + " moves fewer bytes"
         info.precision = LOW if low else FP32
 
 
@@ -172,10 +196,10 @@ def _add_value(
     sink: int,
     weight: int,
 ) -> None:
-    if constant_tensor(value) is not None:
-        return  # a constant is stored in whatever precision its readers need
     producer = value.producer()
-    if producer is not None:
+    if constant_tensor(value) is not None:
+        p = net.add_vertex()  # free: stored in whichever precision costs less
+    elif producer is not None:
         info = plan.info.get(producer)
         movable_out = info is not None and value.index() in info.low_outputs
         p = vertex.get(producer, sink) if movable_out else sink

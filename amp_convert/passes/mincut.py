@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import deque
 
-INF = 1 << 60
+INF = 1 << 200  # beyond any sum of finite capacities (cast costs are weighted bytes)
 
 
 class FlowNetwork:

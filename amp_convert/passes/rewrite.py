@@ -28,7 +28,7 @@ from amp_convert.precision import (
 )
 from amp_convert.tensors import to_low
 
-SMALL_CONSTANT = 64  # elements; below this a second copy beats a runtime Cast
+SMALL_CONSTANT = 64  # elements; below this a copy beats a runtime Cast even when asked for one
 
 
 @dataclass
@@ -117,22 +117,30 @@ class RewritePass(ir.passes.InPlacePass):
     def _cast(self, value: ir.Value, need: Precision) -> ir.Value:
         """The one Cast of `value` to `need`, created on first use next to the value's definition.
 
-        A small constant is copied in the other precision instead: cheaper than a runtime Cast.
+        A constant is stored a second time in the other precision instead: no runtime Cast ever
+        reads a weight (the placement already made such splits expensive). The one exception is
+        --cast-optional-params, whose point is a single low copy with casts for FP32 readers.
         """
         target = self._dtype(need)
         key = (id(value), target)
         if key in self._casts:
             return self._casts[key]
         tensor = constant_tensor(value)
-        if tensor is not None and tensor.size <= SMALL_CONSTANT and not value.is_graph_output():
-            array = np.asarray(tensor.numpy())
+        if (
+            tensor is not None
+            and not value.is_graph_output()
+            and (target != FLOAT or tensor.size <= SMALL_CONSTANT or not self.cast_optional_params)
+        ):
+            saturate = value.name in self.plan.saturate
+            if target == FLOAT:
+                data = ir.Tensor(low_array(np.asarray(tensor.numpy()), FLOAT), dtype=FLOAT)
+            else:
+                data = to_low(tensor, target, saturate=saturate)
             copy = ir.Value(
                 name=self.names.take(f"{value.name}_{SUFFIX[target]}"),
                 type=ir.TensorType(target),
                 shape=value.shape,
-                const_value=ir.Tensor(
-                    low_array(array, target, value.name in self.plan.saturate), dtype=target
-                ),
+                const_value=data,
             )
             value.graph.register_initializer(copy)
             self._casts[key] = copy
