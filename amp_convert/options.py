@@ -33,6 +33,7 @@ class Level(str, enum.Enum):
 
 
 DTYPES = {"fp16": ir.DataType.FLOAT16, "bf16": ir.DataType.BFLOAT16}
+TARGETS = ("ort-cuda", "none")
 _DTYPE_ALIASES = {"float16": "fp16", "half": "fp16", "bfloat16": "bf16"}
 
 
@@ -113,6 +114,16 @@ class ConvertOptions:
             "NAME=VALUE for a symbolic dim: sizes the cast-cost estimate (and validation inputs).",
             "dims",
             metavar="NAME=VALUE",
+        ),
+    )
+    target: str = field(
+        default="ort-cuda",
+        metadata=_opt(
+            ("--target",),
+            "Runtime the result is for: ort-cuda keeps low only what ONNX Runtime's CUDA provider "
+            "has low-precision kernels for; none follows the ONNX schemas only.",
+            "choice",
+            choices=TARGETS,
         ),
     )
     exclude_patterns: tuple[re.Pattern[str], ...] = field(
@@ -201,8 +212,15 @@ def make_options(**kwargs: Any) -> ConvertOptions:
         cast_optional_params=bool(cast_optional),
         op_lists=op_lists,
         dims=_dims(kwargs.get("dims", ())),
+        target=_target(kwargs.get("target", "ort-cuda")),
         exclude_patterns=tuple(patterns),
     )
+
+
+def _target(target: Any) -> str:
+    if not isinstance(target, str) or target.lower() not in TARGETS:
+        raise OptionError(f"unknown target {target!r} (choose {' or '.join(TARGETS)})")
+    return target.lower()
 
 
 def _level(level: Any) -> Level:

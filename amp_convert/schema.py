@@ -82,6 +82,16 @@ def signature(op_type: str, domain: str, opset: int) -> OpSignature | None:
     )
 
 
+@functools.lru_cache(maxsize=1024)
+def has_attribute(op_type: str, domain: str, opset: int, name: str) -> bool:
+    """Whether the op's schema at `opset` declares attribute `name`."""
+    domain = "" if domain == "ai.onnx" else domain
+    try:
+        return name in onnx.defs.get_schema(op_type, opset, domain).attributes
+    except onnx.defs.SchemaError:
+        return False
+
+
 def type_name(dtype: ir.DataType) -> str:
     """The schema spelling of a tensor element type, e.g. 'tensor(float16)'."""
     return _TYPE_NAMES.get(dtype) or f"tensor({dtype.name.lower()})"

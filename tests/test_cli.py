@@ -65,7 +65,10 @@ def test_explicit_convert_subcommand_and_output(bert: Path, tmp_path: Path) -> N
 def test_levels_differ(bert: Path, tmp_path: Path) -> None:
     lows = []
     for level in ("O0", "O1", "O2", "O3"):
-        data = report_of(tmp_path, bert, "--level", level, "-o", tmp_path / "o.onnx")
+        # target none: with ort-cuda, O2 already equals O3 on this encoder (issue 13)
+        data = report_of(
+            tmp_path, bert, "--level", level, "--target", "none", "-o", tmp_path / "o.onnx"
+        )
         assert data["level"] == level
         lows.append(data["nodes_low"])
     assert lows[0] == 0 and lows[0] < lows[1] < lows[2] < lows[3]
@@ -169,7 +172,7 @@ def test_force_quiet_verbose(bert: Path, tmp_path: Path) -> None:
     assert again.exit_code != 0 and "exists (use --force" in again.output
     quiet = invoke(bert, "-o", out, "--force", "-q")
     assert quiet.exit_code == 0 and quiet.output == ""
-    verbose = invoke(bert, "-o", out, "--force", "-v")
+    verbose = invoke(bert, "-o", out, "--force", "-v", "--target", "none")
     assert "Softmax" in verbose.output and "deny list" in verbose.output
 
 

@@ -59,6 +59,10 @@ class AssignPrecisionPass(ir.passes.InPlacePass):
         if level in (Level.O1, Level.O2):
             _deny_reach(plan, nodes)
             _min_cut(plan, nodes, prefer_low=level == Level.O2, shapes=self.shapes)
+            # an FP32-accumulating reduction next to an FP32 neighbour keeps FP32 math with
+            # explicit casts; pinning it can change the best placement of the rest, so re-cut
+            while _pin_low_between_low(plan, nodes):
+                _min_cut(plan, nodes, prefer_low=level == Level.O2, shapes=self.shapes)
         return ir.passes.PassResult(model, modified=False)
 
     def _range_limits(self, plan: PrecisionPlan, nodes: list[ir.Node]) -> None:
@@ -102,6 +106,27 @@ def _fits(plan: PrecisionPlan, value: ir.Value, tensor: ir.TensorProtocol) -> bo
     detail = f"max |value| {peak:.4g} > {FP16_MAX:g}; its readers stay FP32 instead of clamping"
     plan.tensor_notes.append(TensorNote(name, "kept FP32", detail))
     return False
+
+
+def _pin_low_between_low(plan: PrecisionPlan, nodes: list[ir.Node]) -> bool:
+    """Force FP32 the low_between_low nodes placed LOW next to an FP32 neighbour; any pinned?"""
+    pinned = False
+    for node in nodes:
+        info = plan.info[node]
+        if not info.low_between_low or info.forced or info.precision != LOW:
+            continue
+        data = node.inputs[0] if node.inputs else None
+        out = node.outputs[0]
+        fp32_side = (data is not None and plan.home(data) != LOW) or any(
+            plan.need(use.node, use.idx) == FP32 for use in out.uses()
+        )
+        if out.is_graph_output() and plan.interface(out) == FP32:
+            fp32_side = True
+        if fp32_side:
+            info.precision, info.forced = FP32, True
+            info.reason += "; FP32 next to an FP32 neighbour"
+            pinned = True
+    return pinned
 
 
 def _deny_reach(plan: PrecisionPlan, nodes: list[ir.Node]) -> None:

@@ -26,6 +26,11 @@ from amp_convert.precision import (
 )
 
 FIXED, NONE = NodeClass.FIXED, NodeClass.NONE
+#: normalizations whose schema can fix FP32 statistics through `stash_type`
+STASH_NORMS = frozenset({"LayerNormalization", "GroupNormalization", "RMSNormalization"})
+#: deny-listed ops whose ORT CUDA kernels accumulate in FP32 for FP16 I/O and whose outputs are
+#: bounded (probabilities, log-probabilities): checked in ORT's softmax_impl (AccumulationType)
+FP32_ACCUMULATING = frozenset({"Softmax", "LogSoftmax"})
 
 
 def _scalar(value: ir.Value | None) -> float | None:
@@ -123,7 +128,67 @@ def _info_for(node: ir.Node, ctx: ClassifyPass, opset: int) -> NodeInfo:
         # A widening Cast out of a low-precision value is a deliberate boundary (our own output)
         return NodeInfo(FIXED, "boundary cast out of a low-precision value", any_inputs=any_in)
     cls, reason, user = _list_class(node, ctx)
-    return NodeInfo(cls, reason, low_in, low_out, any_in, user=user)
+    info = NodeInfo(cls, reason, low_in, low_out, any_in, user=user)
+    if cls == NodeClass.DENY and not user and default:
+        _refine_deny(node, info, sig_has_stash(node.op_type, opset), ctx.options.target)
+    return info
+
+
+def _only_reader(value: ir.Value | None, op_type: str) -> ir.Node | None:
+    if value is None:
+        return None
+    uses = list(value.uses())
+    if len(uses) != 1 or uses[0].node.op_type != op_type:
+        return None
+    return uses[0].node
+
+
+def _is_tanh_gelu_cube(pow_node: ir.Node) -> bool:
+    """Pow(x, 3) → Mul(c) → Add(x, ·) → Mul(c') → Tanh: the tanh approximation of GELU.
+
+    0.5*x*(1 + tanh(sqrt(2/pi)*(x + 0.044715*x^3))): an overflowing cube is +-inf, the sum stays
+    +-inf (x is finite), tanh gives +-1, and the GELU gives x or 0, its exact limits. No NaN.
+    """
+    if _scalar(pow_node.inputs[1] if len(pow_node.inputs) > 1 else None) != 3.0:
+        return False
+    x = pow_node.inputs[0]
+    mul = _only_reader(pow_node.outputs[0], "Mul")
+    add = _only_reader(mul.outputs[0], "Add") if mul is not None else None
+    if add is None or x not in add.inputs:
+        return False
+    scale = _only_reader(add.outputs[0], "Mul")
+    return scale is not None and _only_reader(scale.outputs[0], "Tanh") is not None
+
+
+def sig_has_stash(op_type: str, opset: int) -> bool:
+    """Whether the op's schema at `opset` has `stash_type` (statistics type independent of I/O)."""
+    return op_type in STASH_NORMS and schema.has_attribute(op_type, "", opset, "stash_type")
+
+
+def _refine_deny(node: ir.Node, info: NodeInfo, has_stash: bool, target: str) -> None:
+    """Deny-listed ops whose danger the runtime already handles go low with low I/O.
+
+    - Normalizations with `stash_type` keep mean and variance in FP32 whatever the I/O type
+      (stash_type = 1 is set explicitly by rewrite).
+    - ORT's CUDA Softmax/LogSoftmax accumulate in FP32 for FP16 I/O: between low neighbours the
+      casts around them only move bytes; next to an FP32 neighbour they keep FP32 (assign).
+    """
+    if has_stash:
+        info.op_class = NodeClass.INFER
+        info.reason = "statistics in FP32 via stash_type; low-precision I/O"
+    elif node.op_type == "Pow" and _is_tanh_gelu_cube(node):
+        info.op_class = NodeClass.INFER
+        info.reason = (
+            "the cube inside a tanh-GELU: where it overflows, tanh saturates to +-1 and the GELU "
+            "is exact; low keeps the GELU fusable (FastGelu)"
+        )
+    elif target == "ort-cuda" and node.op_type in FP32_ACCUMULATING:
+        info.op_class = NodeClass.INFER
+        info.low_between_low = True
+        info.reason = (
+            "FP32 accumulation in the ORT CUDA kernel: low I/O between low neighbours, "
+            "FP32 next to an FP32 one"
+        )
 
 
 def _list_class(node: ir.Node, ctx: ClassifyPass) -> tuple[NodeClass, str, bool]:

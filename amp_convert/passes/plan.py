@@ -28,6 +28,8 @@ class NodeInfo:
     low_outputs: frozenset[int] = frozenset()
     any_inputs: frozenset[int] = frozenset()  # slots that accept any float type (Cast's input)
     user: bool = False  # the class came from the user (--fp32-ops, op list file, exclusions)
+    #: low only between low neighbours: the kernel accumulates in FP32, casts around it buy nothing
+    low_between_low: bool = False
     precision: Precision = FP32
     forced: bool = False  # decided by a hard rule; placement must not flip it
 

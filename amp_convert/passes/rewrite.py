@@ -13,7 +13,9 @@ from dataclasses import dataclass
 import numpy as np
 import onnx_ir as ir
 
+from amp_convert import schema
 from amp_convert.passes.assign import AssignPrecisionPass
+from amp_convert.passes.classify import STASH_NORMS
 from amp_convert.passes.plan import ANY, FREE, LOW, PrecisionPlan
 from amp_convert.precision import (
     DTYPE_ATTRIBUTES,
@@ -58,6 +60,7 @@ class RewritePass(ir.passes.InPlacePass):
         return self.assign.plan
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
+        self.opset = model.opset_imports.get("", model.opset_imports.get("ai.onnx", 1))
         homes = [(v, self._home(v)) for v in _float_values(model)]
         for value, home in homes:
             self._connect(value, home)
@@ -186,6 +189,8 @@ class RewritePass(ir.passes.InPlacePass):
             elif op in DTYPE_ATTRIBUTES:
                 for name in DTYPE_ATTRIBUTES[op]:
                     node.attributes[name] = ir.AttrInt64(name, low)
+            elif op in STASH_NORMS and schema.has_attribute(op, "", self.opset, "stash_type"):
+                node.attributes["stash_type"] = ir.AttrInt64("stash_type", 1)
             elif op == "ConstantOfShape":
                 attr = node.attributes.get("value")
                 base = attr.value if attr is not None else ir.Tensor(np.zeros(1, np.float32))
