@@ -503,3 +503,33 @@ def test_sparse_weights_are_densified_and_upcast() -> None:
     h = np.float16
     want = (x.astype(h) + np.array([1.5, 0, 0, 0.3333], h)) + np.array([0, 0.3333, 1.5, 0], h)
     np.testing.assert_array_equal(y, want.astype(np.float32))
+
+
+def test_detector_rounds_each_low_value_once_and_nothing_else(tmp_path: Path) -> None:
+    """Issue 13's DBNet check, as a property: at O2 every FP16 value of the candidate is rounded
+    exactly once, where it is produced (Conv, ConvTranspose, Resize, Add, Sigmoid, the casts to
+    FP16); no value the candidate keeps in FP32 (BatchNormalization, its Relu) is rounded, and
+    element moves (Concat) are not rounded again."""
+    import amp_convert
+    from amp_convert.validate.emulate import EXACT_OPS
+    from models.detector import dbnet_detector
+
+    onnx.save(dbnet_detector(), tmp_path / "det.onnx")
+    amp_convert.convert_file(tmp_path / "det.onnx", tmp_path / "o2.onnx", level="O2")
+    cand = onnx.load(str(tmp_path / "o2.onnx"))
+    typed = onnx.shape_inference.infer_shapes(cand).graph
+    low = {v.name for v in typed.value_info if v.type.tensor_type.elem_type == TensorProto.FLOAT16}
+    low_outputs = {
+        o for n in cand.graph.node if n.op_type not in EXACT_OPS for o in n.output if o in low
+    }
+    emu = build_emulated_model(cand)
+    rounded = [n.name.removesuffix("__emu_up") for n in emu.model.graph.node
+               if n.name.endswith("__emu_up")]  # fmt: skip
+    assert len(rounded) == len(set(rounded))  # once each
+    init_names = {t.name for t in cand.graph.initializer}
+    assert set(rounded) - init_names == low_outputs  # exactly the FP16 values, no FP32 one
+    ops = {n.op_type for n in cand.graph.node for o in n.output if o in low_outputs}
+    assert {"Conv", "ConvTranspose", "Resize", "Add", "Sigmoid", "Cast"} <= ops
+    assert "BatchNormalization" not in ops
+    concat = next(n for n in cand.graph.node if n.op_type == "Concat")
+    assert concat.output[0] in low and concat.output[0] not in rounded
