@@ -8,7 +8,7 @@ import ml_dtypes
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 from models import validation_models as vm  # noqa: E402
 
@@ -295,3 +295,241 @@ def test_models_over_the_protobuf_limit_go_through_a_temporary_folder(monkeypatc
         assert big.max_abs > 0
     assert validate(ref, cand, provider="emulate", runs=0).output("y").max_abs == small.max_abs
     assert cand.SerializeToString() == before  # the caller's proto is not rewritten
+
+
+# ---------------------------------------------------------------- what the target computes
+def _emulated_run(cand: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    emu = build_emulated_model(cand)
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    model = emu.model.SerializeToString()
+    return ort.InferenceSession(model, so, providers=["CPUExecutionProvider"]).run(None, feeds)
+
+
+def _norm_candidate(op: str, opset: int, shape: list[int], channels: int, **attrs):
+    """x (FP32) → Cast FP16 → <op>(FP16 X/scale/bias, stash_type=1) → Cast FP32."""
+    rng = np.random.default_rng(0)
+    scale = (1 + 0.1 * rng.standard_normal(channels)).astype(np.float16)
+    bias = (0.1 * rng.standard_normal(channels)).astype(np.float16)
+    params = {"scale": scale} if op == "RMSNormalization" else {"scale": scale, "bias": bias}
+    nodes = [
+        helper.make_node("Cast", ["x"], ["x16"], to=TensorProto.FLOAT16),
+        helper.make_node(op, ["x16", *params], ["y16"], stash_type=1, epsilon=1e-5, **attrs),
+        helper.make_node("Cast", ["y16"], ["y"], to=TensorProto.FLOAT),
+    ]
+    g = helper.make_graph(
+        nodes, "norm",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)],
+        [vm._tensor(k, v, TensorProto.FLOAT16) for k, v in params.items()],
+    )  # fmt: skip
+    opsets = [helper.make_opsetid("", opset)]
+    model = helper.make_model(g, opset_imports=opsets, ir_version={17: 8, 21: 10, 23: 11}[opset])
+    return model, {k: v.astype(np.float64) for k, v in params.items()}
+
+
+def _norm_numpy(op: str, x: np.ndarray, p: dict, acc, groups: int = 1) -> np.ndarray:
+    """The op on `x` with its statistics accumulated by `acc` (float64, or FP16 step by step)."""
+    if op == "GroupNormalization":
+        rows = x.reshape(x.shape[0], groups, -1)
+    else:
+        rows = x.reshape(-1, x.shape[-1])
+    if op == "RMSNormalization":
+        normed = rows / np.sqrt(acc(rows * rows) + 1e-5)
+    else:
+        centred = rows - acc(rows)
+        normed = centred / np.sqrt(acc(centred * centred) + 1e-5)
+    normed = normed.reshape(x.shape)
+    bshape = (1, -1, 1, 1) if op == "GroupNormalization" else (1, -1)
+    y = normed * p["scale"].reshape(bshape)
+    return y + p["bias"].reshape(bshape) if "bias" in p else y
+
+
+def _mean64(rows: np.ndarray) -> np.ndarray:
+    return rows.astype(np.float64).mean(axis=-1, keepdims=True)
+
+
+def _mean16(rows: np.ndarray) -> np.ndarray:
+    """A mean accumulated in FP16, one element at a time (what an FP16 kernel would do)."""
+    rows = rows.astype(np.float16)
+    with np.errstate(over="ignore"):  # RMSNorm's sum of squares overflows FP16: that is the point
+        total = np.cumsum(rows, axis=-1, dtype=np.float16)[..., -1:]
+    return (total / np.float16(rows.shape[-1])).astype(np.float16)
+
+
+@pytest.mark.parametrize(
+    ("op", "opset", "shape", "channels", "attrs"),
+    [
+        ("LayerNormalization", 17, [4, 2048], 2048, {"axis": -1}),
+        ("GroupNormalization", 21, [2, 8, 32, 32], 8, {"num_groups": 4}),
+        ("RMSNormalization", 23, [4, 2048], 2048, {"axis": -1}),
+    ],
+)
+def test_stash_type_norms_keep_fp32_statistics(op, opset, shape, channels, attrs) -> None:
+    """Issue 7: FP16 I/O with stash_type=1 is FP32 statistics on FP16-rounded inputs, one rounding.
+
+    Inputs away from zero (mean 8, std 1, 2048 per group) make FP16 accumulation visibly wrong.
+    """
+    cand, params = _norm_candidate(op, opset, shape, channels, **attrs)
+    x = (8 + np.random.default_rng(1).standard_normal(shape)).astype(np.float32)
+    (y,) = _emulated_run(cand, {"x": x})
+    x16 = x.astype(np.float16).astype(np.float64)
+    groups = attrs.get("num_groups", 1)
+    truth = _norm_numpy(op, x.astype(np.float64), params, _mean64, groups)
+    fp32_stats = _norm_numpy(op, x16, params, _mean64, groups).astype(np.float16)
+    fp16_stats = _norm_numpy(op, x16, params, _mean16, groups).astype(np.float16)
+    # the emulated output is the FP32-statistics result (FP32 vs float64 math: rare 1-ulp ties)
+    ulp = np.spacing(np.abs(fp32_stats)).astype(np.float64)
+    assert np.all(np.abs(y - fp32_stats.astype(np.float64)) <= ulp)
+    assert np.mean(y == fp32_stats.astype(np.float32)) > 0.99
+    emulated_err = np.abs(y - truth).mean()
+    model_err = np.abs(fp32_stats - truth).mean()
+    assert emulated_err == pytest.approx(model_err, rel=0.01)
+    # and none of FP16 accumulation's error
+    with np.errstate(invalid="ignore"):
+        assert not np.abs(fp16_stats - truth).mean() <= 5 * emulated_err  # NaN counts as worse
+
+
+def _softmax_models() -> tuple[onnx.ModelProto, onnx.ModelProto, onnx.ModelProto]:
+    """FP32 reference; FP16 MatMul → Softmax(FP16 I/O) → FP16 MatMul; the same with the Softmax
+    wrapped in Cast→FP32 / Cast→FP16."""
+    rng = np.random.default_rng(7)
+    w1 = (rng.standard_normal((64, 64)) / 2).astype(np.float32)
+    w2 = (rng.standard_normal((64, 32)) / 8).astype(np.float32)
+    io = (
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 16, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 16, 32])],
+    )
+    f16 = TensorProto.FLOAT16
+
+    def model(nodes, low: bool) -> onnx.ModelProto:
+        dtype = f16 if low else TensorProto.FLOAT
+        inits = [vm._tensor("w1", w1, dtype), vm._tensor("w2", w2, dtype)]
+        return vm._model(helper.make_graph(nodes, "attention_like", *io, inits))
+
+    ref = model(
+        [
+            helper.make_node("MatMul", ["x", "w1"], ["s"]),
+            helper.make_node("Softmax", ["s"], ["p"], axis=-1),
+            helper.make_node("MatMul", ["p", "w2"], ["y"]),
+        ],
+        low=False,
+    )
+    head = [
+        helper.make_node("Cast", ["x"], ["x16"], to=f16),
+        helper.make_node("MatMul", ["x16", "w1"], ["s16"]),
+    ]
+    tail = [
+        helper.make_node("MatMul", ["p16", "w2"], ["y16"]),
+        helper.make_node("Cast", ["y16"], ["y"], to=TensorProto.FLOAT),
+    ]
+    low_io = model([*head, helper.make_node("Softmax", ["s16"], ["p16"], axis=-1), *tail], True)
+    casts = [
+        helper.make_node("Cast", ["s16"], ["s32"], to=TensorProto.FLOAT),
+        helper.make_node("Softmax", ["s32"], ["p32"], axis=-1),
+        helper.make_node("Cast", ["p32"], ["p16"], to=f16),
+    ]
+    wrapped = model([*head, *casts, *tail], True)
+    return ref, low_io, wrapped
+
+
+def test_softmax_with_low_io_equals_the_fp32_cast_variant() -> None:
+    """Issue 13: ORT CUDA's Softmax accumulates in FP32 for FP16 I/O; emulate computes it that way,
+    so the casts around a Softmax between FP16 MatMuls change nothing."""
+    ref, low_io, wrapped = _softmax_models()
+    x = np.random.default_rng(8).standard_normal((2, 16, 64)).astype(np.float32)
+    a = validate(ref, low_io, provider="emulate", inputs={"x": x}, runs=0).output("y")
+    b = validate(ref, wrapped, provider="emulate", inputs={"x": x}, runs=0).output("y")
+    assert a.max_abs > 0 and a.mean_abs > 0
+    for field_ in ("max_abs", "mean_abs", "max_rel"):
+        assert getattr(a, field_) == pytest.approx(getattr(b, field_), rel=0.01), field_
+    assert 1 - a.cosine == pytest.approx(1 - b.cosine, rel=0.01)
+    # the two emulated graphs compute bit for bit the same numbers
+    np.testing.assert_array_equal(
+        _emulated_run(low_io, {"x": x})[0], _emulated_run(wrapped, {"x": x})[0]
+    )
+
+
+# ---------------------------------------------------------------- weights: never read, never lost
+def test_external_weights_are_referenced_not_read(tmp_path: Path) -> None:
+    """The copy is built without the data file: its initializers still point into it."""
+    _, cand = vm.mlp_pair(TensorProto.FLOAT16)
+    onnx.save(cand, tmp_path / "cand.onnx", save_as_external_data=True, location="cand.data",
+              size_threshold=0)  # fmt: skip
+    graph_only = onnx.load(str(tmp_path / "cand.onnx"), load_external_data=False)
+    before = graph_only.SerializeToString()
+    (tmp_path / "cand.data").rename(tmp_path / "elsewhere.data")  # any read would fail
+    emu = build_emulated_model(graph_only)
+    assert graph_only.SerializeToString() == before  # names of the wrapped tensors put back
+    inits = list(emu.model.graph.initializer)
+    assert len(inits) == emu.upcast_initializers == 3
+    for t in inits:
+        assert t.name.endswith("__emu_low") and t.data_location == TensorProto.EXTERNAL
+        assert {e.key: e.value for e in t.external_data}["location"] == "cand.data"
+        assert not t.raw_data
+
+
+def test_sparse_weights_are_densified_and_upcast() -> None:
+    """A sparse FP16 initializer and a sparse Constant: onnx-ir has neither, ORT densifies both."""
+    vals = np.array([1.5, 0.3333], np.float16)
+    w = helper.make_sparse_tensor(
+        numpy_helper.from_array(vals, "w"), numpy_helper.from_array(np.array([0, 3]), "wi"), [4]
+    )
+    c = helper.make_sparse_tensor(
+        numpy_helper.from_array(vals[::-1].copy(), "c"),
+        numpy_helper.from_array(np.array([[1], [2]]), "ci"), [4],
+    )  # fmt: skip
+    nodes = [
+        helper.make_node("Cast", ["x"], ["x16"], to=TensorProto.FLOAT16),
+        helper.make_node("Constant", [], ["c"], sparse_value=c),
+        helper.make_node("Add", ["x16", "w"], ["a"]),
+        helper.make_node("Add", ["a", "c"], ["b"]),
+        helper.make_node("Cast", ["b"], ["y"], to=TensorProto.FLOAT),
+    ]
+    g = helper.make_graph(
+        nodes, "sparse",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+        sparse_initializer=[w],
+    )  # fmt: skip
+    cand = vm._model(g)
+    before = cand.SerializeToString()
+    emu = build_emulated_model(cand)
+    assert cand.SerializeToString() == before
+    assert (emu.upcast_initializers, emu.retargeted_attributes) == (1, 1)
+    assert emu.rounding_points == {"float16": 4}  # the Cast, the Constant, both Adds
+    x = np.array([0.1, 0.2, 1 / 3, 1e-3], np.float32)
+    (y,) = _emulated_run(cand, {"x": x})
+    h = np.float16
+    want = (x.astype(h) + np.array([1.5, 0, 0, 0.3333], h)) + np.array([0, 0.3333, 1.5, 0], h)
+    np.testing.assert_array_equal(y, want.astype(np.float32))
+
+
+def test_detector_rounds_each_low_value_once_and_nothing_else(tmp_path: Path) -> None:
+    """Issue 13's DBNet check, as a property: at O2 every FP16 value of the candidate is rounded
+    exactly once, where it is produced (Conv, ConvTranspose, Resize, Add, Sigmoid, the casts to
+    FP16); no value the candidate keeps in FP32 (BatchNormalization, its Relu) is rounded, and
+    element moves (Concat) are not rounded again."""
+    import amp_convert
+    from amp_convert.validate.emulate import EXACT_OPS
+    from models.detector import dbnet_detector
+
+    onnx.save(dbnet_detector(), tmp_path / "det.onnx")
+    amp_convert.convert_file(tmp_path / "det.onnx", tmp_path / "o2.onnx", level="O2")
+    cand = onnx.load(str(tmp_path / "o2.onnx"))
+    typed = onnx.shape_inference.infer_shapes(cand).graph
+    low = {v.name for v in typed.value_info if v.type.tensor_type.elem_type == TensorProto.FLOAT16}
+    low_outputs = {
+        o for n in cand.graph.node if n.op_type not in EXACT_OPS for o in n.output if o in low
+    }
+    emu = build_emulated_model(cand)
+    rounded = [n.name.removesuffix("__emu_up") for n in emu.model.graph.node
+               if n.name.endswith("__emu_up")]  # fmt: skip
+    assert len(rounded) == len(set(rounded))  # once each
+    init_names = {t.name for t in cand.graph.initializer}
+    assert set(rounded) - init_names == low_outputs  # exactly the FP16 values, no FP32 one
+    ops = {n.op_type for n in cand.graph.node for o in n.output if o in low_outputs}
+    assert {"Conv", "ConvTranspose", "Resize", "Add", "Sigmoid", "Cast"} <= ops
+    assert "BatchNormalization" not in ops
+    concat = next(n for n in cand.graph.node if n.op_type == "Concat")
+    assert concat.output[0] in low and concat.output[0] not in rounded

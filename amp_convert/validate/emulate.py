@@ -6,27 +6,28 @@ has almost no BF16 kernels at all. The emulated copy computes every node in FP32
 value that is FP16/BF16 in the candidate through ``Cast(to=low) -> Cast(to=FLOAT)`` where it is
 produced, so rounding and overflow show up exactly where they would on a GPU, on any CPU.
 
-How the copy is built (``build_emulated_model``), in every graph including If/Loop/Scan bodies:
+What that models: a kernel with low-precision I/O that computes in FP32 and rounds its outputs
+once. That is what ORT's CUDA kernels do for FP16 I/O (Conv/MatMul accumulate in FP32, Softmax,
+LayerNormalization with ``stash_type=1`` and the reductions keep their statistics in FP32), so the
+emulated error of ``Softmax(fp16)`` equals that of ``Cast→Softmax(fp32)→Cast``.
 
-* element types of all values come from ONNX shape inference of the *original* candidate, run per
-  graph on a weight-free skeleton (bodies get their captured outer values as typed inputs, because
-  ``onnx.shape_inference`` leaves body value_info empty); a dtype propagation from op schemas
-  (ONNX's, and ONNX Runtime's contrib schemas for ``com.microsoft`` ops, which ONNX inference does
-  not know) fills what inference leaves unknown; values still unknown are listed in the report;
+The copy is an onnx-ir model built by the converter's own layer: ``InferDtypesPass`` (ONNX
+inference on a weight-free serialisation, then schema propagation with ONNX Runtime's contrib
+schemas) types every value, and ``EmulatePass`` rewrites it, in every graph including If/Loop/Scan
+bodies, with names from ``precision.UniqueNames``:
+
 * a node output that is FP16/BF16 is renamed ``<name>__emu_f32`` and followed by the Cast pair that
   produces ``<name>`` again, so consumers (also inside bodies) are untouched. A ``Cast(to=low)``
   keeps its cast and only gets the Cast back to FLOAT. Ops that only select or move elements
-  (Reshape, Transpose, Gather, Concat, MaxPool, ...) are exact on already rounded inputs and are
-  skipped; so are If/Loop/Scan outputs, which their bodies already rounded;
+  (``EXACT_OPS``) are exact on already rounded inputs and are skipped; so are If/Loop/Scan outputs,
+  which their bodies already rounded;
 * FP16/BF16 initializers are renamed ``<name>__emu_low`` and upcast exactly by one Cast to FLOAT;
   main-graph FP16/BF16 inputs become FLOAT inputs, and the caller feeds values already rounded to
   the input's low dtype (``EmulatedModel.low_inputs``), which is an exact upcast;
-* dtype attributes that name FLOAT16/BFLOAT16 (Cast ``to`` excepted, see above; RandomNormal(Like),
-  RandomUniform(Like), EyeLike, Bernoulli ``dtype``, window ops' ``output_datatype``,
-  SequenceEmpty ``dtype``) become FLOAT, and tensor attributes (Constant / ConstantOfShape
-  ``value``) are upcast exactly;
-* all FP16/BF16 types in graph inputs, outputs and value_info (tensor, sequence, optional, map)
-  become FLOAT.
+* dtype attributes that name FLOAT16/BFLOAT16 (``precision.DTYPE_ATTRIBUTES``; Cast ``to`` is the
+  rounding itself) become FLOAT, and tensor attributes (Constant / ConstantOfShape ``value``) are
+  upcast exactly;
+* every other FP16/BF16 type (graph inputs and outputs, values, sequences, optionals) becomes FLOAT.
 
 The session running the copy must not optimise the Cast pairs away: see
 ``amp_convert.validate.runtime`` (graph optimisations disabled; the pair survives, proven by the
@@ -35,18 +36,31 @@ overflow test).
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import itertools
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
+import onnx_ir as ir
+from onnx import TensorProto
 
 from amp_convert import proto_walk
+from amp_convert.onnx_checks import analyse
+from amp_convert.passes.infer_dtypes import InferDtypesPass
+from amp_convert.precision import (
+    BFLOAT16,
+    DTYPE_ATTRIBUTES,
+    FLOAT,
+    FLOAT16,
+    LOW_TYPES,
+    UniqueNames,
+    is_default_domain,
+)
+from amp_convert.validate.sparse import densified
 
-LOW_TYPES: dict[int, str] = {TensorProto.FLOAT16: "float16", TensorProto.BFLOAT16: "bfloat16"}
+#: element type → the name the report and the input feeder use
+LOW_NAMES: dict[ir.DataType, str] = {FLOAT16: "float16", BFLOAT16: "bfloat16"}
 
 # Default-domain ops whose outputs only select, move or compare-select input elements: applied to
 # values that are already representable in the low dtype they give a representable result, so
@@ -61,24 +75,6 @@ EXACT_OPS = frozenset(
         "Trilu",
     }
 )  # fmt: skip
-
-# Integer attributes that name an output element type, per default-domain op. Cast is handled
-# separately (its cast to low precision *is* the rounding).
-DTYPE_ATTRIBUTES: dict[str, tuple[str, ...]] = {
-    "RandomNormal": ("dtype",),
-    "RandomUniform": ("dtype",),
-    "RandomNormalLike": ("dtype",),
-    "RandomUniformLike": ("dtype",),
-    "EyeLike": ("dtype",),
-    "Bernoulli": ("dtype",),
-    "SequenceEmpty": ("dtype",),
-    "HannWindow": ("output_datatype",),
-    "HammingWindow": ("output_datatype",),
-    "BlackmanWindow": ("output_datatype",),
-    "MelWeightMatrix": ("output_datatype",),
-}
-
-_DEFAULT_DOMAINS = ("", "ai.onnx")
 
 
 @dataclass
@@ -109,407 +105,204 @@ class EmulatedModel:
 def build_emulated_model(model: onnx.ModelProto) -> EmulatedModel:
     """Return the FP32-with-rounding copy of ``model`` (``model`` itself is not changed).
 
-    Initializers stored as external data keep their references (only their names change), so the
-    copy must be run with the original model's folder as external-data folder.
+    Initializers stored as external data keep their references (only their names change) and are
+    never read, so the copy must be run with the original model's folder as external-data folder.
     """
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
-    result = EmulatedModel(model=out)
-    ctx = _Context(out, result)
-    ctx.rewrite_graph(out.graph, outer_types={}, is_main=True)
+    clone = ir.serde.deserialize_model(densified(model))  # wraps the weights, copies nothing
+    # the clone's tensors are views of `model`'s TensorProtos, and renaming an initializer renames
+    # the proto it wraps: put the names back once the copy is serialised
+    names = [
+        (v.const_value, v.const_value.name)
+        for graph in clone.graphs()
+        for v in graph.initializers.values()
+        if v.const_value is not None
+    ]
+    try:
+        untyped = [v for node in clone.graph.all_nodes() for v in node.outputs if v.type is None]
+        _, inferred = analyse(clone)
+        InferDtypesPass(inferred)(clone)
+        emulate = EmulatePass(UniqueNames.of_model(clone))
+        emulate(clone)
+        for value in untyped:  # typed only to decide the rounding: ORT infers them again
+            if not value.is_graph_output():
+                value.type = None
+        result = emulate.result
+        result.model = ir.serde.serialize_model(clone)
+    finally:
+        for tensor, name in names:
+            tensor.name = name
     return result
 
 
 # --------------------------------------------------------------------------------------------
-# type helpers
+# the pass
 
 
-_graphs = proto_walk.graphs
-_subgraphs = proto_walk.subgraphs
+def _subgraphs(node: ir.Node) -> Iterator[ir.Graph]:
+    for attr in node.attributes.values():
+        if attr.type == ir.AttributeType.GRAPH:
+            yield attr.as_graph()
+        elif attr.type == ir.AttributeType.GRAPHS:
+            yield from attr.as_graphs()
 
 
-def _type_has_low(tp: onnx.TypeProto) -> bool:
-    leaf = _element_holder(tp)
-    return leaf is not None and leaf.elem_type in LOW_TYPES
-
-
-def _retype_low(tp: onnx.TypeProto) -> bool:
-    """FP16/BF16 → FLOAT everywhere inside ``tp``; returns whether anything changed."""
-    leaf = _element_holder(tp)
-    if leaf is None or leaf.elem_type not in LOW_TYPES:
-        return False
-    leaf.elem_type = TensorProto.FLOAT
-    return True
-
-
-def _element_holder(tp: onnx.TypeProto):
-    """The (sparse) tensor type inside ``tp`` that carries the element type, or None."""
-    kind = tp.WhichOneof("value")
-    if kind in ("tensor_type", "sparse_tensor_type"):
-        return getattr(tp, kind)
-    if kind in ("sequence_type", "optional_type"):
-        return _element_holder(getattr(tp, kind).elem_type)
-    if kind == "map_type":
-        return _element_holder(tp.map_type.value_type)
+def _as_float(vtype: ir.TypeProtocol | None) -> ir.TypeProtocol | None:
+    """``vtype`` with its FP16/BF16 element type made FLOAT, or None when it has none."""
+    if isinstance(vtype, ir.TensorType | ir.SparseTensorType):
+        return type(vtype)(FLOAT) if vtype.dtype in LOW_TYPES else None
+    if isinstance(vtype, ir.SequenceType | ir.OptionalType):
+        inner = _as_float(vtype.elem_type)
+        return None if inner is None else type(vtype)(inner)
     return None
 
 
-def _tensor_elem(tp: onnx.TypeProto | None) -> int | None:
-    """Element type of a tensor type, None when not a tensor or unknown."""
-    if tp is None or tp.WhichOneof("value") != "tensor_type":
-        return None
-    return tp.tensor_type.elem_type or None
+def _low_tensor_dtype(value: ir.Value) -> ir.DataType | None:
+    vtype = value.type
+    if isinstance(vtype, ir.TensorType) and vtype.dtype in LOW_TYPES:
+        return vtype.dtype
+    return None
 
 
-def _known(tp: onnx.TypeProto) -> bool:
-    kind = tp.WhichOneof("value")
-    if kind is None:
-        return False
-    if kind == "tensor_type":
-        return tp.tensor_type.elem_type != 0
-    return True
+def _retype(value: ir.Value) -> None:
+    new = _as_float(value.type)
+    if new is not None:
+        value.type = new
 
 
-def _upcast_tensor(t: onnx.TensorProto) -> onnx.TensorProto:
-    """Exact FP16/BF16 → FP32 copy of a tensor attribute value (keeps the name)."""
-    arr = numpy_helper.to_array(t).astype(np.float32)
-    out = numpy_helper.from_array(arr, t.name)
-    return out
+def _cast(value: ir.Value, to: ir.DataType, out: ir.Value, name: str) -> ir.Node:
+    return ir.Node("", "Cast", [value], [ir.AttrInt64("to", to)], outputs=[out], name=name)
+
+
+class EmulatePass(ir.passes.InPlacePass):
+    """Round every FP16/BF16 value where it is produced; compute everything else in FP32.
+
+    Runs on a typed clone (after ``InferDtypesPass``); what it did is in ``self.result``.
+    """
+
+    def __init__(self, names: UniqueNames) -> None:
+        super().__init__()
+        self.names = names
+        self.result = EmulatedModel(model=onnx.ModelProto())
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        self._graph(model.graph, is_main=True)
+        return ir.passes.PassResult(model, modified=True)
+
+    def _graph(self, graph: ir.Graph, is_main: bool) -> None:
+        upcasts = [self._upcast_initializer(v) for v in list(graph.initializers.values())]
+        for value in graph.inputs:
+            if value.is_initializer():
+                continue  # IR < 4: an initializer declared as input keeps its stored type
+            dtype = _low_tensor_dtype(value)
+            if is_main and dtype is not None:
+                self.result.low_inputs[value.name] = LOW_NAMES[dtype]
+            _retype(value)
+        for node in list(graph):
+            subs = list(_subgraphs(node))
+            for sub in subs:
+                self._graph(sub, is_main=False)
+            self._retarget_attributes(node)
+            added: list[ir.Node] = []
+            for value in node.outputs:
+                if subs:  # If/Loop/Scan outputs were rounded inside their bodies
+                    _retype(value)
+                elif value.type is None:
+                    self.result.unknown_types.append(value.name)
+                else:
+                    added.extend(self._round(node, value))
+            if added:
+                graph.insert_after(node, added)
+        casts = [c for c in upcasts if c is not None]
+        if casts:
+            if len(graph):
+                graph.insert_before(graph.node(0), casts)
+            else:
+                graph.extend(casts)
+
+    def _upcast_initializer(self, value: ir.Value) -> ir.Node | None:
+        """Read a low initializer through one exact Cast to FLOAT, under its old name."""
+        dtype = value.const_value.dtype if value.const_value is not None else value.dtype
+        if dtype not in LOW_TYPES:
+            return None
+        name = value.name
+        up = ir.Value(name=name, type=ir.TensorType(FLOAT), shape=value.shape)
+        ir.convenience.replace_all_uses_with(value, up, replace_graph_outputs=True)
+        value.name = self.names.take(f"{name}__emu_low")
+        self.result.upcast_initializers += 1
+        return _cast(value, FLOAT, up, self.names.take(f"{name}__emu_up"))
+
+    def _round(self, node: ir.Node, value: ir.Value) -> list[ir.Node]:
+        """The Cast pair after a low output (none for exact ops); the value itself turns FLOAT."""
+        dtype = _low_tensor_dtype(value)
+        exact = is_default_domain(node.domain) and node.op_type in EXACT_OPS
+        is_cast = is_default_domain(node.domain) and node.op_type == "Cast"
+        if dtype is None or (exact and not is_cast):
+            _retype(value)
+            return []
+        low_name = LOW_NAMES[dtype]
+        self.result.rounding_points[low_name] = self.result.rounding_points.get(low_name, 0) + 1
+        name = value.name
+        up = ir.Value(name=name, type=ir.TensorType(FLOAT), shape=value.shape)
+        ir.convenience.replace_all_uses_with(value, up, replace_graph_outputs=True)
+        if is_cast:  # the cast to low precision is the rounding; only come back to FLOAT
+            value.name = self.names.take(f"{name}__emu_low")
+            return [_cast(value, FLOAT, up, self.names.take(f"{name}__emu_up"))]
+        value.name = self.names.take(f"{name}__emu_f32")
+        value.type = ir.TensorType(FLOAT)
+        low = ir.Value(
+            name=self.names.take(f"{name}__emu_low"), type=ir.TensorType(dtype), shape=value.shape
+        )
+        return [
+            _cast(value, dtype, low, self.names.take(f"{name}__emu_round")),
+            _cast(low, FLOAT, up, self.names.take(f"{name}__emu_up")),
+        ]
+
+    def _retarget_attributes(self, node: ir.Node) -> None:
+        names = DTYPE_ATTRIBUTES.get(node.op_type, ()) if is_default_domain(node.domain) else ()
+        for key, attr in list(node.attributes.items()):
+            if attr.type == ir.AttributeType.INT and key in names and attr.value in LOW_TYPES:
+                node.attributes[key] = ir.AttrInt64(key, FLOAT)
+            elif attr.type == ir.AttributeType.TENSOR and attr.value.dtype in LOW_TYPES:
+                tensor = attr.value
+                exact = np.asarray(tensor.numpy(), dtype=np.float32)  # FP16/BF16 ⊂ FP32
+                node.attributes[key] = ir.AttrTensor(key, ir.tensor(exact, name=tensor.name))
+            else:
+                continue
+            self.result.retargeted_attributes += 1
 
 
 # --------------------------------------------------------------------------------------------
-# per-graph type inference
+# a look at a proto without converting it
 
 
-def _used_names(graph: onnx.GraphProto) -> set[str]:
-    used: set[str] = set()
-    for node in graph.node:
-        used.update(n for n in node.input if n)
-        for sub in _subgraphs(node):
-            used |= _captured(sub)
-    used.update(o.name for o in graph.output)
-    return used
+_LOW_PROTO = {TensorProto.FLOAT16: "float16", TensorProto.BFLOAT16: "bfloat16"}
 
 
-def _defined_names(graph: onnx.GraphProto) -> set[str]:
-    defined = {i.name for i in graph.input}
-    defined.update(t.name for t in graph.initializer)
-    defined.update(t.values.name for t in graph.sparse_initializer)
-    for node in graph.node:
-        defined.update(o for o in node.output if o)
-    return defined
-
-
-def _captured(graph: onnx.GraphProto) -> set[str]:
-    """Names a (sub)graph reads from enclosing scopes."""
-    return _used_names(graph) - _defined_names(graph)
-
-
-def _skeleton(graph: onnx.GraphProto) -> onnx.GraphProto:
-    """Weight-free copy for type inference: initializers become typed inputs."""
-    sk = onnx.GraphProto(name=graph.name)
-    for node in graph.node:
-        n = sk.node.add()
-        n.CopyFrom(node)
-        for a in n.attribute:
-            if a.type == onnx.AttributeProto.GRAPH:
-                a.g.CopyFrom(_skeleton(a.g))
-            elif a.type == onnx.AttributeProto.GRAPHS:
-                subs = [_skeleton(g) for g in a.graphs]
-                del a.graphs[:]
-                a.graphs.extend(subs)
-    sk.input.extend(graph.input)
-    declared = {i.name for i in graph.input}
-    for t in graph.initializer:
-        if t.name not in declared:
-            sk.input.append(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
-    for st in graph.sparse_initializer:
-        if st.values.name not in declared:
-            sk.input.append(
-                helper.make_tensor_value_info(st.values.name, st.values.data_type, list(st.dims))
-            )
-    sk.output.extend(graph.output)
-    sk.value_info.extend(graph.value_info)
-    return sk
-
-
-class _Context:
-    def __init__(self, model: onnx.ModelProto, result: EmulatedModel) -> None:
-        self.model = model
-        self.result = result
-        self.opsets = {o.domain or "": o.version for o in model.opset_import}
-        self.names: set[str] = set()
-        for g in _graphs(model.graph):
-            self.names |= _defined_names(g)
-            self.names |= _used_names(g)
-            self.names.update(n.name for n in g.node if n.name)
-
-    # ---- naming
-    def fresh(self, base: str) -> str:
-        name = base
-        i = 1
-        while name in self.names:
-            name = f"{base}_{i}"
-            i += 1
-        self.names.add(name)
-        return name
-
-    # ---- types
-    def infer_types(
-        self, graph: onnx.GraphProto, outer_types: dict[str, onnx.TypeProto]
-    ) -> dict[str, onnx.TypeProto]:
-        """Types of every value visible in ``graph`` (its own and captured outer ones)."""
-        sk = _skeleton(graph)
-        captured = sorted(_captured(graph))
-        for name in captured:
-            if name in outer_types:
-                vi = onnx.ValueInfoProto(name=name)
-                vi.type.CopyFrom(outer_types[name])
-                sk.input.append(vi)
-        tmp = helper.make_model(
-            sk, opset_imports=list(self.model.opset_import), ir_version=self.model.ir_version
-        )
-        # best effort: where inference fails, the schema-based propagation below still runs
-        with contextlib.suppress(Exception):
-            tmp = onnx.shape_inference.infer_shapes(tmp, check_type=False, strict_mode=False)
-        types: dict[str, onnx.TypeProto] = dict(outer_types)
-        g = tmp.graph
-        for vi in itertools.chain(g.input, g.value_info, g.output):
-            if _known(vi.type):
-                types[vi.name] = vi.type
-        self._propagate(graph, types)
-        return types
-
-    def _propagate(self, graph: onnx.GraphProto, types: dict[str, onnx.TypeProto]) -> None:
-        """Schema-based dtype propagation for outputs inference left unknown."""
-        for node in graph.node:
-            missing = [o for o in node.output if o and o not in types]
-            if not missing:
-                continue
-            elem = self._output_elem_types(node, types)
-            for i, o in enumerate(node.output):
-                if o and o not in types and elem.get(i):
-                    types[o] = helper.make_tensor_type_proto(elem[i], None)
-
-    def _output_elem_types(
-        self, node: onnx.NodeProto, types: dict[str, onnx.TypeProto]
-    ) -> dict[int, int]:
-        if node.domain in _DEFAULT_DOMAINS and node.op_type == "Cast":
-            to = next((a.i for a in node.attribute if a.name == "to"), 0)
-            return {0: to} if to else {}
-        if node.domain in _DEFAULT_DOMAINS and node.op_type == "CastLike":
-            e = _tensor_elem(types.get(node.input[1])) if len(node.input) > 1 else None
-            return {0: e} if e else {}
-        domain = node.domain if node.domain not in _DEFAULT_DOMAINS else ""
-        version = self.opsets.get(domain, self.opsets.get("ai.onnx", 1))
-        schema = _schema(node.op_type, version, domain)
-        if schema is None:  # unknown op (custom domain): nothing to go on
-            return {}
-        ins, outs, constraints = schema
-        in_types: dict[str, int] = {}
-        for i, name in enumerate(node.input):
-            if not name or not ins:
-                continue
-            e = _tensor_elem(types.get(name))
-            if e:
-                in_types.setdefault(ins[min(i, len(ins) - 1)], e)
-        out: dict[int, int] = {}
-        for i, _ in enumerate(node.output):
-            if not outs:
-                break
-            ts = outs[min(i, len(outs) - 1)]
-            if ts in in_types:
-                out[i] = in_types[ts]
-            else:
-                allowed = constraints.get(ts, [ts])
-                if len(allowed) == 1 and allowed[0].startswith("tensor("):
-                    e = _elem_from_str(allowed[0])
-                    if e:
-                        out[i] = e
-        return out
-
-    # ---- rewrite
-    def rewrite_graph(
-        self, graph: onnx.GraphProto, outer_types: dict[str, onnx.TypeProto], is_main: bool
-    ) -> None:
-        types = self.infer_types(graph, outer_types)
-        result = self.result
-        new_nodes: list[onnx.NodeProto] = []
-
-        # initializers: rename and upcast exactly with one Cast
-        input_names = {i.name: i for i in graph.input}
-        keep_low: set[str] = set()  # IR < 4 initializers declared as inputs stay low
-        for t in list(graph.initializer) + [s.values for s in graph.sparse_initializer]:
-            if t.data_type not in LOW_TYPES:
-                continue
-            low_name = self.fresh(f"{t.name}__emu_low")
-            if t.name in input_names:  # IR < 4: initializer also declared as graph input
-                input_names[t.name].name = low_name
-                keep_low.add(low_name)
-            new_nodes.append(
-                helper.make_node(
-                    "Cast", [low_name], [t.name], name=self.fresh(f"{t.name}__emu_up"),
-                    to=TensorProto.FLOAT,
-                )
-            )  # fmt: skip
-            t.name = low_name
-            result.upcast_initializers += 1
-
-        if is_main:
-            initializer_names = {t.name for t in graph.initializer}
-            for vi in graph.input:
-                e = _tensor_elem(vi.type)
-                if e in LOW_TYPES and vi.name not in initializer_names:
-                    result.low_inputs[vi.name] = LOW_TYPES[e]
-
-        for node in graph.node:
-            subs = list(_subgraphs(node))
-            for sub in subs:
-                self.rewrite_graph(sub, types, is_main=False)
-            self._retarget_attributes(node)
-            new_nodes.append(node)
-            if subs:
-                continue  # If/Loop/Scan outputs were rounded inside their bodies
-            for idx, out_name in enumerate(node.output):
-                if not out_name:
-                    continue
-                tp = types.get(out_name)
-                if tp is None:
-                    result.unknown_types.append(out_name)
-                    continue
-                elem = _tensor_elem(tp)
-                if elem not in LOW_TYPES:
-                    continue
-                new_nodes.extend(self._round_output(node, idx, elem))
-
-        del graph.node[:]
-        graph.node.extend(new_nodes)
-        for vi in itertools.chain(graph.input, graph.output, graph.value_info):
-            if vi.name not in keep_low:
-                _retype_low(vi.type)
-
-    def _round_output(self, node: onnx.NodeProto, idx: int, elem: int) -> list[onnx.NodeProto]:
-        name = node.output[idx]
-        is_cast = node.domain in _DEFAULT_DOMAINS and node.op_type == "Cast"
-        if not is_cast and node.domain in _DEFAULT_DOMAINS and node.op_type in EXACT_OPS:
-            return []
-        low = LOW_TYPES[elem]
-        self.result.rounding_points[low] = self.result.rounding_points.get(low, 0) + 1
-        if is_cast:  # the cast to low precision is the rounding; only come back to FLOAT
-            low_name = self.fresh(f"{name}__emu_low")
-            node.output[idx] = low_name
-            return [
-                helper.make_node(
-                    "Cast", [low_name], [name], name=self.fresh(f"{name}__emu_up"),
-                    to=TensorProto.FLOAT,
-                )
-            ]  # fmt: skip
-        f32_name = self.fresh(f"{name}__emu_f32")
-        low_name = self.fresh(f"{name}__emu_low")
-        node.output[idx] = f32_name
-        return [
-            helper.make_node(
-                "Cast", [f32_name], [low_name], name=self.fresh(f"{name}__emu_round"), to=elem
-            ),
-            helper.make_node(
-                "Cast", [low_name], [name], name=self.fresh(f"{name}__emu_up"),
-                to=TensorProto.FLOAT,
-            ),
-        ]  # fmt: skip
-
-    def _retarget_attributes(self, node: onnx.NodeProto) -> None:
-        default = node.domain in _DEFAULT_DOMAINS
-        names = DTYPE_ATTRIBUTES.get(node.op_type, ()) if default else ()
-        for a in node.attribute:
-            if a.type == onnx.AttributeProto.INT and a.name in names and a.i in LOW_TYPES:
-                a.i = TensorProto.FLOAT
-                self.result.retargeted_attributes += 1
-            elif a.type == onnx.AttributeProto.TENSOR and a.t.data_type in LOW_TYPES:
-                a.t.CopyFrom(_upcast_tensor(a.t))
-                self.result.retargeted_attributes += 1
-            elif (
-                a.type == onnx.AttributeProto.SPARSE_TENSOR
-                and a.sparse_tensor.values.data_type in LOW_TYPES
-            ):
-                a.sparse_tensor.values.CopyFrom(_upcast_tensor(a.sparse_tensor.values))
-                self.result.retargeted_attributes += 1
-
-
-Schema = tuple[list[str], list[str], dict[str, list[str]]]
-
-
-@functools.cache
-def _schema(op_type: str, version: int, domain: str) -> Schema | None:
-    """(input type strs, output type strs, constraints) from ONNX, else from ONNX Runtime.
-
-    ONNX Runtime registers its contrib schemas (com.microsoft FusedMatMul, Attention,
-    SkipLayerNormalization, ...), which ONNX shape inference does not know.
-    """
-    try:
-        s = onnx.defs.get_schema(op_type, version, domain)
-    except Exception:
-        return _ort_schema(op_type, version, domain)
-    return (
-        [f.type_str for f in s.inputs],
-        [f.type_str for f in s.outputs],
-        {c.type_param_str: list(c.allowed_type_strs) for c in s.type_constraints},
-    )
-
-
-def _ort_schema(op_type: str, version: int, domain: str) -> Schema | None:
-    try:
-        from onnxruntime.capi import _pybind_state as C
-
-        candidates = [
-            s for s in _ort_schemas(C) if s.name == op_type and s.domain == domain
-            and s.since_version <= version
-        ]  # fmt: skip
-    except Exception:  # no ORT, or an ORT without schema access: stay unknown
-        return None
-    if not candidates:
-        return None
-    s = max(candidates, key=lambda s: s.since_version)
-    return (
-        [f.typeStr for f in s.inputs],
-        [f.typeStr for f in s.outputs],
-        {c.type_param_str: list(c.allowed_type_strs) for c in s.type_constraints},
-    )
-
-
-@functools.cache
-def _ort_schemas(C) -> list:  # noqa: N803 - the module's conventional name
-    return [s for s in C.get_all_operator_schema() if s.domain not in _DEFAULT_DOMAINS]
-
-
-_STR_TO_ELEM = {
-    f"tensor({helper.tensor_dtype_to_string(t).split('.')[-1].lower()})": t
-    for t in TensorProto.DataType.values()
-    if t
-}
-_STR_TO_ELEM.update({"tensor(float)": TensorProto.FLOAT, "tensor(double)": TensorProto.DOUBLE})
-
-
-def _elem_from_str(s: str) -> int | None:
-    return _STR_TO_ELEM.get(s)
+def _proto_elem(tp: onnx.TypeProto) -> int | None:
+    kind = tp.WhichOneof("value")
+    if kind in ("tensor_type", "sparse_tensor_type"):
+        return getattr(tp, kind).elem_type
+    if kind in ("sequence_type", "optional_type"):
+        return _proto_elem(getattr(tp, kind).elem_type)
+    if kind == "map_type":
+        return _proto_elem(tp.map_type.value_type)
+    return None
 
 
 def low_dtype_names(model: onnx.ModelProto) -> list[str]:
     """Low-precision dtype names used anywhere in ``model`` (for messages)."""
     found: set[str] = set()
-    for graph in _graphs(model.graph):
+    for graph in proto_walk.graphs(model.graph):
         for t in graph.initializer:
-            if t.data_type in LOW_TYPES:
-                found.add(LOW_TYPES[t.data_type])
+            if t.data_type in _LOW_PROTO:
+                found.add(_LOW_PROTO[t.data_type])
         for vi in itertools.chain(graph.input, graph.output, graph.value_info):
-            e = _tensor_elem(vi.type)
-            if e in LOW_TYPES:
-                found.add(LOW_TYPES[e])
+            e = _proto_elem(vi.type)
+            if e in _LOW_PROTO:
+                found.add(_LOW_PROTO[e])
         for node in graph.node:
             for a in node.attribute:
-                if (
-                    a.type == onnx.AttributeProto.INT
-                    and a.name in ("to", "dtype")
-                    and (a.i in LOW_TYPES)
-                ):
-                    found.add(LOW_TYPES[a.i])
+                is_dtype = a.type == onnx.AttributeProto.INT and a.name in ("to", "dtype")
+                if is_dtype and a.i in _LOW_PROTO:
+                    found.add(_LOW_PROTO[a.i])
     return sorted(found)
