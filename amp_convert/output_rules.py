@@ -51,31 +51,30 @@ def _identity(path: Path) -> tuple:
 
 
 def check_outputs(
-    outputs: Sequence[tuple[str, Path]], inputs: Iterable[Path], force: bool, model: Path
+    outputs: Sequence[tuple[str, Path]], inputs: Iterable[Sequence[Path]], force: bool
 ) -> None:
     """Refuse (OutputError) any output that is an input, another output, or exists without force.
 
     `outputs` are (label, path) pairs, e.g. ("output", o.onnx), ("report", r.json); a label in
-    CLAIM_ONLY only reserves the name (never an input or another output; it may exist). `model`
-    is the input model, named in the messages.
+    CLAIM_ONLY only reserves the name (never an input or another output; it may exist).
+    `inputs` are the files each input reads: model_files() of a model, [path] of another file.
     """
-    input_ids = {}
-    for p in inputs:
-        input_ids.setdefault(_identity(p), p)
+    input_ids: dict[tuple, tuple[Path, Path]] = {}  # identity -> (file, the input it belongs to)
+    for files in inputs:
+        for p in files:
+            input_ids.setdefault(_identity(p), (p, files[0]))
     seen: dict[tuple, str] = {}
     for label, path in outputs:
         if not str(path):
             raise OutputError(f"{label}: empty path")
         ident = _identity(path)
         if ident in input_ids:
-            what = input_ids[ident]
-            if _identity(model) == ident:
-                raise OutputError(
-                    f"{path}: {label} would overwrite the input model; choose another path"
-                )
+            what, owner = input_ids[ident]
+            if what is owner:
+                raise OutputError(f"{path}: {label} would overwrite the input {what}")
             raise OutputError(
                 f"{path}: {label} would overwrite {what}, the external data of the input "
-                f"model {model}; choose another path"
+                f"model {owner}; choose another path"
             )
         if ident in seen:
             raise OutputError(f"{path}: {label} is also the {seen[ident]}; choose another path")

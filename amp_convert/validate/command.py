@@ -189,10 +189,10 @@ def run_cli_validation(
     ]
     try:
         if report_files:
-            read = [*model_files(Path(reference_path)), *model_files(Path(candidate_path))]
+            read = [model_files(Path(reference_path)), model_files(Path(candidate_path))]
             if v.get("inputs"):
-                read.append(Path(v["inputs"]))
-            check_outputs(report_files, read, force, Path(reference_path))
+                read.append([Path(v["inputs"])])
+            check_outputs(report_files, read, force)
         dims = v.get("dim") or {}
         if not isinstance(dims, Mapping):
             dims = parse_dims(tuple(dims))
