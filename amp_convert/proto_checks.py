@@ -174,25 +174,23 @@ def check_topological_order(proto: onnx.ModelProto, where: str) -> None:
     _check_order(proto.graph, [], where)
 
 
-def _check_order(
-    graph: onnx.GraphProto, outer: list[tuple[set[str], dict[str, str]]], where: str
-) -> None:
+def _check_order(graph: onnx.GraphProto, outer: list[tuple[set, dict]], where: str) -> None:
     defined = {v.name for v in graph.input} | {t.name for t in graph.initializer}
     defined |= {t.values.name for t in graph.sparse_initializer}
-    producers = {
-        out: _node_label(node, i) for i, node in enumerate(graph.node) for out in node.output if out
-    }
+    nodes = list(graph.node)
+    producers = {out: (node, j) for j, node in enumerate(nodes) for out in node.output}
     scopes = [*outer, (defined, producers)]
-    for i, node in enumerate(graph.node):
+    for i, node in enumerate(nodes):
         for name in node.input:
-            if not name or any(name in d for d, _ in scopes):
+            if not name or name in defined or any(name in d for d, _ in outer):
                 continue
-            producer = next((p[name] for _, p in reversed(scopes) if name in p), None)
-            if producer is not None:
+            found = next((p[name] for _, p in reversed(scopes) if name in p), None)
+            if found is not None:
                 raise InputError(
-                    f"{where}: {_node_label(node, i)} reads {name!r} before {producer} "
-                    "produces it: the nodes are not in topological order"
+                    f"{where}: {_node_label(node, i)} reads {name!r} before "
+                    f"{_node_label(*found)} produces it: the nodes are not in topological order"
                 )
-        for sub in proto_walk.subgraphs(node):
-            _check_order(sub, scopes, where)
-        defined.update(o for o in node.output if o)
+        if node.attribute:
+            for sub in proto_walk.subgraphs(node):
+                _check_order(sub, scopes, where)
+        defined.update(node.output)

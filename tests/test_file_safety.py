@@ -279,6 +279,16 @@ def test_force_rewrite_switches_pair_and_removes_only_the_old_data(
     np.testing.assert_allclose(outputs_of(out), outputs_of(src), rtol=2e-2, atol=2e-2)
 
 
+def test_inline_rewrite_of_an_external_pair_removes_its_data(
+    pair: tuple[Path, Path], tmp_path: Path
+) -> None:
+    src, out = pair
+    amp_convert.convert_file(src, out, force=True, external_data=False)
+    assert data_files(out) == set()
+    assert listing(tmp_path) == ["m.onnx", "m.onnx.data", "o.onnx"]
+    np.testing.assert_allclose(outputs_of(out), outputs_of(src), rtol=2e-2, atol=2e-2)
+
+
 @pytest.mark.parametrize("stage", ["graph", "rename", "data"])
 def test_failed_force_rewrite_keeps_the_old_pair(
     pair: tuple[Path, Path], tmp_path: Path, monkeypatch, stage: str
@@ -341,7 +351,7 @@ _CHILD = textwrap.dedent(
     import onnx, onnx_ir
     import amp_convert
 
-    src, dst, stage = sys.argv[1:4]
+    src, dst, stage, entry = sys.argv[1:5]
 
     def announce():
         print("WRITING", flush=True)
@@ -364,19 +374,28 @@ _CHILD = textwrap.dedent(
             return real_save(*a, **k)
 
         onnx.save = slow_save
-    amp_convert.convert_file(src, dst, force=True)
+    if entry == "api":
+        amp_convert.convert_file(src, dst, force=True)
+    else:
+        from amp_convert.cli import main
+
+        sys.argv = ["amp-convert", src, "-o", dst, "--force", "-q"]
+        main()
     print("FINISHED", flush=True)
     """
 )
 
 
+@pytest.mark.parametrize("entry", ["api", "cli"])
 @pytest.mark.parametrize("stage", ["data", "graph"])
-def test_sigterm_mid_write_leaves_no_temporary_files(tmp_path: Path, stage: str) -> None:
+def test_sigterm_mid_write_leaves_no_temporary_files(
+    tmp_path: Path, stage: str, entry: str
+) -> None:
     src = external_model(tmp_path / "m.onnx", layers=40)
     out = tmp_path / "o.onnx"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     child = subprocess.Popen(
-        [sys.executable, "-c", _CHILD, str(src), str(out), stage],
+        [sys.executable, "-c", _CHILD, str(src), str(out), stage, entry],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
