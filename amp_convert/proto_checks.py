@@ -113,6 +113,23 @@ def resolve_location(model_path: Path, location: str) -> Path:
     return Path(os.path.realpath(model_path.parent / location))
 
 
+def _check_containment(
+    model_path: Path, folder: Path, what: str, location: str, path: Path
+) -> None:
+    """The data file must be inside the model's folder, as written and with symlinks followed."""
+    written = Path(os.path.normpath(Path(os.path.abspath(model_path.parent)) / location))
+    if os.path.isabs(location) or not written.is_relative_to(os.path.abspath(model_path.parent)):
+        raise InputError(
+            f"{model_path}: {what}: external data location {location!r} is outside the "
+            f"model's folder {folder}; refused"
+        )
+    if not path.is_relative_to(folder):
+        raise InputError(
+            f"{model_path}: {what}: external data location {location!r} is a symlink to "
+            f"{path}, outside the model's folder {folder}; refused"
+        )
+
+
 def check_external_data(proto: onnx.ModelProto, model_path: Path) -> None:
     """Every external reference stays in the model's folder, exists and is long enough.
 
@@ -129,17 +146,19 @@ def check_external_data(proto: onnx.ModelProto, model_path: Path) -> None:
         if not location:
             raise InputError(f"{model_path}: {what} is external but names no location")
         path = resolve_location(model_path, location)
-        if os.path.isabs(location) or not path.is_relative_to(folder):
-            raise InputError(
-                f"{model_path}: {what}: external data location {location!r} is outside the "
-                f"model's folder {folder}; refused"
-            )
         if path not in sizes:
+            _check_containment(model_path, folder, what, location, path)
             if not path.is_file():
                 raise InputError(
                     f"{model_path}: external data file {location!r} of {what} is missing"
                 )
-            sizes[path] = path.stat().st_size
+            st = path.stat()
+            if st.st_nlink > 1:  # onnx-ir refuses these too (a hard link can escape the folder)
+                raise InputError(
+                    f"{model_path}: external data file {location!r} has {st.st_nlink} hard "
+                    "links; refused (copy it to a file of its own)"
+                )
+            sizes[path] = st.st_size
         try:
             offset = int(entries.get("offset", "0"))
             length = int(entries["length"]) if "length" in entries else None

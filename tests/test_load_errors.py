@@ -68,6 +68,23 @@ def traversal(folder: Path) -> Path:
     return path
 
 
+def symlink_outside(folder: Path) -> Path:
+    (folder / "secret.bin").write_bytes(floats(16))
+    (folder / "sub").mkdir()
+    (folder / "sub" / "w.bin").symlink_to(folder / "secret.bin")
+    path = folder / "sub" / "m.onnx"
+    onnx.save(matmul_relu([external_weight("w.bin")]), path)
+    return path
+
+
+def hard_link(folder: Path) -> Path:
+    (folder / "w.bin").write_bytes(floats(16))
+    os.link(folder / "w.bin", folder / "w2.bin")
+    path = folder / "m.onnx"
+    onnx.save(matmul_relu([external_weight("w.bin")]), path)
+    return path
+
+
 def absolute_location(folder: Path) -> Path:
     (folder / "w.bin").write_bytes(floats(16))
     path = folder / "m.onnx"
@@ -149,6 +166,16 @@ CASES: dict[str, tuple[Callable[[Path], Path], str]] = {
         traversal,
         "{path}: initializer 'w': external data location '../secret.bin' is outside the model's "
         "folder {folder}/sub; refused",
+    ),
+    "symlink outside": (
+        symlink_outside,
+        "{path}: initializer 'w': external data location 'w.bin' is a symlink to "
+        "{folder}/secret.bin, outside the model's folder {folder}/sub; refused",
+    ),
+    "hard link": (
+        hard_link,
+        "{path}: external data file 'w.bin' has 2 hard links; refused (copy it to a file of "
+        "its own)",
     ),
     "absolute": (absolute_location, "initializer 'w': external data location '/"),
     "short external data": (
