@@ -260,6 +260,10 @@ def test_empty_model_path() -> None:
     result = invoke("")
     assert result.exit_code == 2
     assert result.output == "amp-convert: error: empty model path ''\n"
+    with pytest.raises(InputError, match=r"^\.: not a file$"):
+        amp_convert.convert_file(".")
+    with pytest.raises(InputError, match="src must be a path, not NoneType"):
+        amp_convert.convert_file(None)  # type: ignore[arg-type]
 
 
 def test_strict_check_does_not_depend_on_the_working_directory(tmp_path: Path, monkeypatch) -> None:
