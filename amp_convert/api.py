@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar, overload
 
 import onnx
 import onnx_ir as ir
 
-from amp_convert import io, pipeline
+from amp_convert import io, output_rules, pipeline
 from amp_convert.errors import InputError
 from amp_convert.options import ConvertOptions, make_options
 from amp_convert.report import ConversionReport
@@ -60,28 +61,41 @@ def convert_file(
     *,
     force: bool = False,
     external_data: bool | None = None,
+    other_outputs: Mapping[str, str | os.PathLike] | None = None,
     **kwargs: Any,
 ) -> ConversionReport:
     """Convert the model file `src` and write `dst` (default: next to it, NAME.fp16.onnx).
 
     Weights stay memory-mapped and stream to the output; a model with external data (or one too
-    big for a single protobuf) is written with its weights in DST.data next to it. Options as in
-    convert(). Raises an AmpConvertError subclass with one clear message on bad input.
+    big for a single protobuf) is written with its weights in DST.data next to it (DST.<8 hex>.data
+    while a replaced DST still uses DST.data; see io.save_model). Options as in convert().
+
+    Before any work, `dst`, its data file and `other_outputs` ({label: path} of the other files
+    the caller will write, e.g. a report) are checked: none may be the input model or one of its
+    external-data files, nor another of these outputs, and an existing file is replaced only
+    with `force`. Raises an AmpConvertError subclass with one clear message on bad input.
     """
     options = make_options(**kwargs)
-    src_path = Path(src)
-    dst_path = Path(dst) if dst is not None else io.default_output_path(src_path, options.dtype)
-    if not src_path.exists():
-        raise InputError(f"{src_path}: no such file")
-    io.check_output_path(dst_path, force, src_path)
     start = time.perf_counter()
-    model = io.load_model(src_path)
-    src_external = io.uses_external_data(model)
+    if not isinstance(src, str | os.PathLike):
+        raise InputError(f"convert_file: src must be a path, not {type(src).__name__}")
+    src_path = Path(src)
+    proto = io.read_model_file(src_path)
+    dst_path = Path(dst) if dst is not None else io.default_output_path(src_path, options.dtype)
+    inputs = output_rules.model_files(src_path, proto)
+    outputs = [
+        ("output", dst_path),
+        ("output data file", output_rules.data_file_name(dst_path)),
+        *((label, Path(p)) for label, p in (other_outputs or {}).items()),
+    ]
+    output_rules.check_outputs(outputs, [inputs], force)
+    model = io.model_from_file(proto, src_path)
+    del proto
     if external_data is None:
-        external_data = src_external or None  # None: decide by size
+        external_data = io.uses_external_data(model) or None  # None: decide by size
     report = pipeline.run(model, options)
-    io.save_model(model, dst_path, external=external_data)
+    data_path = io.save_model(model, dst_path, external=external_data, keep=inputs)
     report.seconds = time.perf_counter() - start
-    report.size_before = io.file_size(src_path, src_external)
-    report.size_after = io.file_size(dst_path, dst_path.with_name(dst_path.name + ".data").exists())
+    report.size_before = io.files_size(inputs)
+    report.size_after = io.files_size([dst_path] + ([data_path] if data_path else []))
     return report

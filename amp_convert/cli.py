@@ -19,7 +19,7 @@ import click
 
 from amp_convert import __version__
 from amp_convert.api import convert_file
-from amp_convert.errors import AmpConvertError
+from amp_convert.errors import AmpConvertError, InputError
 from amp_convert.io import default_output_path
 from amp_convert.options import option_names, user_fields
 from amp_convert.validate.command import run_cli_validation, validate_command, validation_options
@@ -90,7 +90,7 @@ def _fail(error: BaseException, verbose: bool, code: int = EXIT_ERROR) -> None:
 
 
 @cli.command("convert", context_settings={"help_option_names": ["-h", "--help"]})
-@click.argument("model", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("model", type=click.Path(dir_okay=False))
 @click.option(
     "-o",
     "--output",
@@ -104,7 +104,7 @@ def _fail(error: BaseException, verbose: bool, code: int = EXIT_ERROR) -> None:
     type=click.Path(dir_okay=False, path_type=Path),
     help="Write the full ConversionReport (per-node decisions and reasons) as JSON.",
 )
-@click.option("--force", is_flag=True, help="Overwrite the output if it exists.")
+@click.option("--force", is_flag=True, help="Overwrite the output and report files if they exist.")
 @click.option(
     "--validate",
     "do_validate",
@@ -125,7 +125,7 @@ def _fail(error: BaseException, verbose: bool, code: int = EXIT_ERROR) -> None:
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
 @click.option("-v", "--verbose", is_flag=True, help="Print per-node decisions and tracebacks.")
 def convert_command(
-    model: Path,
+    model: str,
     output: Path | None,
     report_path: Path | None,
     force: bool,
@@ -143,9 +143,17 @@ def convert_command(
     # one --dim serves both the cast-cost estimate and the validation inputs
     options["dims"] = validation.get("dim") or {}
     options["dtype"] = options["dtype"].lower()
-    output = output or default_output_path(model, options["dtype"])
     try:
-        report = convert_file(model, output, force=force, **options)
+        if not model:
+            raise InputError("empty model path ''")
+        output = output or default_output_path(model, options["dtype"])
+        # every file this run writes, checked with -o before any work (never an input, never
+        # twice, --force to replace)
+        reports = {"report": report_path}
+        if do_validate:
+            reports |= {"validation report": validation_report, "JUnit report": junit}
+        others = {label: p for label, p in reports.items() if p is not None}
+        report = convert_file(model, output, force=force, other_outputs=others, **options)
         if report_path is not None:
             report.to_json(report_path)
     except AmpConvertError as e:
@@ -164,6 +172,7 @@ def convert_command(
             output,
             report_path=validation_report,
             junit_path=junit,
+            force=force,
             quiet=quiet,
             **validation,
         )

@@ -1,27 +1,36 @@
 """Load and save models without surprises.
 
-Loading goes through onnx-ir so external data is memory-mapped, never read eagerly. Saving writes to
-a temporary file and renames it into place only when complete, so a failure never leaves a
-half-written output, and the input is never touched.
+Loading goes through onnx-ir so external data is memory-mapped, never read eagerly; malformed
+files are refused with one line before onnx-ir sees them (proto_checks). Saving writes to
+temporary files and renames them into place only when complete, so a failure never leaves a
+half-written output or a graph paired with the wrong weights, and the input is never touched.
 """
 
 from __future__ import annotations
 
+import contextlib
+import glob
 import os
-import tempfile
+import re
+import secrets
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import google.protobuf.message
 import onnx
 import onnx_ir as ir
 
-from amp_convert import proto_walk
+from amp_convert import proto_checks, safe_write
 from amp_convert.errors import InputError, OutputError
 
 MIN_OPSET = 1
 # Above this many bytes of tensor data a single protobuf cannot hold the model (2 GiB hard limit):
 # we then write the weights as external data next to the output.
 EXTERNAL_DATA_THRESHOLD = 1_800_000_000
+# Writing external data, tensors of more bytes than this go to the data file (onnx-ir's default).
+SIZE_THRESHOLD = 256
+# External tensors up to this size are read into memory at load (see _inline_small_external).
+INLINE_BYTES = 1024
 ModelLike = str | os.PathLike | bytes | onnx.ModelProto | ir.Model
 
 
@@ -46,13 +55,44 @@ def _check_versions(model: ir.Model, where: str) -> None:
         )
 
 
-def _from_proto(proto: onnx.ModelProto, where: str) -> ir.Model:
+def _from_proto(proto: onnx.ModelProto, where: str, path: Path | None = None) -> ir.Model:
     if not proto.HasField("graph"):
         raise InputError(f"{where}: not an ONNX model (no graph)")
+    proto_checks.check_tensor_data(proto, where)
+    if path is not None:
+        proto_checks.check_external_data(proto, path)
+    proto_checks.check_topological_order(proto, where)
     try:
         return ir.serde.deserialize_model(proto)
     except Exception as e:  # onnx-ir raises several kinds on malformed graphs
         raise InputError(f"{where}: malformed ONNX model: {e}") from None
+
+
+def read_model_file(path: Path) -> onnx.ModelProto:
+    """Parse a model file without its external data; InputError when it is not a model."""
+    if not str(path):
+        raise InputError("empty model path")
+    if not path.exists():
+        raise InputError(f"{path}: no such file")
+    if not path.is_file():
+        raise InputError(f"{path}: not a file")
+    if path.stat().st_size == 0:
+        raise InputError(f"{path}: empty file, not an ONNX model")
+    try:
+        return onnx.load(str(path), load_external_data=False)
+    except (google.protobuf.message.DecodeError, ValueError, RuntimeError, OSError):
+        raise InputError(
+            f"{path}: not an ONNX model (protobuf decode failed; truncated or another format?)"
+        ) from None
+
+
+def model_from_file(proto: onnx.ModelProto, path: Path) -> ir.Model:
+    """The ir.Model of a parsed model file, external data checked and memory-mapped."""
+    model = _from_proto(proto, str(path), path)
+    ir.external_data.set_base_dir(model.graph, str(path.parent.resolve()))
+    _inline_small_external(model)
+    _check_versions(model, str(path))
+    return model
 
 
 def load_model(src: ModelLike) -> ir.Model:
@@ -72,37 +112,34 @@ def load_model(src: ModelLike) -> ir.Model:
         model = _from_proto(proto, where)
     elif isinstance(src, str | os.PathLike):
         path = Path(src)
-        where = str(path)
-        if not path.exists():
-            raise InputError(f"{path}: no such file")
-        if not path.is_file():
-            raise InputError(f"{path}: not a file")
-        if path.stat().st_size == 0:
-            raise InputError(f"{path}: empty file, not an ONNX model")
-        try:
-            proto = onnx.load(str(path), load_external_data=False)
-        except (google.protobuf.message.DecodeError, ValueError, RuntimeError, OSError):
-            raise InputError(
-                f"{path}: not an ONNX model (protobuf decode failed; truncated or another format?)"
-            ) from None
-        model = _from_proto(proto, where)
-        ir.external_data.set_base_dir(model.graph, str(path.parent.resolve()))
-        _check_external_files(model, path)
+        return model_from_file(read_model_file(path), path)
     else:
         raise InputError(f"cannot convert an object of type {type(src).__name__}")
     _check_versions(model, where)
     return model
 
 
-def _check_external_files(model: ir.Model, path: Path) -> None:
-    for graph in model.graphs():
-        for value in graph.initializers.values():
-            tensor = value.const_value
-            if isinstance(tensor, ir.ExternalTensor) and not os.path.exists(tensor.path):
-                raise InputError(
-                    f"{path}: external data file {tensor.location!r} of tensor {value.name!r} "
-                    "is missing"
-                )
+def _inline_small_external(model: ir.Model) -> None:
+    """Read external tensors of at most INLINE_BYTES into memory (a few KiB in all).
+
+    Why: checks on the weight-stripped model keep such tensors, and ONNX's checker resolves
+    external data against the working directory, not the model's folder; in memory they are
+    found wherever the command runs. They are below the size that goes external on save anyway.
+    """
+    small = [
+        value
+        for graph in model.graphs()
+        for value in graph.initializers.values()
+        if isinstance(value.const_value, ir.ExternalTensor)
+        and value.const_value.nbytes <= INLINE_BYTES
+    ]
+    if not small:
+        return
+    tensors = ir.external_data.convert_tensors_from_external([v.const_value for v in small])
+    for value, tensor in zip(small, tensors, strict=True):
+        old = value.const_value
+        value.const_value = tensor
+        old.release()
 
 
 def uses_external_data(model: ir.Model) -> bool:
@@ -126,75 +163,130 @@ def tensor_bytes(model: ir.Model) -> int:
 def default_output_path(src: str | os.PathLike, dtype: str) -> Path:
     """model.onnx → model.fp16.onnx (model.bf16.onnx for bf16), next to the input."""
     path = Path(src)
+    if not path.name:
+        raise InputError(f"{str(src)!r}: not a model file")
     stem = path.name[: -len(".onnx")] if path.name.endswith(".onnx") else path.name
     return path.with_name(f"{stem}.{dtype}.onnx")
 
 
-def check_output_path(dst: Path, force: bool, src: Path | None = None) -> None:
-    """Refuse before any work: existing output without force, unwritable folder, dst == src."""
-    if src is not None and dst.resolve() == src.resolve():
-        raise OutputError(f"{dst}: output would overwrite the input model; choose another -o")
-    if dst.exists() and not force:
-        raise OutputError(f"{dst}: output exists (use --force to overwrite)")
-    if dst.is_dir():
-        raise OutputError(f"{dst}: output is a directory")
-    parent = dst.parent if str(dst.parent) else Path(".")
-    if not parent.is_dir():
-        raise OutputError(f"{dst}: output folder {parent} does not exist")
-    if not os.access(parent, os.W_OK):
-        raise OutputError(f"{dst}: output folder {parent} is not writable")
+def _has_external_worthy_tensor(model: ir.Model) -> bool:
+    return any(
+        v.const_value is not None and v.const_value.nbytes > SIZE_THRESHOLD
+        for g in model.graphs()
+        for v in g.initializers.values()
+    )
 
 
-def save_model(model: ir.Model, dst: str | os.PathLike, *, external: bool | None = None) -> None:
-    """Write `model` to `dst` atomically; weights go to `dst.data` when external (auto by size)."""
+def _our_data_files(dst: Path) -> list[Path]:
+    """Data files the existing `dst` references that follow our naming (OUT.data, OUT.<hex>.data).
+
+    Only these are removed once a new pair is in place: a file the old model shared with other
+    models under another name is never ours to delete.
+    """
+    ours = re.compile(re.escape(dst.name) + r"(\.[0-9a-f]{8})?\.data")
+    candidates = [p for p in dst.parent.glob(glob.escape(dst.name) + ".*data") if p.is_file()]
+    if not dst.is_file() or not any(ours.fullmatch(p.name) for p in candidates):
+        return []
+    try:
+        proto = onnx.load(str(dst), load_external_data=False)
+    except (google.protobuf.message.DecodeError, ValueError, RuntimeError, OSError):
+        return []
+    names = proto_checks.external_locations(proto)
+    return [dst.with_name(name) for name in sorted(names) if ours.fullmatch(name)]
+
+
+def _reserve_data_file(dst: Path) -> Path:
+    """OUT.data when free, else OUT.<8 hex>.data: a name no reader of the old pair uses."""
+    conventional = dst.with_name(dst.name + ".data")
+    if safe_write.reserve(conventional):
+        return conventional
+    while True:
+        path = dst.with_name(f"{dst.name}.{secrets.token_hex(4)}.data")
+        if safe_write.reserve(path):
+            return path
+
+
+@contextlib.contextmanager
+def _weights_in_memory(model: ir.Model) -> Iterator[None]:
+    """For an all-in-one save: external tensors are read in, and put back afterwards."""
+    values = [
+        v
+        for g in model.graphs()
+        for v in g.initializers.values()
+        if isinstance(v.const_value, ir.ExternalTensor)
+    ]
+    originals = [v.const_value for v in values]
+    try:
+        if values:
+            for v, t in zip(
+                values, ir.external_data.convert_tensors_from_external(originals), strict=True
+            ):
+                v.const_value = t
+        yield
+    finally:
+        for v, t in zip(values, originals, strict=True):
+            v.const_value = t
+
+
+def save_model(
+    model: ir.Model,
+    dst: str | os.PathLike,
+    *,
+    external: bool | None = None,
+    keep: Iterable[Path] = (),
+) -> Path | None:
+    """Write `model` to `dst` atomically; return the external-data file written, if any.
+
+    External (auto: the model had external data or is too big for one protobuf) puts tensors over
+    SIZE_THRESHOLD bytes in a data file next to `dst`; with none that big, nothing goes external.
+    The pair is committed so that a reader never sees a new graph with old weights or the
+    reverse: the weights go to a data file name no one uses (OUT.data, or OUT.<8 hex>.data while
+    the replaced output still uses OUT.data), the graph to a temporary file renamed onto `dst`
+    last, and only then are the replaced output's own data files (our naming, not in `keep`: the
+    input's files) removed. New files get 0666 & ~umask, replaced ones keep their mode. On any
+    failure, SIGTERM included, the temporary files go and `dst` is left as it was.
+    """
     dst = Path(dst)
     if external is None:
         external = uses_external_data(model) or tensor_bytes(model) > EXTERNAL_DATA_THRESHOLD
-    data_name = dst.name + ".data"
-    data_path = dst.with_name(data_name)
-    data_existed = data_path.exists()
-    fd, tmp = tempfile.mkstemp(prefix=f".{dst.name}.", suffix=".tmp", dir=dst.parent or ".")
-    os.close(fd)
-    try:
-        if external:
-            # threads overlap the lazy FP32→low conversion of weights with the disk writes;
-            # onnx-ir bounds the bytes in flight, so memory stays flat
-            workers = min(4, os.cpu_count() or 1)
-            ir.save(
-                model,
-                tmp,
-                external_data=data_name,
-                max_workers=workers,
-                max_in_flight_bytes=256 << 20,
-            )
-        else:
-            ir.save(model, tmp)
-        os.replace(tmp, dst)
-    except BaseException as e:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        if external and not data_existed and data_path.exists():
-            data_path.unlink()
-        if isinstance(e, OSError):
-            raise OutputError(f"{dst}: cannot write: {e.strerror or e}") from None
-        raise
+    external = external and _has_external_worthy_tensor(model)
+    previous = _our_data_files(dst)
+    tmp = data_path = None
+    with safe_write.sigterm_cleans_up():
+        try:
+            tmp = safe_write.temp_beside(dst)
+            if external:
+                data_path = _reserve_data_file(dst)
+                # threads overlap the lazy FP32→low conversion of weights with the disk writes;
+                # onnx-ir bounds the bytes in flight, so memory stays flat
+                ir.save(
+                    model,
+                    tmp,
+                    external_data=data_path.name,
+                    size_threshold_bytes=SIZE_THRESHOLD,
+                    max_workers=min(4, os.cpu_count() or 1),
+                    max_in_flight_bytes=256 << 20,
+                )
+                if previous:
+                    safe_write.keep_mode(previous[0], data_path)
+            else:
+                with _weights_in_memory(model):
+                    ir.save(model, tmp)
+            safe_write.keep_mode(dst, tmp)
+            os.replace(tmp, dst)
+        except BaseException as e:
+            safe_write.unlink_quietly(tmp)
+            safe_write.unlink_quietly(data_path)
+            if isinstance(e, OSError):
+                raise OutputError(f"{dst}: cannot write: {e.strerror or e}") from None
+            raise
+    inputs = {os.path.realpath(p) for p in keep}
+    for old in previous:
+        if old != data_path and os.path.realpath(old) not in inputs:
+            safe_write.unlink_quietly(old)
+    return data_path
 
 
-def file_size(path: str | os.PathLike, external: bool = True) -> int:
-    """Size of a model file plus (when `external`) the external data files it references."""
-    path = Path(path)
-    total = path.stat().st_size
-    if not external:
-        return total
-    proto = onnx.load(str(path), load_external_data=False)
-    locations = set()
-    for graph in proto_walk.graphs(proto.graph):
-        for t in graph.initializer:
-            for entry in t.external_data:
-                if entry.key == "location":
-                    locations.add(entry.value)
-    for loc in locations:
-        p = path.parent / loc
-        if p.exists():
-            total += p.stat().st_size
-    return total
+def files_size(paths: Iterable[Path]) -> int:
+    """Bytes on disk of the given files (each counted once; missing ones count 0)."""
+    return sum(p.stat().st_size for p in {Path(os.path.realpath(p)) for p in paths} if p.is_file())

@@ -7,6 +7,8 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from amp_convert import safe_write
+
 SCHEMA_VERSION = 1
 
 
@@ -107,7 +109,8 @@ class ConversionReport:
         return data
 
     def to_json(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+        """Write to_dict() as JSON, atomically (a replaced file keeps its mode); OutputError."""
+        safe_write.write_bytes(path, (json.dumps(self.to_dict(), indent=2) + "\n").encode())
 
     def summary(self) -> str:
         """A few lines for the terminal."""

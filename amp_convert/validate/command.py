@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 import click
 
 from amp_convert.errors import AmpConvertError, ValidationError
+from amp_convert.output_rules import check_outputs, model_files
 from amp_convert.validate.core import PROVIDERS, validate
 from amp_convert.validate.inputs import parse_dims
 from amp_convert.validate.metrics import Thresholds
@@ -168,15 +169,30 @@ def run_cli_validation(
     *,
     report_path: str | Path | None = None,
     junit_path: str | Path | None = None,
+    force: bool = False,
     quiet: bool = False,
     **validation_option_values: Any,
 ) -> int:
-    """Validate, print the table (stdout) or errors (stderr), write reports; return exit code."""
+    """Validate, print the table (stdout) or errors (stderr), write reports; return exit code.
+
+    The report paths are checked before anything runs: never one of the models' files (or the
+    inputs file), never each other, an existing file only with `force`.
+    """
     unknown = set(validation_option_values) - set(VALIDATION_OPTION_NAMES)
     if unknown:
         raise TypeError(f"run_cli_validation: unknown option(s) {', '.join(sorted(unknown))}")
     v = validation_option_values
+    report_files = [
+        (label, Path(p))
+        for label, p in (("report", report_path), ("JUnit report", junit_path))
+        if p is not None
+    ]
     try:
+        if report_files:
+            read = [model_files(Path(reference_path)), model_files(Path(candidate_path))]
+            if v.get("inputs"):
+                read.append([Path(v["inputs"])])
+            check_outputs(report_files, read, force)
         dims = v.get("dim") or {}
         if not isinstance(dims, Mapping):
             dims = parse_dims(tuple(dims))
@@ -207,8 +223,8 @@ def run_cli_validation(
             continue
         try:
             write(path)
-        except OSError as e:
-            click.echo(f"error: cannot write {what} {path}: {e.strerror or e}", err=True)
+        except AmpConvertError as e:
+            click.echo(f"error: cannot write {what}: {e}", err=True)
             return 2
     return 0 if report.passed else 1
 
@@ -221,12 +237,14 @@ def run_cli_validation(
               metavar="FILE.json", help="Write the full report as JSON.")  # fmt: skip
 @click.option("--junit", "junit_path", type=click.Path(dir_okay=False, path_type=Path),
               metavar="FILE.xml", help="Write JUnit XML (one testcase per output).")  # fmt: skip
+@click.option("--force", is_flag=True, help="Overwrite the report files if they exist.")
 @click.option("-q", "--quiet", is_flag=True, help="No table or progress; failures on stderr.")
 def validate_command(
     original: Path,
     converted: Path,
     report_path: Path | None,
     junit_path: Path | None,
+    force: bool,
     quiet: bool,
     **values: Any,
 ) -> None:
@@ -236,6 +254,12 @@ def validate_command(
     fails, 2 on usage errors or models/inputs that cannot be loaded.
     """
     code = run_cli_validation(
-        original, converted, report_path=report_path, junit_path=junit_path, quiet=quiet, **values
+        original,
+        converted,
+        report_path=report_path,
+        junit_path=junit_path,
+        force=force,
+        quiet=quiet,
+        **values,
     )
     click.get_current_context().exit(code)

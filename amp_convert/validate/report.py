@@ -17,11 +17,11 @@ import math
 import os
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from amp_convert import safe_write
 from amp_convert.validate.metrics import OutputResult, _json_number
 
 SCHEMA_VERSION = 1
@@ -147,12 +147,12 @@ class ValidationReport:
         return _json_number(d)
 
     def to_json(self, path: str | os.PathLike) -> None:
-        """Write ``to_dict()`` as strict JSON."""
+        """Write ``to_dict()`` as strict JSON, atomically (raises OutputError)."""
         text = json.dumps(self.to_dict(), indent=2, allow_nan=False)
-        Path(path).write_text(text + "\n", encoding="utf-8")
+        safe_write.write_bytes(path, (text + "\n").encode("utf-8"))
 
     def to_junit(self, path: str | os.PathLike) -> None:
-        """JUnit XML for CI: one testcase per output, failures carry the numbers."""
+        """JUnit XML for CI: one testcase per output, failures carry the numbers (atomic write)."""
         suite = ET.Element(
             "testsuite",
             name="amp-convert validate",
@@ -185,7 +185,7 @@ class ValidationReport:
         root = ET.Element("testsuites")
         root.append(suite)
         ET.indent(root)
-        Path(path).write_bytes(ET.tostring(root, encoding="utf-8", xml_declaration=True))
+        safe_write.write_bytes(path, ET.tostring(root, encoding="utf-8", xml_declaration=True))
 
     # ---------------------------------------------------------------- terminal
     def format_table(self) -> str:

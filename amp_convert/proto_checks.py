@@ -1,0 +1,215 @@
+"""Checks on an input ModelProto before onnx-ir reads it, so malformed files fail with one line.
+
+onnx-ir (and numpy under it) raise bare ValueErrors deep inside a conversion for tensors whose
+data is shorter than their dims, for external data outside the model's folder or shorter than
+declared, and the passes assume nodes in topological order. Everything here looks only at the
+protobuf and file sizes: no tensor data is read.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import onnx
+
+from amp_convert import proto_walk
+from amp_convert.errors import InputError
+
+_T = onnx.TensorProto
+# typed data field and values per element, for the types whose field count is fixed by the dims
+_TYPED_FIELD = {
+    _T.FLOAT: ("float_data", 1),
+    _T.COMPLEX64: ("float_data", 2),
+    _T.DOUBLE: ("double_data", 1),
+    _T.COMPLEX128: ("double_data", 2),
+    _T.INT64: ("int64_data", 1),
+    _T.UINT32: ("uint64_data", 1),
+    _T.UINT64: ("uint64_data", 1),
+    **{
+        dt: ("int32_data", 1)
+        for dt in (_T.INT32, _T.INT16, _T.INT8, _T.UINT16, _T.UINT8, _T.BOOL, _T.FLOAT16)
+    },
+    _T.BFLOAT16: ("int32_data", 1),
+}
+
+
+# packed types: bits per element (the numpy stand-ins take a whole byte)
+_PACKED_BITS = {
+    getattr(_T, name): bits
+    for name, bits in (("INT4", 4), ("UINT4", 4), ("FLOAT4E2M1", 4), ("INT2", 2), ("UINT2", 2))
+    if hasattr(_T, name)
+}
+
+
+def _tensor_nbytes(tensor: onnx.TensorProto) -> int | None:
+    """Bytes the dims need (packed types rounded up); None for strings / unknown types."""
+    if tensor.data_type in (_T.STRING, _T.UNDEFINED):
+        return None
+    bits = _PACKED_BITS.get(tensor.data_type)
+    if bits is None:
+        try:
+            bits = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize * 8
+        except (KeyError, TypeError, ValueError):
+            return None
+    return math.ceil(math.prod(tensor.dims) * bits / 8)
+
+
+def _tensors(graph: onnx.GraphProto) -> Iterator[tuple[str, onnx.TensorProto]]:
+    """(description, tensor) for every initializer and tensor attribute, subgraphs included."""
+    for g in proto_walk.graphs(graph):
+        for t in g.initializer:
+            yield f"initializer {t.name!r}", t
+        for node in g.node:
+            for attr in node.attribute:
+                where = f"attribute {attr.name!r} of node {node.name or node.op_type!r}"
+                if attr.type == onnx.AttributeProto.TENSOR:
+                    yield where, attr.t
+                elif attr.type == onnx.AttributeProto.TENSORS:
+                    yield from ((where, t) for t in attr.tensors)
+
+
+def check_tensor_data(proto: onnx.ModelProto, where: str) -> None:
+    """Refuse tensors whose in-file data does not match their dims (raw_data or typed fields)."""
+    for what, t in _tensors(proto.graph):
+        if t.data_location == _T.EXTERNAL:
+            continue
+        need = _tensor_nbytes(t)
+        if t.HasField("raw_data"):
+            if need is not None and len(t.raw_data) != need:
+                raise InputError(
+                    f"{where}: {what} holds {len(t.raw_data)} bytes of raw_data but its dims "
+                    f"{list(t.dims)} need {need}; the file is corrupt"
+                )
+            continue
+        field, per = _TYPED_FIELD.get(t.data_type, (None, 0))
+        if field is None:
+            continue
+        count, want = len(getattr(t, field)), math.prod(t.dims) * per
+        if count and count != want:
+            raise InputError(
+                f"{where}: {what} holds {count} values in {field} but its dims {list(t.dims)} "
+                f"need {want}; the file is corrupt"
+            )
+
+
+def _external_entries(tensor: onnx.TensorProto) -> dict[str, str]:
+    return {e.key: e.value for e in tensor.external_data}
+
+
+def external_locations(proto: onnx.ModelProto) -> set[str]:
+    """The external-data locations the model's tensors name (as written, not resolved)."""
+    return {
+        loc
+        for _, t in _tensors(proto.graph)
+        if t.data_location == _T.EXTERNAL and (loc := _external_entries(t).get("location"))
+    }
+
+
+def resolve_location(model_path: Path, location: str) -> Path:
+    """An external-data location as the file it names (relative to the model's folder)."""
+    return Path(os.path.realpath(model_path.parent / location))
+
+
+def _check_containment(
+    model_path: Path, folder: Path, what: str, location: str, path: Path
+) -> None:
+    """The data file must be inside the model's folder, as written and with symlinks followed."""
+    written = Path(os.path.normpath(Path(os.path.abspath(model_path.parent)) / location))
+    if os.path.isabs(location) or not written.is_relative_to(os.path.abspath(model_path.parent)):
+        raise InputError(
+            f"{model_path}: {what}: external data location {location!r} is outside the "
+            f"model's folder {folder}; refused"
+        )
+    if not path.is_relative_to(folder):
+        raise InputError(
+            f"{model_path}: {what}: external data location {location!r} is a symlink to "
+            f"{path}, outside the model's folder {folder}; refused"
+        )
+
+
+def check_external_data(proto: onnx.ModelProto, model_path: Path) -> None:
+    """Every external reference stays in the model's folder, exists and is long enough.
+
+    Sizes are compared, nothing is read: a truncated data file would otherwise fail (or map
+    garbage) deep in the conversion.
+    """
+    folder = Path(os.path.realpath(model_path.parent))
+    sizes: dict[Path, int] = {}
+    for what, t in _tensors(proto.graph):
+        if t.data_location != _T.EXTERNAL:
+            continue
+        entries = _external_entries(t)
+        location = entries.get("location", "")
+        if not location:
+            raise InputError(f"{model_path}: {what} is external but names no location")
+        path = resolve_location(model_path, location)
+        if path not in sizes:
+            _check_containment(model_path, folder, what, location, path)
+            if not path.is_file():
+                raise InputError(
+                    f"{model_path}: external data file {location!r} of {what} is missing"
+                )
+            st = path.stat()
+            if st.st_nlink > 1:  # onnx-ir refuses these too (a hard link can escape the folder)
+                raise InputError(
+                    f"{model_path}: external data file {location!r} has {st.st_nlink} hard "
+                    "links; refused (copy it to a file of its own)"
+                )
+            sizes[path] = st.st_size
+        try:
+            offset = int(entries.get("offset", "0"))
+            length = int(entries["length"]) if "length" in entries else None
+        except ValueError:
+            raise InputError(f"{model_path}: {what}: bad external data offset/length") from None
+        need = _tensor_nbytes(t)
+        if length is not None and need is not None and length != need:
+            raise InputError(
+                f"{model_path}: {what}: external data length {length} but its dims "
+                f"{list(t.dims)} need {need} bytes"
+            )
+        end = offset + (length if length is not None else need or 0)
+        if offset < 0 or end > sizes[path]:
+            raise InputError(
+                f"{model_path}: {what}: external data file {location!r} holds {sizes[path]} "
+                f"bytes, shorter than the {end} declared (offset {offset}); truncated?"
+            )
+
+
+def _node_label(node: onnx.NodeProto, index: int) -> str:
+    return (
+        f"node {node.name!r} ({node.op_type})" if node.name else f"node #{index} ({node.op_type})"
+    )
+
+
+def check_topological_order(proto: onnx.ModelProto, where: str) -> None:
+    """Refuse a graph where a node reads a value that a later node produces (naming both).
+
+    One pass per graph with a stack of scopes: a subgraph sees the values its outer graphs
+    defined before the node holding it. Values no node produces are left to later checks.
+    """
+    _check_order(proto.graph, [], where)
+
+
+def _check_order(graph: onnx.GraphProto, outer: list[tuple[set, dict]], where: str) -> None:
+    defined = {v.name for v in graph.input} | {t.name for t in graph.initializer}
+    defined |= {t.values.name for t in graph.sparse_initializer}
+    nodes = list(graph.node)
+    producers = {out: (node, j) for j, node in enumerate(nodes) for out in node.output}
+    scopes = [*outer, (defined, producers)]
+    for i, node in enumerate(nodes):
+        for name in node.input:
+            if not name or name in defined or any(name in d for d, _ in outer):
+                continue
+            found = next((p[name] for _, p in reversed(scopes) if name in p), None)
+            if found is not None:
+                raise InputError(
+                    f"{where}: {_node_label(node, i)} reads {name!r} before "
+                    f"{_node_label(*found)} produces it: the nodes are not in topological order"
+                )
+        if node.attribute:
+            for sub in proto_walk.subgraphs(node):
+                _check_order(sub, scopes, where)
+        defined.update(node.output)

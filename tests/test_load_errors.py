@@ -1,0 +1,287 @@
+"""Malformed inputs fail with one clear line and exit 2, before anything is written (issue 9).
+
+Each case used to end in "internal error" (exit 3) or a traceback: onnx-ir and numpy raised bare
+ValueErrors deep in the conversion. The checks run on the protobuf and file sizes at load.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from click.testing import CliRunner
+from onnx import TensorProto, helper, numpy_helper
+
+import amp_convert
+from amp_convert import InputError
+from amp_convert.cli import cli
+
+
+def invoke(*args: object):
+    return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
+
+
+def matmul_relu(inits: list[TensorProto], order: tuple[int, int] = (0, 1)) -> onnx.ModelProto:
+    """y = Relu(x @ w) with w [4, 4] given by `inits`; `order` permutes the two nodes."""
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["h"], name="mm"),
+        helper.make_node("Relu", ["h"], ["y"], name="relu"),
+    ]
+    graph = helper.make_graph(
+        [nodes[i] for i in order],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 4])],
+        inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def weight() -> TensorProto:
+    return numpy_helper.from_array(np.arange(16, dtype=np.float32).reshape(4, 4) / 16, "w")
+
+
+def external_weight(location: str, offset: int = 0, length: int | None = 64) -> TensorProto:
+    t = TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[4, 4])
+    t.data_location = TensorProto.EXTERNAL
+    entries = {"location": location, "offset": offset}
+    if length is not None:
+        entries["length"] = length
+    for key, value in entries.items():
+        t.external_data.add(key=key, value=str(value))
+    return t
+
+
+def floats(n: int) -> bytes:
+    return np.ones(n, dtype=np.float32).tobytes()
+
+
+def traversal(folder: Path) -> Path:
+    (folder / "secret.bin").write_bytes(floats(16))
+    (folder / "sub").mkdir()
+    path = folder / "sub" / "m.onnx"
+    onnx.save(matmul_relu([external_weight("../secret.bin")]), path)
+    return path
+
+
+def symlink_outside(folder: Path) -> Path:
+    (folder / "secret.bin").write_bytes(floats(16))
+    (folder / "sub").mkdir()
+    (folder / "sub" / "w.bin").symlink_to(folder / "secret.bin")
+    path = folder / "sub" / "m.onnx"
+    onnx.save(matmul_relu([external_weight("w.bin")]), path)
+    return path
+
+
+def hard_link(folder: Path) -> Path:
+    (folder / "w.bin").write_bytes(floats(16))
+    os.link(folder / "w.bin", folder / "w2.bin")
+    path = folder / "m.onnx"
+    onnx.save(matmul_relu([external_weight("w.bin")]), path)
+    return path
+
+
+def absolute_location(folder: Path) -> Path:
+    (folder / "w.bin").write_bytes(floats(16))
+    path = folder / "m.onnx"
+    onnx.save(matmul_relu([external_weight(str(folder / "w.bin"))]), path)
+    return path
+
+
+def short_external(folder: Path) -> Path:
+    (folder / "m.onnx.data").write_bytes(floats(8))
+    path = folder / "m.onnx"
+    onnx.save(matmul_relu([external_weight("m.onnx.data")]), path)
+    return path
+
+
+def short_external_offset(folder: Path) -> Path:
+    """Long enough for the tensor, but not at the declared offset (and no length entry)."""
+    (folder / "m.onnx.data").write_bytes(floats(16))
+    path = folder / "m.onnx"
+    onnx.save(matmul_relu([external_weight("m.onnx.data", offset=32, length=None)]), path)
+    return path
+
+
+def short_raw(folder: Path) -> Path:
+    w = weight()
+    w.raw_data = w.raw_data[:20]
+    path = folder / "m.onnx"
+    onnx.save(matmul_relu([w]), path)
+    return path
+
+
+def short_typed(folder: Path) -> Path:
+    w = TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[4, 4], float_data=[1.0] * 5)
+    path = folder / "m.onnx"
+    onnx.save(matmul_relu([w]), path)
+    return path
+
+
+def out_of_order(folder: Path) -> Path:
+    path = folder / "m.onnx"
+    onnx.save(matmul_relu([weight()], order=(1, 0)), path)
+    return path
+
+
+def out_of_order_in_subgraph(folder: Path) -> Path:
+    """An If branch reads a value the outer graph produces only after the If."""
+    then = helper.make_graph(
+        [helper.make_node("Relu", ["late"], ["t"], name="body_relu")],
+        "then",
+        [],
+        [helper.make_tensor_value_info("t", TensorProto.FLOAT, [4])],
+    )
+    other = helper.make_graph(
+        [helper.make_node("Neg", ["x"], ["e"], name="body_neg")],
+        "else",
+        [],
+        [helper.make_tensor_value_info("e", TensorProto.FLOAT, [4])],
+    )
+    graph = helper.make_graph(
+        [
+            helper.make_node(
+                "If", ["c"], ["y"], name="branch", then_branch=then, else_branch=other
+            ),
+            helper.make_node("Abs", ["x"], ["late"], name="abs"),
+        ],
+        "g",
+        [
+            helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [4]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+    )
+    path = folder / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+CASES: dict[str, tuple[Callable[[Path], Path], str]] = {
+    "traversal": (
+        traversal,
+        "{path}: initializer 'w': external data location '../secret.bin' is outside the model's "
+        "folder {folder}/sub; refused",
+    ),
+    "symlink outside": (
+        symlink_outside,
+        "{path}: initializer 'w': external data location 'w.bin' is a symlink to "
+        "{folder}/secret.bin, outside the model's folder {folder}/sub; refused",
+    ),
+    "hard link": (
+        hard_link,
+        "{path}: external data file 'w.bin' has 2 hard links; refused (copy it to a file of "
+        "its own)",
+    ),
+    "absolute": (absolute_location, "initializer 'w': external data location '/"),
+    "short external data": (
+        short_external,
+        "{path}: initializer 'w': external data file 'm.onnx.data' holds 32 bytes, shorter than "
+        "the 64 declared (offset 0); truncated?",
+    ),
+    "short at offset": (
+        short_external_offset,
+        "{path}: initializer 'w': external data file 'm.onnx.data' holds 64 bytes, shorter than "
+        "the 96 declared (offset 32); truncated?",
+    ),
+    "short raw_data": (
+        short_raw,
+        "{path}: initializer 'w' holds 20 bytes of raw_data but its dims [4, 4] need 64; the "
+        "file is corrupt",
+    ),
+    "short float_data": (
+        short_typed,
+        "{path}: initializer 'w' holds 5 values in float_data but its dims [4, 4] need 16",
+    ),
+    "topological order": (
+        out_of_order,
+        "{path}: node 'relu' (Relu) reads 'h' before node 'mm' (MatMul) produces it: the nodes "
+        "are not in topological order",
+    ),
+    "order in a subgraph": (
+        out_of_order_in_subgraph,
+        "{path}: node 'body_relu' (Relu) reads 'late' before node 'abs' (Abs) produces it",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_cli_one_line_exit_2_nothing_written(tmp_path: Path, case: str) -> None:
+    make, message = CASES[case]
+    path = make(tmp_path)
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    result = invoke(path, "-o", tmp_path / "o.onnx", "--report", tmp_path / "r.json")
+    assert result.exit_code == 2, result.output
+    lines = result.output.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("amp-convert: error: ")
+    assert message.format(path=path, folder=tmp_path) in lines[0]
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_api_raises_input_error(tmp_path: Path, case: str) -> None:
+    make, message = CASES[case]
+    path = make(tmp_path)
+    expected = message.format(path=path, folder=tmp_path)
+    with pytest.raises(InputError) as info:
+        amp_convert.convert_file(path, tmp_path / "o.onnx")
+    assert expected in str(info.value)
+    with pytest.raises(InputError):
+        amp_convert.convert(path)
+    assert not (tmp_path / "o.onnx").exists()
+
+
+def test_in_memory_models_are_checked_too() -> None:
+    w = weight()
+    w.raw_data = w.raw_data[:20]
+    with pytest.raises(InputError, match="model: initializer 'w' holds 20 bytes of raw_data"):
+        amp_convert.convert(matmul_relu([w]))
+    with pytest.raises(InputError, match="bytes: node 'relu' .* not in topological order"):
+        amp_convert.convert(matmul_relu([weight()], order=(1, 0)).SerializeToString())
+
+
+def test_report_into_missing_folder_fails_before_the_model_is_written(tmp_path: Path) -> None:
+    path = tmp_path / "m.onnx"
+    onnx.save(matmul_relu([weight()]), path)
+    result = invoke(path, "-o", tmp_path / "o.onnx", "--report", tmp_path / "no" / "r.json")
+    assert result.exit_code == 2
+    assert result.output == (
+        f"amp-convert: error: {tmp_path / 'no' / 'r.json'}: cannot write report: folder "
+        f"{tmp_path / 'no'} does not exist\n"
+    )
+    assert not (tmp_path / "o.onnx").exists()
+
+
+def test_empty_model_path() -> None:
+    result = invoke("")
+    assert result.exit_code == 2
+    assert result.output == "amp-convert: error: empty model path ''\n"
+    with pytest.raises(InputError, match=r"^\.: not a file$"):
+        amp_convert.convert_file(".")
+    with pytest.raises(InputError, match="src must be a path, not NoneType"):
+        amp_convert.convert_file(None)  # type: ignore[arg-type]
+
+
+def test_strict_check_does_not_depend_on_the_working_directory(tmp_path: Path, monkeypatch) -> None:
+    """Small external tensors are resolved against the model's folder, wherever we run from."""
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "m.onnx.data").write_bytes(floats(16))
+    path = folder / "m.onnx"
+    onnx.save(matmul_relu([external_weight("m.onnx.data")]), path)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    reports = {}
+    for cwd in (folder, elsewhere):
+        monkeypatch.chdir(cwd)
+        reports[cwd] = amp_convert.convert_file(path, tmp_path / f"{cwd.name}.onnx")
+        assert reports[cwd].warnings == [], reports[cwd].warnings
+        result = invoke(path, "-o", tmp_path / f"{cwd.name}.cli.onnx")
+        assert result.exit_code == 0 and "warning" not in result.output, result.output
+    assert sorted(os.listdir(tmp_path)) == [
+        "elsewhere", "elsewhere.cli.onnx", "elsewhere.onnx", "model", "model.cli.onnx", "model.onnx"
+    ]  # fmt: skip
