@@ -35,7 +35,7 @@ def test_float_metrics() -> None:
     ref = np.array([[1.0, -2.0, 0.0, 4.0]], np.float32)
     cand = np.array([[1.1, -2.0, 1e-7, 3.0]], np.float32)
     o = compare_output("y", ref, cand, Thresholds())
-    assert o.kind == "float" and o.passed and not o.checked
+    assert o.kind == "float" and o.status == "not_judged" and not o.passed and not o.failed
     assert o.max_abs == pytest.approx(1.0)
     assert o.mean_abs == pytest.approx((0.1 + 0 + 1e-7 + 1.0) / 4, rel=1e-5)
     assert o.max_rel == pytest.approx(max(0.1, 1e-7 / REL_FLOOR, 0.25), rel=1e-5)
@@ -50,7 +50,12 @@ def test_nonfinite_counting() -> None:
     o = compare_output("y", ref, cand, Thresholds())
     assert (o.reference_nan, o.reference_inf, o.candidate_nan, o.candidate_inf) == (1, 1, 2, 2)
     assert o.nonfinite == 2  # only the new inf and the new nan
-    assert o.max_abs == math.inf and o.cosine == 1.0
+    assert o.max_abs == math.inf
+    # the two new non-finite values count as mismatches of the reference's RMS size (s^2 = 14/3)
+    assert o.cosine == pytest.approx(1.0 / (1.0 + 2 * 14 / 3))
+    assert o.cosine_finite == 1.0  # only position 0 is finite on both sides
+    # new NaN/Inf fail with no threshold at all
+    assert o.status == "fail" and "2 new NaN/Inf" in o.failures[0] and "default" in o.failures[0]
     ok = compare_output("y", ref, cand, Thresholds(atol=1.0, max_nan=2))
     assert ok.passed, ok.failures
     bad = compare_output("y", ref, cand, Thresholds(atol=1.0))  # max_nan defaults to 0
@@ -75,7 +80,8 @@ def test_tolerance_rule_is_elementwise() -> None:
 def test_exact_outputs_and_shape_mismatch() -> None:
     ref = np.array([1, 2, 3], np.int64)
     o = compare_output("ids", ref, np.array([1, 5, 3], np.int64), Thresholds())
-    assert o.kind == "exact" and o.mismatches == 1 and o.max_abs == 3 and o.passed
+    assert o.kind == "exact" and o.mismatches == 1 and o.max_abs == 3
+    assert o.status == "not_judged" and not o.failed
     o = compare_output("ids", ref, np.array([1, 5, 3], np.int64), Thresholds(atol=10))
     assert not o.passed and "1 of 3 elements differ" in o.failures[0]
     b = compare_output("m", np.array([True, False]), np.array([True, True]), Thresholds(atol=0))
@@ -100,7 +106,9 @@ def test_thresholds_coerce_and_overrides() -> None:
 def test_thresholds_pass_and_fail_per_output() -> None:
     ref, cand = vm.multi_io_pair()
     report = validate(ref, cand, provider="emulate", runs=0)
-    assert report.passed and not any(o.checked for o in report.outputs)  # report only
+    # report only: nothing failed, but nothing was judged either, so it is not a pass
+    assert report.verdict == "not_judged" and not report.passed and not report.failed
+    assert not any(o.checked for o in report.outputs)
     logits = report.output("logits").max_abs
     assert 0 < logits < 0.1
     ok = validate(ref, cand, provider="emulate", runs=0, thresholds={"atol": 0.1})
@@ -140,8 +148,8 @@ def test_json_report(tmp_path: Path) -> None:
     path = tmp_path / "r.json"
     report.to_json(path)
     d = json.loads(path.read_text(), parse_constant=lambda c: pytest.fail(f"non-strict {c}"))
-    assert d["schema_version"] == SCHEMA_VERSION == 1
-    assert d["passed"] is False
+    assert d["schema_version"] == SCHEMA_VERSION == 2
+    assert d["passed"] is False and d["verdict"] == "fail"
     assert d["provider"] == {
         "requested": "emulate", "used": "emulate", "ort_providers": ["CPUExecutionProvider"],
         "onnxruntime_version": report.onnxruntime_version, "graph_optimizations": "disabled",
@@ -152,6 +160,8 @@ def test_json_report(tmp_path: Path) -> None:
     assert y["name"] == "y" and y["max_abs"] == "inf" and y["candidate_inf"] == o.candidate_inf
     assert y["mean_abs"] == "inf" and y["cosine"] == pytest.approx(o.cosine)
     assert y["thresholds"]["atol"] == 0.1 and y["passed"] is False and y["failures"]
+    assert y["status"] == "fail" and y["nonfinite"] > 0
+    assert y["cosine_finite"] == pytest.approx(o.cosine_finite) and o.cosine < o.cosine_finite
     lat = d["latency"]
     assert lat["runs"] == 2 and lat["speedup"] == pytest.approx(report.speedup)
     assert set(lat["reference"]) == {"median_ms", "p90_ms", "mean_ms", "min_ms", "runs"}
@@ -177,7 +187,8 @@ def test_junit_report(tmp_path: Path) -> None:
 
 def test_table() -> None:
     ref, cand = vm.multi_io_pair()
-    report = validate(ref, cand, provider="cpu", runs=2, warmup=0, dims={"seq": 4})
+    # logits are [batch, seq, vocab]: rank 3, so top-1 agreement is shown only when asked for
+    report = validate(ref, cand, provider="cpu", runs=2, warmup=0, dims={"seq": 4}, top1=["logits"])
     table = report.format_table()
     lines = table.splitlines()
     assert lines[0].split()[:4] == ["output", "dtype", "shape", "max_abs"]
@@ -186,7 +197,8 @@ def test_table() -> None:
     assert "speedup" in table and "provider: cpu" in table
     assert "dims: batch=1, seq=4" in table
     assert "warning: provider cpu: ONNX Runtime runs FP16 nodes in FP32" in table
-    assert lines[-1].startswith("result: PASS (report only")
+    assert lines[-1].startswith("result: NOT JUDGED (report only: no thresholds set")
+    assert "PASS" not in table
 
 
 # ------------------------------------------------------------------------------ testing helper
