@@ -347,3 +347,34 @@ def test_progress_only_on_a_terminal_outside_ci(monkeypatch, pairs, capsys) -> N
     validate(*pairs["mlp"], provider="emulate", runs=3, warmup=0, progress=True)
     assert len(ticks) == 6
     assert "timing" in capsys.readouterr().err
+
+
+def test_defaults_the_reference_cannot_run_on(tmp_path: Path) -> None:
+    """Issue 9 #7: larger dims are tried and printed; if none work, exit 2 with the way out."""
+    from models import picky_inputs as picky
+
+    paths = {}
+    for name, build in (("pad", picky.reflect_pad_pair), ("fixed", picky.fixed_length_pair)):
+        for role, model in zip(("ref", "cand"), build(), strict=True):
+            paths[name, role] = tmp_path / f"{name}.{role}.onnx"
+            onnx.save(model, paths[name, role])
+    res = _run(str(paths["pad", "ref"]), str(paths["pad", "cand"]), "--atol", "1e-2")
+    assert res.exit_code == 0, res.output
+    assert "these dims worked: (batch=1, samples=256)" in res.output
+    assert "dims: batch=1, samples=256" in res.output and "result: PASS" in res.output
+    fixed = (str(paths["fixed", "ref"]), str(paths["fixed", "cand"]))
+    res = _run(*fixed)
+    assert res.exit_code == 2 and res.output.count("\n") == 1
+    assert res.output.startswith(f"error: reference {fixed[0]} cannot run on the generated inputs")
+    assert "shapes tried: x[1, 16]; x[1, 64]; x[1, 256]; x[1, 1024]" in res.output
+    assert "--dim NAME=VALUE (length)" in res.output and "--inputs FILE.npz" in res.output
+    assert _run(*fixed, "--dim", "length=91", "--atol", "1e-2").exit_code == 0
+
+
+def test_top1_option(pairs) -> None:
+    res = _run(*pairs["tokens"])
+    assert res.exit_code == 0 and "top1" not in res.output  # logits are rank 3
+    res = _run(*pairs["tokens"], "--top1", "logits")
+    assert res.exit_code == 0 and "top1 100.0%" in res.output
+    res = _run(*pairs["tokens"], "--top1", "nope")
+    assert res.exit_code == 2 and "top1 for unknown output 'nope'" in res.output

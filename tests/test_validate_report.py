@@ -224,3 +224,77 @@ def test_assert_converted_close() -> None:
         rtol=0,
         thresholds={"per_output": {"y": {"atol": 1}}},
     )
+
+
+# ------------------------------------------------------------------ non-finite honesty (issue 9)
+
+
+def test_all_inf_candidate_is_never_cosine_1_or_pass(tmp_path: Path) -> None:
+    """Issue 9 #6: every value overflows to inf; the reference is finite everywhere."""
+    ref, cand = vm.overflow_pair()
+    x = np.full((8, 8), 10.0, np.float32)  # (1000*10)^2 = 1e8 > 65504 everywhere
+    report = validate(ref, cand, provider="emulate", inputs={"x": x}, runs=0)
+    y = report.output("y")
+    assert y.nonfinite == y.candidate_inf == 64 and y.reference_inf == 0
+    assert y.cosine == 0.0 and y.cosine_finite is None  # no finite pair left to compare
+    assert y.status == "fail" and not y.passed
+    assert report.verdict == "fail" and not report.passed
+    table = report.format_table()
+    assert "PASS" not in table and "1.000000" not in table and "result: FAIL" in table
+    path = tmp_path / "r.json"
+    report.to_json(path)
+    d = json.loads(path.read_text())
+    assert d["passed"] is False and d["verdict"] == "fail"
+    assert d["outputs"][0]["nonfinite"] == 64 and d["outputs"][0]["passed"] is False
+    assert d["outputs"][0]["cosine"] == 0.0 and d["outputs"][0]["cosine_finite"] is None
+    # an explicit allowance is the only way to let them through, and then it is a pass
+    allowed = validate(ref, cand, provider="emulate", inputs={"x": x}, runs=0,
+                       thresholds={"max_nan": 64})  # fmt: skip
+    assert allowed.passed and allowed.output("y").cosine == 0.0
+
+
+def test_cosine_counts_each_nonfinite_mismatch() -> None:
+    rng = np.random.default_rng(0)
+    ref = rng.standard_normal(1000).astype(np.float32)
+    cand = ref.copy()
+    cand[:10] = np.inf  # 1% of positions
+    o = compare_output("y", ref, cand, Thresholds(min_cosine=0.999))
+    s2 = float(np.mean(ref.astype(np.float64) ** 2))
+    rest = ref[10:].astype(np.float64)
+    want = rest @ rest / (rest @ rest + 10 * s2)
+    assert o.cosine == pytest.approx(want, rel=1e-9) and o.cosine < 0.995
+    assert o.cosine_finite == pytest.approx(1.0)
+    assert o.failures[0].startswith(f"cosine {o.cosine:.6f} < min_cosine 0.999")
+    # identical non-finite values (a masked -inf logit in both) are agreement, not mismatch
+    masked = ref.copy()
+    masked[:10] = -np.inf
+    same = compare_output("y", masked, masked.copy(), Thresholds())
+    assert same.nonfinite == 0 and same.cosine == 1.0 and same.status == "not_judged"
+
+
+# ------------------------------------------------------------------ top-1 (issue 9)
+
+
+def test_top1_only_for_class_logits_or_when_asked() -> None:
+    rng = np.random.default_rng(1)
+    logits = rng.standard_normal((4, 10)).astype(np.float32)
+    assert compare_output("p", logits, logits, Thresholds()).top1 == 1.0
+    prob_map = rng.random((1, 1, 64, 64)).astype(np.float32)
+    assert compare_output("m", prob_map, prob_map, Thresholds()).top1 is None
+    tokens = rng.standard_normal((1, 4, 5)).astype(np.float32)
+    assert compare_output("t", tokens, tokens, Thresholds()).top1 is None
+    assert compare_output("t", tokens, tokens, Thresholds(), top1=True).top1 == 1.0
+    one_class = rng.standard_normal((4, 1)).astype(np.float32)
+    assert compare_output("s", one_class, one_class, Thresholds()).top1 is None
+    assert compare_output("p", logits, logits, Thresholds(), top1=False).top1 is None
+
+
+def test_top1_option_names_outputs() -> None:
+    ref, cand = vm.multi_io_pair()
+    plain = validate(ref, cand, provider="emulate", runs=0)
+    assert plain.output("logits").top1 is None  # [batch, seq, vocab]: not class logits
+    asked = validate(ref, cand, provider="emulate", runs=0, top1=["logits", "pred"])
+    assert asked.output("logits").top1 is not None and asked.output("pred").top1 is None
+    assert any(w.startswith("top1 not computed for pred") for w in asked.warnings)
+    with pytest.raises(ValidationError, match="top1 for unknown output 'logit'"):
+        validate(ref, cand, provider="emulate", runs=0, top1=["logit"])

@@ -225,7 +225,7 @@ def make_session(
     """
     ort = import_ort()
     so = ort.SessionOptions()
-    so.log_severity_level = 3
+    so.log_severity_level = 4  # errors come back as exceptions; retried runs stay quiet
     if disable_optimizations:
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     model_input: str | bytes = src.ort_input
