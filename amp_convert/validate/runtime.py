@@ -329,13 +329,14 @@ def from_ortvalue(ov: Any) -> np.ndarray | None:
 
 def bind_feeds(
     runner: Runner, feeds: Mapping[str, np.ndarray], *, outputs_on: str
-) -> Callable[[], list[Any]]:
+) -> tuple[Callable[[], Any], Any]:
     """One inference as a call, with the inputs converted (and on CUDA bound) once.
 
-    On CUDA the inputs are copied to the device once and bound with I/O binding; outputs are
-    bound on ``outputs_on`` ("cpu" to read them, "cuda" to keep host copies out of timings).
-    On CPU the inputs become OrtValues once. The call returns the output OrtValues in
-    ``runner.output_names`` order.
+    Returns ``(call, binding)``. On CUDA the inputs are copied to the device once and bound with
+    I/O binding, outputs are bound on ``outputs_on`` ("cpu" to read them, "cuda" to keep host
+    copies out of timings), ``call()`` only runs, and the outputs are ``binding.get_outputs()``.
+    On CPU the inputs become OrtValues once, ``binding`` is None and ``call()`` returns the
+    outputs. Outputs come in ``runner.output_names`` order.
     """
     session = runner.session
     names = runner.output_names
@@ -345,14 +346,9 @@ def bind_feeds(
             binding.bind_ortvalue_input(name, to_ortvalue(arr, runner.inputs[name][0], "cuda"))
         for name in names:
             binding.bind_output(name, outputs_on)
-
-        def call() -> list[Any]:
-            session.run_with_iobinding(binding)
-            return binding.get_outputs()
-
-        return call
+        return (lambda: session.run_with_iobinding(binding)), binding
     ovs = {n: to_ortvalue(a, runner.inputs[n][0]) for n, a in feeds.items()}
-    return lambda: session.run_with_ort_values(names, ovs)
+    return (lambda: session.run_with_ort_values(names, ovs)), None
 
 
 def run_once(
@@ -360,7 +356,10 @@ def run_once(
 ) -> dict[str, np.ndarray | None]:
     """One inference with host outputs (for accuracy), on the runner's device."""
     try:
-        values = bind_feeds(runner, feeds, outputs_on="cpu")()
+        call, binding = bind_feeds(runner, feeds, outputs_on="cpu")
+        values = call()
+        if binding is not None:
+            values = binding.get_outputs()
     except ValidationError:
         raise
     except Exception as e:
@@ -381,7 +380,7 @@ def time_runs(
     On CUDA, inputs are bound on the device once and outputs stay there (I/O binding), so host
     copies are not timed; ORT synchronises the stream at the end of each run.
     """
-    call = bind_feeds(runner, feeds, outputs_on="cuda")
+    call, _ = bind_feeds(runner, feeds, outputs_on="cuda")
     for _ in range(warmup):
         call()
     times: list[float] = []
