@@ -237,6 +237,7 @@ def test_all_inf_candidate_is_never_cosine_1_or_pass(tmp_path: Path) -> None:
     y = report.output("y")
     assert y.nonfinite == y.candidate_inf == 64 and y.reference_inf == 0
     assert y.cosine == 0.0 and y.cosine_finite is None  # no finite pair left to compare
+    assert y.top1 == 0.0  # [8, 8] looks like logits; rows holding new inf never agree
     assert y.status == "fail" and not y.passed
     assert report.verdict == "fail" and not report.passed
     table = report.format_table()

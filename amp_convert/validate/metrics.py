@@ -21,9 +21,10 @@ matching NaN, is identical and belongs to neither set).
 * ``cosine_finite`` = the ordinary cosine over ``F`` alone, leaving ``M`` out (None when ``F`` is
   empty). It says how close the finite part is; it is never what thresholds check;
 * NaN/Inf counts of candidate and reference, and ``nonfinite = |M|``;
-* ``top1`` = fraction of rows whose argmax over the last axis agrees. Computed for outputs shaped
-  like class logits (float, rank 2 ``[N, C]`` with ``C > 1``), and for any float output whose
-  last axis has at least 2 elements when asked for by name (``--top1 NAME``); None otherwise.
+* ``top1`` = fraction of rows whose argmax over the last axis agrees, a row with a position in
+  ``M`` counting as disagreeing. Computed for outputs shaped like class logits (float, rank 2
+  ``[N, C]`` with ``C > 1``), and for any float output whose last axis has at least 2 elements
+  when asked for by name (``--top1 NAME``); None otherwise.
 
 Integer and bool outputs are compared exactly: ``mismatches`` = number of differing elements.
 
@@ -297,7 +298,9 @@ def _compare_float(
         res.cosine = _cosine(dot, rr, cc)
         want_top1 = is_class_logits(r.shape) if top1 is None else top1
         if want_top1 and r.ndim >= 1 and r.shape[-1] >= 2:
-            res.top1 = float(np.mean(np.argmax(r, axis=-1) == np.argmax(c, axis=-1)))
+            clean_row = ~np.any(~both & ~same_nonfinite, axis=-1)
+            agree = (np.argmax(r, axis=-1) == np.argmax(c, axis=-1)) & clean_row
+            res.top1 = float(np.mean(agree))
     else:
         res.max_abs = res.mean_abs = res.max_rel = 0.0
         res.cosine = 1.0

@@ -291,14 +291,15 @@ class ValidationReport:
     def result_line(self) -> str:
         """The verdict line: FAIL, PASS, or NOT JUDGED when no threshold applied."""
         n = len(self.outputs)
+        outs = f"{n} output{'' if n == 1 else 's'}"
         failed = self.failed_outputs
         checked = sum(o.status == "pass" for o in self.outputs)
         if failed:
-            return f"result: FAIL ({len(failed)} of {n} outputs: {', '.join(failed)})"
+            return f"result: FAIL ({len(failed)} of {outs}: {', '.join(failed)})"
         if checked:
-            return f"result: PASS ({checked} of {n} outputs checked)"
+            return f"result: PASS ({checked} of {outs} checked)"
         return (
-            f"result: NOT JUDGED (report only: no thresholds set, nothing failed; {n} outputs; "
+            f"result: NOT JUDGED (report only: no thresholds set, nothing failed; {outs}; "
             "set --atol/--rtol/--min-cosine/--max-nan to judge)"
         )
 
