@@ -31,8 +31,9 @@ Integer and bool outputs are compared exactly: ``mismatches`` = number of differ
 Verdicts (``OutputResult.status``):
 
 * ``fail`` when any rule below is broken. Two rules hold with no threshold at all: a shape
-  mismatch fails, and so does any new NaN/Inf (``nonfinite > max_nan``, ``max_nan`` defaulting
-  to 0): a candidate that makes NaN/Inf the reference does not have is never called good;
+  mismatch fails, and so does any non-finite mismatch (``nonfinite > max_nan``, ``max_nan``
+  defaulting to 0): a candidate with NaN/Inf the reference does not have (or the reverse) is
+  never called good;
 * ``pass`` when the output was checked against at least one explicit threshold and broke none;
 * ``not_judged`` when no threshold applies to it and nothing failed (report only);
 * ``skipped`` for non-tensor outputs, which are not compared.
