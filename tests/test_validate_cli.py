@@ -47,14 +47,105 @@ def pairs(tmp_path: Path) -> dict[str, tuple[str, str]]:
 
 
 def _run(*args: str):
-    return CliRunner().invoke(validate_command, [*args, "--runs", "2", "--warmup", "0"])
+    """The CLI with an explicit provider unless one is given: `auto` depends on the machine."""
+    provider = [] if "--provider" in args else ["--provider", "emulate"]
+    return CliRunner().invoke(validate_command, [*args, *provider, "--runs", "2", "--warmup", "0"])
+
+
+@pytest.fixture
+def no_cuda(monkeypatch):
+    """Make `auto` see an onnxruntime without the CUDA provider, whatever is installed."""
+    from amp_convert.validate import core
+
+    monkeypatch.setattr(core, "cuda_available", lambda: False)
+
+
+@pytest.fixture
+def cuda_fails_to_start(monkeypatch):
+    """Make the CUDA provider look installed but fail to start, as on a machine without a driver.
+
+    Patched at the session factory, so the fallback decision is exercised whatever the machine
+    has; ``test_make_session_reports_cuda_start_failure_by_type`` covers the real detection.
+    """
+    from amp_convert.validate import core
+    from amp_convert.validate.runtime import CudaStartError
+
+    real = core.make_session
+
+    def make_session(src, role, *, device, **kw):
+        if device == "cuda":
+            raise CudaStartError(f"{role} {src.label}: the CUDA provider failed to start (test)")
+        return real(src, role, device=device, **kw)
+
+    monkeypatch.setattr(core, "cuda_available", lambda: True)
+    monkeypatch.setattr(core, "make_session", make_session)
 
 
 def test_exit_0_when_all_pass(pairs) -> None:
     res = _run(*pairs["mlp"], "--atol", "1e-2", "--rtol", "1e-2", "--min-cosine", "0.999")
     assert res.exit_code == 0, res.output
     assert "result: PASS" in res.output and "speedup" in res.output
+    assert "provider: emulate (requested emulate" in res.output
+
+
+def test_auto_without_cuda_uses_emulate(pairs, no_cuda) -> None:
+    res = _run(*pairs["mlp"], "--provider", "auto", "--atol", "1e-2", "--rtol", "1e-2")
+    assert res.exit_code == 0, res.output
     assert "provider: emulate (requested auto" in res.output
+    assert "failed to start" not in res.output
+
+
+def test_auto_falls_back_when_cuda_fails_to_start(pairs, cuda_fails_to_start) -> None:
+    res = _run(*pairs["mlp"], "--provider", "auto", "--atol", "1e-2", "--rtol", "1e-2")
+    assert res.exit_code == 0, res.output
+    assert "provider: emulate (requested auto" in res.output
+    assert "warning: provider auto: the CUDA provider is installed but failed to start" in (
+        res.output
+    )
+    assert "fell back to emulate" in res.output
+
+
+def test_explicit_cuda_that_cannot_start_is_an_error(pairs, cuda_fails_to_start) -> None:
+    """Issue 9 #9: an explicit --provider cuda never silently becomes emulate."""
+    res = _run(*pairs["mlp"], "--provider", "cuda", "--atol", "1e-2")
+    assert res.exit_code == 2, res.output
+    assert res.output.startswith("error: provider cuda: reference ")
+    assert "the CUDA provider failed to start" in res.output and res.output.count("\n") == 1
+    assert "auto" not in res.output and "emulate (requested" not in res.output
+    with pytest.raises(ValidationError, match="^provider cuda: "):
+        validate(*pairs["mlp"], provider="cuda", runs=0)
+
+
+def test_explicit_cuda_without_the_provider_is_an_error(pairs, no_cuda) -> None:
+    res = _run(*pairs["mlp"], "--provider", "cuda")
+    assert res.exit_code == 2
+    assert "provider cuda: this onnxruntime has no CUDAExecutionProvider" in res.output
+
+
+@pytest.mark.filterwarnings("ignore:Specified provider:UserWarning")
+def test_make_session_reports_cuda_start_failure_by_type(pairs, monkeypatch) -> None:
+    """The fallback is decided by type: ORT's EPFail, or a session that came up without CUDA."""
+    import onnxruntime as ort
+
+    from amp_convert.validate.runtime import CudaStartError, load_source, make_session
+
+    src = load_source(pairs["mlp"][0], "reference")
+    if "CUDAExecutionProvider" not in ort.get_available_providers():
+        # ORT's Python layer falls back to CPU when the provider is missing: detected by type
+        with pytest.raises(CudaStartError, match="ORT fell back to CPU"):
+            make_session(src, "reference", device="cuda", disable_optimizations=False)
+    ep_fail = ort.capi.onnxruntime_pybind11_state.EPFail
+
+    def failing_session(*args, **kw):
+        raise ep_fail("CUDA failure 100: no CUDA-capable device is detected")
+
+    monkeypatch.setattr(ort, "InferenceSession", failing_session)
+    with pytest.raises(CudaStartError, match="no CUDA-capable device"):
+        make_session(src, "reference", device="cuda", disable_optimizations=False)
+    # the same ORT error on the CPU is a load error, not a reason to fall back
+    with pytest.raises(ValidationError, match="cannot load it") as err:
+        make_session(src, "reference", device="cpu", disable_optimizations=False)
+    assert not isinstance(err.value, CudaStartError)
 
 
 def test_exit_1_when_an_output_fails(pairs) -> None:
@@ -67,8 +158,23 @@ def test_exit_1_when_an_output_fails(pairs) -> None:
 
 
 def test_no_thresholds_is_report_only(pairs) -> None:
-    res = _run(*pairs["overflow"])
-    assert res.exit_code == 0 and "report only" in res.output
+    res = _run(*pairs["mlp"])
+    assert res.exit_code == 0 and "result: NOT JUDGED (report only" in res.output
+    assert "PASS" not in res.output
+
+
+def test_new_nonfinite_fails_without_thresholds(pairs, tmp_path: Path) -> None:
+    """Issue 9 #6: FP16 overflow to inf is a failure even when no threshold is given."""
+    report = tmp_path / "r.json"
+    res = _run(*pairs["overflow"], "--report", str(report))
+    assert res.exit_code == 1, res.output
+    assert "result: FAIL" in res.output and "PASS" not in res.output
+    assert "new NaN/Inf values" in res.output
+    assert "(the default: new NaN/Inf always fail)" in res.output
+    d = json.loads(report.read_text())
+    (y,) = d["outputs"]
+    assert y["nonfinite"] > 0 and y["passed"] is False and y["status"] == "fail"
+    assert d["passed"] is False and d["verdict"] == "fail"
 
 
 def test_per_output_overrides(pairs) -> None:
@@ -241,3 +347,34 @@ def test_progress_only_on_a_terminal_outside_ci(monkeypatch, pairs, capsys) -> N
     validate(*pairs["mlp"], provider="emulate", runs=3, warmup=0, progress=True)
     assert len(ticks) == 6
     assert "timing" in capsys.readouterr().err
+
+
+def test_defaults_the_reference_cannot_run_on(tmp_path: Path) -> None:
+    """Issue 9 #7: larger dims are tried and printed; if none work, exit 2 with the way out."""
+    from models import picky_inputs as picky
+
+    paths = {}
+    for name, build in (("pad", picky.reflect_pad_pair), ("fixed", picky.fixed_length_pair)):
+        for role, model in zip(("ref", "cand"), build(), strict=True):
+            paths[name, role] = tmp_path / f"{name}.{role}.onnx"
+            onnx.save(model, paths[name, role])
+    res = _run(str(paths["pad", "ref"]), str(paths["pad", "cand"]), "--atol", "1e-2")
+    assert res.exit_code == 0, res.output
+    assert "these dims worked: (batch=1, samples=256)" in res.output
+    assert "dims: batch=1, samples=256" in res.output and "result: PASS" in res.output
+    fixed = (str(paths["fixed", "ref"]), str(paths["fixed", "cand"]))
+    res = _run(*fixed)
+    assert res.exit_code == 2 and res.output.count("\n") == 1
+    assert res.output.startswith(f"error: reference {fixed[0]} cannot run on the generated inputs")
+    assert "shapes tried: x[1, 16]; x[1, 64]; x[1, 256]; x[1, 1024]" in res.output
+    assert "--dim NAME=VALUE (length)" in res.output and "--inputs FILE.npz" in res.output
+    assert _run(*fixed, "--dim", "length=91", "--atol", "1e-2").exit_code == 0
+
+
+def test_top1_option(pairs) -> None:
+    res = _run(*pairs["tokens"])
+    assert res.exit_code == 0 and "top1" not in res.output  # logits are rank 3
+    res = _run(*pairs["tokens"], "--top1", "logits")
+    assert res.exit_code == 0 and "top1 100.0%" in res.output
+    res = _run(*pairs["tokens"], "--top1", "nope")
+    assert res.exit_code == 2 and "top1 for unknown output 'nope'" in res.output

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from models import validation_models as vm  # noqa: E402
+from models import picky_inputs as picky
+from models import validation_models as vm
 
 pytest.importorskip("onnxruntime")
 
@@ -16,6 +17,7 @@ from amp_convert.errors import ValidationError  # noqa: E402
 from amp_convert.validate import validate  # noqa: E402
 from amp_convert.validate.inputs import (  # noqa: E402
     InputSpec,
+    dims_attempts,
     load_inputs,
     parse_dims,
     random_inputs,
@@ -149,3 +151,91 @@ def test_string_inputs_are_refused() -> None:
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
     with pytest.raises(ValidationError, match=r"input 's': type tensor\(string\) is not supported"):
         validate(m, m, provider="cpu", runs=0)
+
+
+# ------------------------------------------------------------------ unknown dims (issue 13)
+
+
+@pytest.mark.parametrize("unknown", ["?", "-1", "None", "", None, -1])
+def test_unknown_dim_names_are_independent(unknown) -> None:
+    """Exporters write ?, -1, None or nothing for "unknown": each axis is its own dim."""
+    spec = InputSpec("x", "tensor(float)", [unknown, 3, unknown, unknown])
+    got = load_inputs({"x": np.zeros((1, 3, 48, 192), np.float32)}, [spec])
+    assert got.dims == {"x[0]": 1, "x[2]": 48, "x[3]": 192}
+    feeds = random_inputs([spec], vm.mlp_pair()[0], dims={"x[2]": 5, "x[3]": 7})
+    assert feeds.shapes == {"x": [1, 3, 5, 7]}
+
+
+def test_paddle_style_question_mark_dims_validate_with_user_inputs() -> None:
+    """Issue 13: every dynamic dim of both inputs is named '?', with unrelated sizes."""
+    ref, cand = picky.paddle_style_pair()
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, 3, 48, 192)).astype(np.float32)
+    t = rng.standard_normal((2, 7)).astype(np.float32)
+    report = validate(ref, cand, provider="emulate", inputs={"x": x, "t": t}, runs=0)
+    assert report.input_shapes == {"x": [1, 3, 48, 192], "t": [2, 7]}
+    assert report.dims == {"x[0]": 1, "x[2]": 48, "x[3]": 192, "t[0]": 2, "t[1]": 7}
+    assert report.output("pooled").shape == [1, 3] and report.output("total").shape == [2]
+    np.testing.assert_allclose(report.output("pooled").max_abs, 0, atol=1e-3)
+    assert not report.failed
+    # and with generated inputs each '?' axis is set on its own
+    gen = validate(ref, cand, provider="emulate", runs=0, dims={"x[3]": 9, "t[1]": 4})
+    assert gen.input_shapes == {"x": [1, 3, 1, 9], "t": [1, 4]}
+
+
+# ------------------------------------------------- defaults the reference cannot run on (issue 9)
+
+
+def test_dims_attempts_grow_each_kind_of_dim_along_its_ladder() -> None:
+    specs = [
+        InputSpec("img", "tensor(float)", ["batch", 3, "height", "width"]),
+        InputSpec("nchw", "tensor(float)", [None, 3, None, None]),
+        InputSpec("nhwc", "tensor(float)", [1, "h_in", "w_in", 3]),
+        InputSpec("ids", "tensor(int64)", ["batch", "seq"]),
+        InputSpec("wave", "tensor(float)", [None]),
+    ]
+    attempts = dims_attempts(specs)
+    assert attempts[0] == random_inputs(specs, vm.mlp_pair()[0]).dims  # first = the defaults
+    col = {k: [a[k] for a in attempts] for k in attempts[0]}
+    assert col["batch"] == [1, 1, 1, 1] and col["nchw[0]"] == [1, 1, 1, 1]
+    assert col["height"] == col["width"] == [16, 224, 640, 640]
+    assert col["nchw[2]"] == col["nchw[3]"] == [1, 224, 640, 640]
+    assert col["h_in"] == col["w_in"] == [16, 224, 640, 640]  # NHWC with 3 channels
+    assert col["seq"] == [16, 64, 256, 1024]
+    assert col["wave[0]"] == [1, 64, 256, 1024]  # rank 1: axis 0 is not a batch
+    # user dims are never changed; nothing left to grow means one attempt
+    fixed = dims_attempts(specs[3:4], {"seq": 8})
+    assert fixed == [{"batch": 1, "seq": 8}]
+
+
+@pytest.mark.parametrize(
+    ("build", "dims"),
+    [
+        (picky.reflect_pad_pair, {"batch": 1, "samples": 256}),
+        (picky.stride32_pair, {"height": 224, "width": 224}),
+        (lambda: picky.stride32_pair((1, 3, None, None)), {"x[2]": 224, "x[3]": 224}),
+    ],
+)
+def test_reference_that_fails_on_defaults_is_retried_with_larger_dims(build, dims) -> None:
+    ref, cand = build()
+    report = validate(ref, cand, provider="emulate", runs=0, thresholds={"atol": 1e-2})
+    assert report.dims == dims and report.passed
+    worked = ", ".join(f"{k}={v}" for k, v in dims.items())
+    (note,) = [w for w in report.warnings if "default dims" in w]
+    assert note.startswith("the reference cannot run on the default dims (")
+    assert f"these dims worked: ({worked})" in note
+
+
+def test_no_generated_dims_work_is_one_clear_error() -> None:
+    ref, cand = picky.fixed_length_pair(91)
+    with pytest.raises(ValidationError) as err:
+        validate(ref, cand, provider="emulate", runs=0)
+    assert str(err.value) == (
+        "reference <ModelProto> cannot run on the generated inputs; shapes tried: x[1, 16]; "
+        "x[1, 64]; x[1, 256]; x[1, 1024] (on the first: Reshape: The input tensor cannot be "
+        "reshaped to the requested shape. Input shape:{1,16}, requested shape:{7,13}); set the "
+        "dynamic dims with --dim NAME=VALUE (length) or give real inputs with --inputs FILE.npz"
+    )
+    report = validate(ref, cand, provider="emulate", runs=0, dims={"length": 91})
+    assert report.input_shapes == {"x": [1, 91]}
+    assert not any("default dims" in w for w in report.warnings)

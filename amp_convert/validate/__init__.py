@@ -1,8 +1,9 @@
 """Validation: run the original and the converted model on the same inputs and compare.
 
-Per output: max abs / max rel / mean abs error, cosine similarity, NaN/Inf counts, top-1 agreement
-for logits, exact comparison for integer/bool outputs; latency of both with the speedup; pass/fail
-against thresholds so it can gate CI. Providers: ``cuda``, ``cpu`` and ``emulate`` (FP16/BF16
+Per output: max abs / max rel / mean abs error, cosine similarity (non-finite mismatches count),
+NaN/Inf counts, top-1 agreement for class logits, exact comparison for integer/bool outputs;
+latency of both with the speedup; a verdict (pass / fail / not judged) against thresholds so it can
+gate CI, where new NaN/Inf always fail. Providers: ``cuda``, ``cpu`` and ``emulate`` (FP16/BF16
 rounding reproduced on CPU). onnxruntime is imported only when validation runs.
 """
 

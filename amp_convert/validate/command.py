@@ -3,9 +3,17 @@
 * ``validate_command``: the click command ``validate ORIGINAL CONVERTED``;
 * ``validation_options``: decorator adding the validation options (not ``--report``, ``--junit``
   or ``-q``, which each command names itself) as keyword arguments ``provider, dim, inputs, seed,
-  runs, warmup, atol, rtol, min_cosine, max_nan``;
-* ``run_cli_validation``: runs, prints the table, writes the reports, returns the exit code
-  (0 all outputs pass, 1 an output fails, 2 an error such as an unreadable model or inputs file).
+  runs, warmup, atol, rtol, min_cosine, max_nan, top1``;
+* ``run_cli_validation``: runs, prints the table, writes the reports, returns the exit code:
+  0 when nothing failed (verdict ``pass``, or ``not_judged`` when no threshold was set: the table
+  then ends with "result: NOT JUDGED", never PASS), 1 when an output fails (a threshold, a shape
+  mismatch, or new NaN/Inf, which fail even without thresholds), 2 on an error such as an
+  unreadable model or inputs file, an explicit ``--provider cuda`` that cannot start, or a
+  reference that runs on none of the generated inputs.
+
+Provider: ``auto`` picks cuda when onnxruntime offers the CUDA provider and it starts, else
+emulate (a warning says so when CUDA is installed but fails to start); an explicit ``cuda`` that
+cannot start is an error, never a silent fallback.
 
 Threshold options take a global value and/or repeatable per-output overrides:
 ``--atol 1e-2 --atol logits:5e-2`` (the name is everything before the last ``:``, so TF-style
@@ -32,6 +40,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 #: keyword arguments ``validation_options`` adds to the decorated command
 VALIDATION_OPTION_NAMES = (
     "provider", "dim", "inputs", "seed", "runs", "warmup", "atol", "rtol", "min_cosine", "max_nan",
+    "top1",
 )  # fmt: skip
 _THRESHOLD_KEYS = ("atol", "rtol", "min_cosine", "max_nan")
 
@@ -93,13 +102,16 @@ def validation_options(f: F) -> F:
     options = [
         click.option(
             "--provider", type=click.Choice(PROVIDERS), default="auto", show_default=True,
-            help="cuda: ORT CUDA; cpu: ORT CPU as is (FP16 errors understated); emulate: CPU "
-            "with FP16/BF16 rounding reproduced; auto: cuda if available, else emulate.",
+            help="cuda: ORT CUDA (an error if it cannot start); cpu: ORT CPU as is (FP16 errors "
+            "understated); emulate: CPU with FP16/BF16 rounding reproduced; auto: cuda if it "
+            "starts, else emulate with a warning.",
         ),
         click.option(
             "--dim", "dim", multiple=True, metavar="NAME=VALUE", callback=_dim_callback,
             help="Value of a dynamic dim for random inputs (repeatable). Defaults: batch-like "
-            "names 1, other names 16, unnamed dims 1 (set as INPUT[AXIS]=VALUE).",
+            "names 1, other names 16, unnamed dims (and ?, -1, None) 1, set as INPUT[AXIS]=VALUE; "
+            "larger ones (64/256/1024, 224/640 for image H/W) are tried when the original "
+            "cannot run on them.",
         ),
         click.option(
             "--inputs", type=click.Path(exists=True, dir_okay=False, path_type=Path),
@@ -127,7 +139,13 @@ def validation_options(f: F) -> F:
         click.option(
             "--max-nan", "max_nan", multiple=True, metavar="[NAME:]COUNT",
             callback=_threshold_callback("max_nan"),
-            help="Most new NaN/Inf values allowed (0 once any threshold is set).",
+            help="Most new NaN/Inf values allowed (default 0: new NaN/Inf fail even without "
+            "other thresholds).",
+        ),
+        click.option(
+            "--top1", "top1", multiple=True, metavar="NAME",
+            help="Also report top-1 agreement (argmax over the last axis) for output NAME "
+            "(repeatable); it is shown anyway for class logits, rank 2 [N, C] with C > 1.",
         ),
     ]  # fmt: skip
     for option in reversed(options):
@@ -206,6 +224,7 @@ def run_cli_validation(
             runs=_or(v.get("runs"), 20),
             warmup=_or(v.get("warmup"), 3),
             thresholds=thresholds_from_options(v),
+            top1=tuple(v.get("top1") or ()),
             progress=not quiet,
         )
     except AmpConvertError as e:
@@ -213,7 +232,7 @@ def run_cli_validation(
         return 2
     if not quiet:
         click.echo(report.format_table())
-    elif not report.passed:
+    elif report.failed:
         click.echo(report.summary_line(), err=True)
     for path, write, what in (
         (report_path, report.to_json, "report"),
@@ -226,7 +245,7 @@ def run_cli_validation(
         except AmpConvertError as e:
             click.echo(f"error: cannot write {what}: {e}", err=True)
             return 2
-    return 0 if report.passed else 1
+    return 1 if report.failed else 0
 
 
 @click.command("validate")
@@ -250,8 +269,9 @@ def validate_command(
 ) -> None:
     """Run ORIGINAL (FP32) and CONVERTED on the same inputs and compare every output.
 
-    Exit code 0 when every output passes the thresholds (none set: report only), 1 when one
-    fails, 2 on usage errors or models/inputs that cannot be loaded.
+    Exit code 0 when nothing fails (with no thresholds the result is NOT JUDGED, not PASS), 1 when
+    an output fails its thresholds or has new NaN/Inf (thresholds or not), 2 on usage errors,
+    models/inputs that cannot be loaded or run, or an explicit --provider cuda that cannot start.
     """
     code = run_cli_validation(
         original,

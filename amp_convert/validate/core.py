@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
+from contextlib import ExitStack
 from typing import Any
 
 import ml_dtypes
@@ -11,12 +12,20 @@ import numpy as np
 
 from amp_convert.errors import ValidationError
 from amp_convert.validate.emulate import build_emulated_model, low_dtype_names
-from amp_convert.validate.inputs import InputSpec, load_inputs, random_inputs
+from amp_convert.validate.inputs import (
+    Inputs,
+    InputSpec,
+    dims_attempts,
+    load_inputs,
+    random_inputs,
+)
 from amp_convert.validate.metrics import Thresholds, check_names, compare_output
 from amp_convert.validate.progress import progress_bar, progress_wanted
 from amp_convert.validate.report import LatencyStats, ValidationReport
 from amp_convert.validate.runtime import (
+    CudaStartError,
     ModelSource,
+    RunError,
     Runner,
     cuda_available,
     import_ort,
@@ -55,16 +64,21 @@ def validate(
     runs: int = 20,
     warmup: int = 3,
     thresholds: Thresholds | Mapping[str, Any] | None = None,
+    top1: Collection[str] = (),
     progress: bool = False,
 ) -> ValidationReport:
     """Run ``reference`` (FP32) and ``candidate`` (converted) on the same inputs and provider.
 
     Models are paths, bytes, onnx.ModelProto or onnx_ir.Model; pass paths for models with external
-    data. ``provider``: ``cuda`` (ORT CUDA), ``cpu`` (ORT CPU as is; errors understated),
-    ``emulate`` (CPU, FP16/BF16 rounding reproduced), ``auto`` = cuda if available else emulate.
-    ``inputs``: None for seeded random inputs (``dims`` sets dynamic dims), or an ``.npz`` path /
-    dict of arrays. ``thresholds`` (see ``Thresholds``) decide ``report.passed``; none set means
-    report only. ``runs=0`` skips timing.
+    data. ``provider``: ``cuda`` (ORT CUDA; an error if it cannot start), ``cpu`` (ORT CPU as is;
+    errors understated), ``emulate`` (CPU, FP16/BF16 rounding reproduced), ``auto`` = cuda when
+    it starts, else emulate with a warning. ``inputs``: None for seeded random inputs (``dims``
+    sets dynamic dims; defaults the reference cannot run on are grown, see inputs.py), or an
+    ``.npz`` path / dict of arrays. ``thresholds`` (see ``Thresholds``) decide the verdict: with
+    none set, new NaN/Inf still fail and anything else is ``not_judged`` (``report.passed`` is
+    False, ``report.failed`` tells whether something failed). ``top1``: output names to report
+    top-1 agreement for beyond the class-logit shapes it is shown for anyway. ``runs=0`` skips
+    timing.
     """
     ort = import_ort()
     if provider not in PROVIDERS:
@@ -73,22 +87,17 @@ def validate(
         if not isinstance(value, int | np.integer) or value < 0:
             raise ValidationError(f"{name} must be a non-negative integer, got {value!r}")
     limits = Thresholds.coerce(thresholds)
-    ref_src = load_source(reference, "reference")
-    cand_src = load_source(candidate, "candidate")
-    runners: list[Runner] = []
-    try:
+    if isinstance(top1, str):
+        top1 = (top1,)
+    # sources close last: the runners' sessions may map their temporary files
+    with ExitStack() as stack:
+        ref_src = stack.enter_context(load_source(reference, "reference"))
+        cand_src = stack.enter_context(load_source(candidate, "candidate"))
         return _validate(
             ort, ref_src, cand_src, provider=provider, inputs=inputs, dims=dims, seed=seed,
-            runs=runs, warmup=warmup, limits=limits, progress=progress, runners=runners,
+            runs=runs, warmup=warmup, limits=limits, top1=frozenset(top1), progress=progress,
+            stack=stack,
         )  # fmt: skip
-    finally:
-        for runner in runners:
-            runner.session = None  # close the session before deleting what it may map
-            if runner.keep_alive is not None:
-                runner.keep_alive.cleanup()
-        for src in (ref_src, cand_src):
-            if src._tmp is not None:  # temporary external-data folders of >2 GiB models
-                src._tmp.cleanup()
 
 
 def _validate(
@@ -103,22 +112,26 @@ def _validate(
     runs: int,
     warmup: int,
     limits: Thresholds,
+    top1: frozenset[str],
     progress: bool,
-    runners: list[Runner],
+    stack: ExitStack,
 ) -> ValidationReport:
     warnings: list[str] = []
 
     mode = provider
     if provider == "auto":
         mode = "cuda" if cuda_available() else "emulate"
-    ref_runner, cand_runner, emulated = _open(ref_src, cand_src, mode)
-    runners.extend(r for r in (ref_runner, cand_runner) if r is not None)
-    if mode == "cuda" and ref_runner is None:  # auto: CUDA listed but failed to start
-        warnings.append("provider auto: the CUDA provider failed to start; fell back to emulate")
+    try:
+        ref_runner, cand_runner, emulated = _open(ref_src, cand_src, mode, stack)
+    except CudaStartError as e:
+        if provider != "auto":
+            raise ValidationError(f"provider cuda: {e}") from None
+        warnings.append(
+            f"provider auto: the CUDA provider is installed but failed to start ({e}); "
+            "fell back to emulate"
+        )
         mode = "emulate"
-        ref_runner, cand_runner, emulated = _open(ref_src, cand_src, mode)
-        runners.extend((ref_runner, cand_runner))
-    assert ref_runner is not None and cand_runner is not None
+        ref_runner, cand_runner, emulated = _open(ref_src, cand_src, mode, stack)
 
     if mode == "cpu":
         warnings.append(CPU_WARNING)
@@ -139,15 +152,24 @@ def _validate(
 
     specs = [InputSpec(n, t, s) for n, (t, s) in ref_runner.inputs.items()]
     _check_same_io(ref_runner, cand_runner, warnings)
-    out_names = [n for n, _ in ref_runner.outputs]
+    out_names = ref_runner.output_names
     check_names(limits, out_names)
+    unknown_top1 = sorted(top1 - set(out_names))
+    if unknown_top1:
+        raise ValidationError(
+            f"top1 for unknown output {', '.join(repr(u) for u in unknown_top1)} "
+            f"(model outputs: {', '.join(out_names)})"
+        )
 
     if inputs is None:
-        feeds = random_inputs(specs, ref_src.proto, dims=dims, seed=seed)
+        feeds, ref_out = _run_reference_on_generated(
+            ref_runner, ref_src, specs, dims=dims, seed=seed, warnings=warnings
+        )
     else:
         feeds = load_inputs(inputs, specs)
         if dims:
             warnings.append("dims are ignored when inputs are given (shapes come from the data)")
+        ref_out = run_once(ref_runner, feeds.arrays, f"reference {ref_src.label}")
     cand_feeds = dict(feeds.arrays)
     if emulated is not None:
         for name, low in emulated.low_inputs.items():
@@ -155,12 +177,22 @@ def _validate(
                 rounded = cand_feeds[name].astype(_LOW_NP[low]).astype(np.float32)
                 cand_feeds[name] = rounded
 
-    ref_out = run_once(ref_runner, feeds.arrays)
-    cand_out = run_once(cand_runner, cand_feeds)
-    results = [compare_output(n, ref_out[n], cand_out[n], limits.for_output(n)) for n in out_names]
+    cand_out = run_once(cand_runner, cand_feeds, f"candidate {cand_src.label}")
+    results = [
+        compare_output(
+            n, ref_out[n], cand_out[n], limits.for_output(n), top1=True if n in top1 else None
+        )
+        for n in out_names
+    ]
     skipped = [r.name for r in results if r.kind == "skipped"]
     if skipped:
         warnings.append(f"non-tensor outputs not compared: {', '.join(skipped)}")
+    no_top1 = [r.name for r in results if r.name in top1 and r.top1 is None]
+    if no_top1:
+        warnings.append(
+            f"top1 not computed for {', '.join(no_top1)}: it needs a float output whose last "
+            "axis has 2 or more elements"
+        )
 
     ref_lat = cand_lat = None
     if runs > 0:
@@ -196,20 +228,25 @@ def _validate(
     )
 
 
-def _open(ref_src: ModelSource, cand_src: ModelSource, mode: str):
-    """Sessions for ``mode``; (None, None, None) when auto-selected CUDA fails to start."""
+def _open(ref_src: ModelSource, cand_src: ModelSource, mode: str, stack: ExitStack):
+    """Sessions for ``mode``, closed by ``stack``; CudaStartError when CUDA does not start."""
+
+    def session(src: ModelSource, role: str, device: str, plain: bool, **kw: Any) -> Runner:
+        runner = make_session(src, role, device=device, disable_optimizations=plain, **kw)
+        stack.callback(runner.close)
+        return runner
+
     if mode == "emulate":
         emulated = build_emulated_model(cand_src.proto)
-        ref = make_session(ref_src, "reference", device="cpu", disable_optimizations=True)
-        cand = make_session(
-            cand_src, "candidate", device="cpu", disable_optimizations=True,
-            model_override=emulated.model,
-        )  # fmt: skip
+        ref = session(ref_src, "reference", "cpu", True)
+        cand = session(cand_src, "candidate", "cpu", True, model_override=emulated.model)
         return ref, cand, emulated
     if mode == "cpu":
-        ref = make_session(ref_src, "reference", device="cpu", disable_optimizations=False)
-        cand = make_session(cand_src, "candidate", device="cpu", disable_optimizations=False)
-        return ref, cand, None
+        return (
+            session(ref_src, "reference", "cpu", False),
+            session(cand_src, "candidate", "cpu", False),
+            None,
+        )
     if not cuda_available():
         ort = import_ort()
         raise ValidationError(
@@ -217,14 +254,63 @@ def _open(ref_src: ModelSource, cand_src: ModelSource, mode: str):
             f"{', '.join(ort.get_available_providers())}); install amp-convert[gpu] "
             "(onnxruntime-gpu) or use --provider emulate"
         )
-    try:
-        ref = make_session(ref_src, "reference", device="cuda", disable_optimizations=False)
-    except ValidationError as e:
-        if "CUDA provider failed to start" in str(e):
-            return None, None, None
-        raise
-    cand = make_session(cand_src, "candidate", device="cuda", disable_optimizations=False)
+    ref = session(ref_src, "reference", "cuda", False)
+    cand = session(cand_src, "candidate", "cuda", False)
     return ref, cand, None
+
+
+def _run_reference_on_generated(
+    runner: Runner,
+    src: ModelSource,
+    specs: list[InputSpec],
+    *,
+    dims: Mapping[str, int] | None,
+    seed: int,
+    warnings: list[str],
+) -> tuple[Inputs, dict[str, np.ndarray | None]]:
+    """Random inputs the reference runs on: the default dims, else the next larger ones.
+
+    Stops at the first set of dims the reference runs on and says which when it is not the
+    first; one clear error naming the model, every shape tried and the way out when none runs.
+    """
+    tried: list[tuple[Inputs, str]] = []
+    for attempt in dims_attempts(specs, dims):
+        feeds = random_inputs(specs, src.proto, dims=attempt, seed=seed)
+        try:
+            out = run_once(runner, feeds.arrays, f"reference {src.label}")
+        except RunError as e:
+            tried.append((feeds, _ort_status(e.detail)))
+            continue
+        if tried:
+            warnings.append(
+                f"the reference cannot run on the default dims {_fmt_dims(tried[0][0].dims)} "
+                f"({tried[0][1]}); these dims worked: {_fmt_dims(feeds.dims)} "
+                "(set them with --dim to skip the search)"
+            )
+        return feeds, out
+    shapes = "; ".join(
+        ", ".join(f"{n}{list(a.shape)}" for n, a in f.arrays.items()) for f, _ in tried
+    )
+    keys = sorted({k for f, _ in tried for k in f.dims})
+    how = f"set the dynamic dims with --dim NAME=VALUE ({', '.join(keys)}) or " if keys else ""
+    raise ValidationError(
+        f"reference {src.label} cannot run on the generated inputs; shapes tried: {shapes} "
+        f"(on the first: {tried[0][1]}); {how}give real inputs with --inputs FILE.npz"
+    )
+
+
+def _ort_status(detail: str) -> str:
+    """The node and its status message from ORT's run error, without the boilerplate."""
+    node, sep, status = detail.partition(" Status Message: ")
+    if not sep:
+        return detail
+    op = node.split("running ", 1)[-1].split(" node.", 1)[0] if "running " in node else ""
+    status = status.split(" was false. ", 1)[-1]  # drop the source location of ORT's check
+    return f"{op}: {status}" if op else status
+
+
+def _fmt_dims(dims: Mapping[str, int]) -> str:
+    return "(" + (", ".join(f"{k}={v}" for k, v in dims.items()) or "none") + ")"
 
 
 def _check_same_io(ref: Runner, cand: Runner, warnings: list[str]) -> None:

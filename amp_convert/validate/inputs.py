@@ -12,9 +12,19 @@ Random values are dtype-aware so that models with ids and masks run as intended:
   3. otherwise uniform in [0, 100), narrowed to [0, rows) when the input directly indexes a
      Gather on an initializer with fewer rows (an embedding table), so ids are always valid.
 
-Dynamic dims: symbolic names take ``dims[name]``, else 1 for batch-like names (``batch``,
-``batch_size``, ``N``, ``B``, ``bs``) and 16 for any other name; unnamed dynamic dims take
-``dims["<input>[<axis>]"]``, else 1.
+Dynamic dims. A named dim (``dim_param``) is one value shared by every axis that names it; an
+unnamed dim, or one whose name only says "unknown" (``?``, ``-1``, ``None`` or empty, as Paddle
+and other exporters write), is its own value, keyed ``<input>[<axis>]``. Either takes
+``dims[key]`` when given, else a default: 1 for batch-like names (``batch``, ``batch_size``,
+``N``, ``B``, ``bs``) and for the first axis of an unnamed rank >= 2 input; 16 for any other name;
+1 for other unnamed axes.
+
+Larger defaults (``dims_attempts``): models often cannot run on those values (reflect padding
+longer than the signal, H/W that must be multiples of 32, strided convolutions down to nothing).
+When the reference fails on them, validation retries with every default dim not set by the user
+taken one step further along its ladder: image H/W (axes 2-3 of a rank-4 NCHW input with 1-4
+channels, axes 1-2 of NHWC, or names containing ``height``/``width``) go 224 → 640; other
+non-batch dims go 64 → 256 → 1024 (all multiples of 32). Batch-like dims stay 1.
 """
 
 from __future__ import annotations
@@ -37,6 +47,12 @@ BATCH_DIM = 1
 OTHER_DIM = 16
 UNNAMED_DIM = 1
 _BATCH_NAMES = {"n", "b", "bs", "batch", "batch_size", "batchsize", "nbatch"}
+#: dim_param strings that exporters write for "unknown": each such axis is its own dim
+UNKNOWN_DIM_NAMES = frozenset({"", "?", "-1", "none"})
+IMAGE_LADDER = (224, 640)
+SEQUENCE_LADDER = (64, 256, 1024)
+_IMAGE_NAMES = ("height", "width")
+_FLOAT_TYPES = ("tensor(float)", "tensor(float16)", "tensor(bfloat16)", "tensor(double)")
 
 Dim = int | str | None
 
@@ -84,22 +100,91 @@ def is_batch_like(name: str) -> bool:
     return low in _BATCH_NAMES or "batch" in low
 
 
+def is_named(d: Dim) -> bool:
+    """A dim_param that names a shared dim (not one of the "unknown" spellings)."""
+    return isinstance(d, str) and d.strip().lower() not in UNKNOWN_DIM_NAMES
+
+
+def dim_key(spec: InputSpec, axis: int) -> str | None:
+    """The key a dynamic axis is set by (its name, or ``input[axis]``); None for a static axis."""
+    d = spec.shape[axis]
+    if isinstance(d, int) and d >= 0:
+        return None
+    if is_named(d):
+        return str(d)
+    return f"{spec.name}[{axis}]"
+
+
+def _default_dim(spec: InputSpec, axis: int) -> int:
+    d = spec.shape[axis]
+    if is_named(d):
+        return BATCH_DIM if is_batch_like(str(d)) else OTHER_DIM
+    return BATCH_DIM if _unnamed_batch_axis(spec, axis) else UNNAMED_DIM
+
+
+def _unnamed_batch_axis(spec: InputSpec, axis: int) -> bool:
+    return axis == 0 and len(spec.shape) >= 2
+
+
+def _is_image_axis(spec: InputSpec, axis: int) -> bool:
+    """H or W of an image input: NCHW / NHWC with 1-4 static channels, or named so."""
+    d = spec.shape[axis]
+    if is_named(d) and any(n in str(d).lower() for n in _IMAGE_NAMES):
+        return True
+    if len(spec.shape) != 4 or spec.type_str not in _FLOAT_TYPES:
+        return False
+    channels = {1, 2, 3, 4}
+    if axis in (2, 3) and spec.shape[1] in channels:
+        return True
+    return axis in (1, 2) and spec.shape[3] in channels
+
+
 def resolve_shape(spec: InputSpec, dims: Mapping[str, int], used: dict[str, int]) -> list[int]:
-    """Concrete shape for ``spec``; records which symbolic values were used."""
+    """Concrete shape for ``spec``; records which dynamic values were used."""
     shape: list[int] = []
     for axis, d in enumerate(spec.shape):
-        if isinstance(d, int) and d >= 0:
-            shape.append(d)
-        elif isinstance(d, str) and d:
-            value = dims.get(d, BATCH_DIM if is_batch_like(d) else OTHER_DIM)
-            used[d] = value
-            shape.append(value)
-        else:
-            key = f"{spec.name}[{axis}]"
-            value = dims.get(key, UNNAMED_DIM)
-            used[key] = value
-            shape.append(value)
+        key = dim_key(spec, axis)
+        if key is None:
+            shape.append(int(d))  # type: ignore[arg-type]
+            continue
+        value = dims.get(key, used.get(key, _default_dim(spec, axis)))
+        used[key] = value
+        shape.append(value)
     return shape
+
+
+def dims_attempts(specs: list[InputSpec], dims: Mapping[str, int] | None = None) -> list[dict]:
+    """The dims to try in order: the defaults, then each step of the ladders (see the module).
+
+    User ``dims`` are kept in every attempt; the first attempt is exactly what ``random_inputs``
+    would use without being told. Identical attempts are dropped.
+    """
+    dims = dict(dims or {})
+    base: dict[str, int] = {}
+    ladders: dict[str, tuple[int, ...]] = {}
+    for spec in specs:
+        for axis in range(len(spec.shape)):
+            key = dim_key(spec, axis)
+            if key is None or key in dims:
+                continue
+            base.setdefault(key, _default_dim(spec, axis))
+            named = is_named(spec.shape[axis])
+            if (named and is_batch_like(str(spec.shape[axis]))) or (
+                not named and _unnamed_batch_axis(spec, axis)
+            ):
+                ladders.setdefault(key, ())
+            elif _is_image_axis(spec, axis):
+                ladders[key] = IMAGE_LADDER  # image wins if any use of the key looks like one
+            else:
+                ladders.setdefault(key, SEQUENCE_LADDER)
+    attempts = [{**base, **dims}]
+    steps = max((len(v) for v in ladders.values()), default=0)
+    for step in range(steps):
+        grown = {k: (v[min(step, len(v) - 1)] if v else base[k]) for k, v in ladders.items()}
+        attempt = {**base, **grown, **dims}
+        if attempt not in attempts:
+            attempts.append(attempt)
+    return attempts
 
 
 def _metadata_ranges(model: onnx.ModelProto) -> dict[str, tuple[int, int]]:
@@ -185,14 +270,8 @@ def random_inputs(
 
 
 def _dim_keys(specs: list[InputSpec]) -> set[str]:
-    keys: set[str] = set()
-    for spec in specs:
-        for axis, d in enumerate(spec.shape):
-            if isinstance(d, str) and d:
-                keys.add(d)
-            elif not (isinstance(d, int) and d >= 0):
-                keys.add(f"{spec.name}[{axis}]")
-    return keys
+    keys = (dim_key(spec, axis) for spec in specs for axis in range(len(spec.shape)))
+    return {k for k in keys if k is not None}
 
 
 def load_inputs(
@@ -248,10 +327,11 @@ def load_inputs(
                     f"{where}: input {spec.name!r}: expected shape {spec.shape_str()}, "
                     f"got {tuple(arr.shape)} (axis {axis} must be {want})"
                 )
-            if isinstance(want, str) and want and dims.setdefault(want, got) != got:
+            key = dim_key(spec, axis)
+            if key is not None and dims.setdefault(key, got) != got:
                 raise ValidationError(
                     f"{where}: input {spec.name!r}: dim {want!r} is {got} on axis {axis} "
-                    f"but {dims[want]} in an earlier input"
+                    f"but {dims[key]} in an earlier input"
                 )
     return Inputs({s.name: arrays[s.name] for s in specs}, label, dims)
 

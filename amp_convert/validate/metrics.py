@@ -1,31 +1,50 @@
 """Per-output comparison and the pass/fail rules.
 
-Float outputs (both arrays upcast to float64):
+Float outputs (both arrays upcast to float64). Let ``F`` be the positions where both values are
+finite and ``M`` the non-finite mismatches: positions where either value is NaN/Inf and the two are
+not identical (a candidate ``-inf`` matching a reference ``-inf``, e.g. a masked logit, or NaN
+matching NaN, is identical and belongs to neither set).
 
-* ``abs = |cand - ref|`` elementwise; where both are non-finite and equal (same ±inf, or both NaN)
-  the difference is 0, where only one is non-finite or they differ it is +inf;
+* ``abs = |cand - ref|`` elementwise: 0 at identical non-finite pairs, +inf on ``M``;
 * ``max_abs = max(abs)``, ``mean_abs = mean(abs)``;
 * ``max_rel = max(abs / max(|ref|, REL_FLOOR))`` with ``REL_FLOOR = 1e-6``, so reference values
   near zero do not turn a tiny absolute error into an enormous relative one;
-* ``cosine`` = cosine similarity over the positions where both are finite (1.0 when both vectors
-  are zero there, 0.0 when only one is);
-* NaN/Inf counts of candidate and reference, and ``nonfinite`` = positions where either is
-  non-finite and they are not identical (a candidate ``-inf`` matching a reference ``-inf``, e.g. a
-  masked logit, does not count);
-* ``top1`` = fraction of rows whose argmax over the last axis agrees, for outputs that look like
-  logits (float, rank >= 2, last dim >= 2).
+* ``cosine`` counts every position of ``M`` as a full mismatch::
+
+      cosine = sum_F(r*c) / (sqrt(sum_F(r^2) + |M| s^2) * sqrt(sum_F(c^2) + |M| s^2))
+
+  where ``s^2`` is the mean of ``r^2`` over the positions where the reference is finite (1 when
+  that is 0 or there are none): each mismatch acts as a pair of orthogonal components of the
+  reference's typical size, adding to both norms and nothing to the dot product. Without
+  mismatches it is the ordinary cosine similarity over ``F`` (1.0 when both vectors are zero there,
+  0.0 when only one is); an all-inf candidate against a finite reference gets 0.0, never 1.0;
+* ``cosine_finite`` = the ordinary cosine over ``F`` alone, leaving ``M`` out (None when ``F`` is
+  empty). It says how close the finite part is; it is never what thresholds check;
+* NaN/Inf counts of candidate and reference, and ``nonfinite = |M|``;
+* ``top1`` = fraction of rows whose argmax over the last axis agrees, a row with a position in
+  ``M`` counting as disagreeing. Computed for outputs shaped like class logits (float, rank 2
+  ``[N, C]`` with ``C > 1``), and for any float output whose last axis has at least 2 elements
+  when asked for by name (``--top1 NAME``); None otherwise.
 
 Integer and bool outputs are compared exactly: ``mismatches`` = number of differing elements.
 
-Pass rules (an output with no threshold configured is report-only and passes, except that a shape
-mismatch always fails):
+Verdicts (``OutputResult.status``):
+
+* ``fail`` when any rule below is broken. Two rules hold with no threshold at all: a shape
+  mismatch fails, and so does any non-finite mismatch (``nonfinite > max_nan``, ``max_nan``
+  defaulting to 0): a candidate with NaN/Inf the reference does not have (or the reverse) is
+  never called good;
+* ``pass`` when the output was checked against at least one explicit threshold and broke none;
+* ``not_judged`` when no threshold applies to it and nothing failed (report only);
+* ``skipped`` for non-tensor outputs, which are not compared.
+
+Threshold rules:
 
 * tolerance, when ``atol`` or ``rtol`` is set (a missing one counts as 0):
   ``|cand - ref| <= atol + rtol * |ref|`` for every element where both are finite
   (numpy.isclose semantics, asymmetric in the reference);
-* ``cosine >= min_cosine`` when set;
-* ``nonfinite <= max_nan`` — ``max_nan`` defaults to 0 as soon as any threshold is set for the
-  output, so a threshold never silently lets new NaN/Inf through;
+* ``cosine >= min_cosine`` when set (the cosine that counts ``M``, not ``cosine_finite``);
+* ``nonfinite <= max_nan`` (0 unless set);
 * integer/bool outputs with any threshold set: ``mismatches == 0``.
 """
 
@@ -110,9 +129,13 @@ def _number(key: str, v: Any) -> float | int:
     return x
 
 
+#: OutputResult.status values
+STATUSES = ("pass", "fail", "not_judged", "skipped")
+
+
 @dataclass
 class OutputResult:
-    """Numbers for one output, and whether it passed."""
+    """Numbers for one output and its verdict (``status``; see the module docstring)."""
 
     name: str
     kind: str  # "float" or "exact" (integer/bool) or "skipped"
@@ -124,6 +147,7 @@ class OutputResult:
     max_rel: float | None = None
     mean_abs: float | None = None
     cosine: float | None = None
+    cosine_finite: float | None = None
     top1: float | None = None
     mismatches: int | None = None
     reference_nan: int = 0
@@ -133,11 +157,31 @@ class OutputResult:
     nonfinite: int = 0
     thresholds: dict[str, Any] = field(default_factory=dict)
     checked: bool = False
-    passed: bool = True
     failures: list[str] = field(default_factory=list)
 
+    @property
+    def status(self) -> str:
+        """``fail``, ``pass`` (checked, nothing broken), ``not_judged`` or ``skipped``."""
+        if self.failures:
+            return "fail"
+        if self.kind == "skipped":
+            return "skipped"
+        return "pass" if self.checked else "not_judged"
+
+    @property
+    def passed(self) -> bool:
+        """True only when explicit thresholds were checked and all held."""
+        return self.status == "pass"
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.failures)
+
     def to_dict(self) -> dict[str, Any]:
-        return {k: _json_number(v) for k, v in asdict(self).items()}
+        d = asdict(self)
+        d["status"] = self.status
+        d["passed"] = self.passed
+        return {k: _json_number(v) for k, v in d.items()}
 
 
 def _json_number(v: Any) -> Any:
@@ -149,14 +193,22 @@ def _json_number(v: Any) -> Any:
 
 
 def compare_output(
-    name: str, ref: np.ndarray | None, cand: np.ndarray | None, limits: Thresholds
+    name: str,
+    ref: np.ndarray | None,
+    cand: np.ndarray | None,
+    limits: Thresholds,
+    *,
+    top1: bool | None = None,
 ) -> OutputResult:
-    """Compare one output pair and apply ``limits`` (already resolved for this output)."""
+    """Compare one output pair and apply ``limits`` (already resolved for this output).
+
+    ``top1``: None computes top-1 agreement only for class-logit shapes (rank 2, ``C > 1``),
+    True for any float output whose last axis has 2 or more elements, False never.
+    """
     if ref is None or cand is None:
         return OutputResult(
-            name, "skipped", "non-tensor", "non-tensor", [], 0,
-            thresholds=limits.to_dict(), failures=[],
-        )  # fmt: skip
+            name, "skipped", "non-tensor", "non-tensor", [], 0, thresholds=limits.to_dict()
+        )
     ref = np.asarray(ref)
     cand = np.asarray(cand)
     res = OutputResult(
@@ -171,8 +223,6 @@ def compare_output(
     )
     if ref.shape != cand.shape:
         res.kind = "float" if _is_float(ref) else "exact"
-        res.passed = False
-        res.checked = True
         res.failures.append(
             f"shape mismatch: reference {list(ref.shape)}, candidate {list(cand.shape)}"
         )
@@ -180,8 +230,13 @@ def compare_output(
     if not _is_float(ref) and not _is_float(cand):
         _compare_exact(res, ref, cand)
     else:
-        _compare_float(res, ref, cand, limits)
+        _compare_float(res, ref, cand, limits, top1)
     return res
+
+
+def is_class_logits(shape: tuple[int, ...] | list[int]) -> bool:
+    """Shaped like class logits: rank 2 ``[N, C]`` with more than one class."""
+    return len(shape) == 2 and shape[1] > 1
 
 
 def _is_float(a: np.ndarray) -> bool:
@@ -199,11 +254,21 @@ def _compare_exact(res: OutputResult, ref: np.ndarray, cand: np.ndarray) -> None
     else:
         res.max_abs = res.mean_abs = 0.0
     if res.checked and res.mismatches:
-        res.passed = False
         res.failures.append(f"{res.mismatches} of {res.elements} elements differ (exact output)")
 
 
-def _compare_float(res: OutputResult, ref: np.ndarray, cand: np.ndarray, t: Thresholds) -> None:
+def _cosine(dot: float, rr: float, cc: float) -> float:
+    """dot / (sqrt(rr) sqrt(cc)) with the zero-vector conventions of the module docstring."""
+    if rr == 0.0 and cc == 0.0:
+        return 1.0
+    if rr == 0.0 or cc == 0.0:
+        return 0.0
+    return float(np.clip(dot / (math.sqrt(rr) * math.sqrt(cc)), -1.0, 1.0))
+
+
+def _compare_float(
+    res: OutputResult, ref: np.ndarray, cand: np.ndarray, t: Thresholds, top1: bool | None
+) -> None:
     r = ref.astype(np.float64)
     c = cand.astype(np.float64)
     r_fin = np.isfinite(r)
@@ -224,25 +289,48 @@ def _compare_float(res: OutputResult, ref: np.ndarray, cand: np.ndarray, t: Thre
         denom = np.maximum(np.abs(np.where(r_fin, r, 0.0)), REL_FLOOR)
         res.max_rel = float((absdiff / denom).max())
         rv, cv = r[both], c[both]
-        nr, nc = float(np.linalg.norm(rv)), float(np.linalg.norm(cv))
-        if nr == 0.0 and nc == 0.0:
-            res.cosine = 1.0
-        elif nr == 0.0 or nc == 0.0:
-            res.cosine = 0.0
-        else:
-            res.cosine = float(np.clip(np.dot(rv, cv) / (nr * nc), -1.0, 1.0))
-        if r.ndim >= 2 and r.shape[-1] >= 2:
-            res.top1 = float(np.mean(np.argmax(r, axis=-1) == np.argmax(c, axis=-1)))
+        dot, rr, cc = float(np.dot(rv, cv)), float(np.dot(rv, rv)), float(np.dot(cv, cv))
+        res.cosine_finite = _cosine(dot, rr, cc) if rv.size else None
+        if res.nonfinite:
+            ref_finite = r[r_fin]
+            s2 = float(np.mean(ref_finite * ref_finite)) if ref_finite.size else 0.0
+            extra = res.nonfinite * (s2 if s2 > 0.0 else 1.0)
+            rr, cc = rr + extra, cc + extra
+        res.cosine = _cosine(dot, rr, cc)
+        want_top1 = is_class_logits(r.shape) if top1 is None else top1
+        if want_top1 and r.ndim >= 1 and r.shape[-1] >= 2:
+            clean_row = ~np.any(~both & ~same_nonfinite, axis=-1)
+            agree = (np.argmax(r, axis=-1) == np.argmax(c, axis=-1)) & clean_row
+            res.top1 = float(np.mean(agree))
     else:
         res.max_abs = res.mean_abs = res.max_rel = 0.0
         res.cosine = 1.0
 
-    if not res.checked:
-        return
+    if res.checked:
+        _check_thresholds(res, r, c, both, absdiff, t)
+    max_nan = t.max_nan if t.max_nan is not None else 0
+    if res.nonfinite > max_nan:
+        default = "" if t.max_nan is not None else " (the default: new NaN/Inf always fail)"
+        fin = "n/a" if res.cosine_finite is None else f"{res.cosine_finite:.6f}"
+        res.failures.append(
+            f"{res.nonfinite} new NaN/Inf values (candidate nan {res.candidate_nan}, "
+            f"inf {res.candidate_inf}) > max_nan {max_nan}{default}; "
+            f"cosine {res.cosine:.6f} counting them, {fin} over finite positions only"
+        )
+
+
+def _check_thresholds(
+    res: OutputResult,
+    r: np.ndarray,
+    c: np.ndarray,
+    both: np.ndarray,
+    absdiff: np.ndarray,
+    t: Thresholds,
+) -> None:
     if t.atol is not None or t.rtol is not None:
         atol = t.atol or 0.0
         rtol = t.rtol or 0.0
-        allowed = atol + rtol * np.abs(np.where(r_fin, r, 0.0))
+        allowed = atol + rtol * np.abs(np.where(np.isfinite(r), r, 0.0))
         bad = both & ~(absdiff <= allowed)
         n_bad = int(np.count_nonzero(bad))
         if n_bad:
@@ -255,13 +343,6 @@ def _compare_float(res: OutputResult, ref: np.ndarray, cand: np.ndarray, t: Thre
             )
     if t.min_cosine is not None and not (res.cosine is not None and res.cosine >= t.min_cosine):
         res.failures.append(f"cosine {res.cosine:.6f} < min_cosine {t.min_cosine:g}")
-    max_nan = t.max_nan if t.max_nan is not None else 0
-    if res.nonfinite > max_nan:
-        res.failures.append(
-            f"{res.nonfinite} new NaN/Inf values (candidate nan {res.candidate_nan}, "
-            f"inf {res.candidate_inf}) > max_nan {max_nan}"
-        )
-    res.passed = not res.failures
 
 
 def check_names(thresholds: Thresholds, outputs: list[str]) -> None:

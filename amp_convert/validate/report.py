@@ -1,13 +1,31 @@
 """ValidationReport: what ran, the numbers per output, latency, and the verdict.
 
-``to_dict()`` is the stable JSON schema (``schema_version`` 1). Non-finite floats are written as
+``to_dict()`` is the stable JSON schema (``schema_version`` 2). Non-finite floats are written as
 the strings ``"inf"``, ``"-inf"`` and ``"nan"`` so the file is strict JSON. Top-level keys:
-``schema_version, tool, passed, reference, candidate, provider {requested, used, ort_providers,
-onnxruntime_version, graph_optimizations}, inputs {source, seed, dims, shapes, dtypes},
-thresholds, outputs [one object per output, see OutputResult], latency {warmup, runs, reference,
-candidate, speedup} or null, emulation {rounding_points, low_precision_inputs,
-upcast_initializers, retargeted_attributes, unknown_types} or null, warnings``. New keys may be
-added within a schema version; renamed or removed keys bump it.
+
+* ``schema_version``, ``tool``;
+* ``verdict``: ``"fail"`` (an output failed), ``"pass"`` (explicit thresholds were checked on at
+  least one output and nothing failed) or ``"not_judged"`` (no threshold applied and nothing
+  failed: report only); ``passed`` is true only for ``"pass"``;
+* ``reference``, ``candidate``;
+* ``provider {requested, used, ort_providers, onnxruntime_version, graph_optimizations}``;
+* ``inputs {source, seed, dims, shapes, dtypes}``;
+* ``thresholds``;
+* ``outputs``: one object per output with the OutputResult fields (``name, kind,
+  reference_dtype, candidate_dtype, shape, elements, max_abs, max_rel, mean_abs, cosine,
+  cosine_finite, top1, mismatches, reference_nan, reference_inf, candidate_nan, candidate_inf,
+  nonfinite, thresholds, checked, failures``) plus ``status`` (``pass``, ``fail``,
+  ``not_judged``, ``skipped``) and ``passed`` (true only for ``pass``); see metrics.py for the
+  definitions;
+* ``latency {warmup, runs, reference, candidate, speedup}`` or null;
+* ``emulation {rounding_points, low_precision_inputs, upcast_initializers,
+  retargeted_attributes, unknown_types}`` or null;
+* ``warnings``.
+
+New keys may be added within a schema version; renamed or removed keys, or a changed meaning,
+bump it. Version 2 (from 1): ``cosine`` counts non-finite mismatches (the old finite-only value
+is ``cosine_finite``); new NaN/Inf fail without thresholds; ``passed`` is false when nothing was
+judged; ``verdict`` and per-output ``status`` were added.
 """
 
 from __future__ import annotations
@@ -24,7 +42,7 @@ import numpy as np
 from amp_convert import safe_write
 from amp_convert.validate.metrics import OutputResult, _json_number
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 @dataclass
@@ -84,12 +102,24 @@ class ValidationReport:
     warnings: list[str] = field(default_factory=list)
 
     @property
+    def verdict(self) -> str:
+        """``fail``, ``pass`` (explicit thresholds checked, none broken) or ``not_judged``."""
+        if any(o.failed for o in self.outputs):
+            return "fail"
+        return "pass" if any(o.status == "pass" for o in self.outputs) else "not_judged"
+
+    @property
     def passed(self) -> bool:
-        return all(o.passed for o in self.outputs)
+        """True only when thresholds were checked and held: a report-only run is not a pass."""
+        return self.verdict == "pass"
+
+    @property
+    def failed(self) -> bool:
+        return self.verdict == "fail"
 
     @property
     def failed_outputs(self) -> list[str]:
-        return [o.name for o in self.outputs if not o.passed]
+        return [o.name for o in self.outputs if o.failed]
 
     @property
     def speedup(self) -> float | None:
@@ -108,7 +138,7 @@ class ValidationReport:
 
     # ---------------------------------------------------------------- serialisation
     def to_dict(self) -> dict[str, Any]:
-        """Stable, JSON-ready dict (schema_version 1)."""
+        """Stable, JSON-ready dict (the schema in the module docstring)."""
         latency = None
         if self.reference_latency is not None and self.candidate_latency is not None:
             latency = {
@@ -121,6 +151,7 @@ class ValidationReport:
         d = {
             "schema_version": SCHEMA_VERSION,
             "tool": "amp-convert validate",
+            "verdict": self.verdict,
             "passed": self.passed,
             "reference": self.reference,
             "candidate": self.candidate,
@@ -159,7 +190,7 @@ class ValidationReport:
             tests=str(len(self.outputs)),
             failures=str(len(self.failed_outputs)),
             errors="0",
-            skipped=str(sum(o.kind == "skipped" for o in self.outputs)),
+            skipped=str(sum(o.status in ("skipped", "not_judged") for o in self.outputs)),
         )
         props = ET.SubElement(suite, "properties")
         for k, v in (
@@ -175,9 +206,11 @@ class ValidationReport:
                 suite, "testcase", classname="amp_convert.validate", name=o.name, time="0"
             )
             numbers = _numbers_line(o)
-            if o.kind == "skipped":
+            if o.status == "skipped":
                 ET.SubElement(case, "skipped", message="non-tensor output, not compared")
-            elif not o.passed:
+            elif o.status == "not_judged":
+                ET.SubElement(case, "skipped", message="no thresholds: not judged")
+            elif o.failed:
                 fail = ET.SubElement(case, "failure", message="; ".join(o.failures))
                 fail.text = numbers
             out = ET.SubElement(case, "system-out")
@@ -210,9 +243,7 @@ class ValidationReport:
                     f"{o.candidate_nan}/{o.candidate_inf}",
                     "" if o.top1 is None else f"top1 {o.top1:.1%}",
                 ]
-            verdict = "skip" if o.kind == "skipped" else ("PASS" if o.passed else "FAIL")
-            if o.passed and not o.checked and o.kind != "skipped":
-                verdict = "-"
+            verdict = _STATUS_CELL[o.status]
             rows.append([o.name, dtype, str(o.shape), *cells, verdict])
         widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
                   for i, h in enumerate(headers)]  # fmt: skip
@@ -254,23 +285,38 @@ class ValidationReport:
             )
         for w in self.warnings:
             lines.append(f"warning: {w}")
-        n = len(self.outputs)
-        failed = self.failed_outputs
-        checked = sum(o.checked for o in self.outputs)
-        if failed:
-            lines.append(f"result: FAIL ({len(failed)} of {n} outputs: {', '.join(failed)})")
-        elif checked:
-            lines.append(f"result: PASS ({checked} of {n} outputs checked)")
-        else:
-            lines.append(f"result: PASS (report only: no thresholds set; {n} outputs)")
+        lines.append(self.result_line())
         return "\n".join(lines)
+
+    def result_line(self) -> str:
+        """The verdict line: FAIL, PASS, or NOT JUDGED when no threshold applied."""
+        n = len(self.outputs)
+        outs = f"{n} output{'' if n == 1 else 's'}"
+        failed = self.failed_outputs
+        checked = sum(o.status == "pass" for o in self.outputs)
+        if failed:
+            return f"result: FAIL ({len(failed)} of {outs}: {', '.join(failed)})"
+        if checked:
+            return f"result: PASS ({checked} of {outs} checked)"
+        return (
+            f"result: NOT JUDGED (report only: no thresholds set, nothing failed; {outs}; "
+            "set --atol/--rtol/--min-cosine/--max-nan to judge)"
+        )
 
     def summary_line(self) -> str:
         """One line for quiet mode and assertion messages."""
         if self.passed:
             return f"validation passed ({len(self.outputs)} outputs, {self.provider})"
-        parts = [f"{o.name}: {'; '.join(o.failures)}" for o in self.outputs if not o.passed]
+        if not self.failed:
+            return (
+                f"validation not judged: no thresholds set, nothing failed "
+                f"({len(self.outputs)} outputs, {self.provider})"
+            )
+        parts = [f"{o.name}: {'; '.join(o.failures)}" for o in self.outputs if o.failed]
         return f"validation FAILED ({self.provider}): " + " | ".join(parts)
+
+
+_STATUS_CELL = {"pass": "PASS", "fail": "FAIL", "not_judged": "-", "skipped": "skip"}
 
 
 def _fmt_dims(dims: dict[str, int]) -> str:
@@ -292,6 +338,9 @@ def _numbers_line(o: OutputResult) -> str:
         return f"{o.name}: not compared"
     top1 = "" if o.top1 is None else f" top1={o.top1:.4f}"
     cos = "n/a" if o.cosine is None else f"{o.cosine:.6f}"
+    if o.nonfinite:
+        fin = "n/a" if o.cosine_finite is None else f"{o.cosine_finite:.6f}"
+        cos += f" cosine_finite={fin}"
     return (
         f"{o.name}: max_abs={_g(o.max_abs)} max_rel={_g(o.max_rel)} mean_abs={_g(o.mean_abs)} "
         f"cosine={cos} nan={o.candidate_nan} inf={o.candidate_inf} "

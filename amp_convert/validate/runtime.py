@@ -22,6 +22,22 @@ from onnx import TensorProto
 from amp_convert import proto_walk
 from amp_convert.errors import ValidationError
 
+
+class CudaStartError(ValidationError):
+    """The CUDA provider is listed but did not start (ORT fell back to CPU or raised EPFail).
+
+    A type of its own so that ``auto`` can fall back on it without reading error messages.
+    """
+
+
+class RunError(ValidationError):
+    """ORT raised while running a model; ``detail`` is ORT's own first line."""
+
+    def __init__(self, role: str, detail: str) -> None:
+        super().__init__(f"ONNX Runtime failed to run the {role}: {detail}")
+        self.detail = detail
+
+
 MISSING_ORT = "validation needs ONNX Runtime: pip install 'amp-convert[cpu]' (or [gpu])"
 CUDA_EP = "CUDAExecutionProvider"
 CPU_EP = "CPUExecutionProvider"
@@ -66,20 +82,36 @@ def cuda_available() -> bool:
 
 @dataclass
 class ModelSource:
-    """One model as ORT wants it (path or bytes) plus its graph, loaded without external data."""
+    """One model as ORT wants it (path or bytes) plus its graph, loaded without external data.
+
+    A model over 2 GiB is handed to ORT as a temporary external-data folder; ``close()`` (or
+    leaving a ``with`` block) deletes it, after every session on it is closed.
+    """
 
     label: str
     ort_input: str | bytes
     proto: onnx.ModelProto
     #: folder external data is relative to (None for bytes / in-memory models)
     base_dir: str | None = None
-    _tmp: Any = field(default=None, repr=False)
+    _tmp: tempfile.TemporaryDirectory | None = field(default=None, repr=False)
 
     @property
     def has_external_data(self) -> bool:
         return any(
             t.data_location == TensorProto.EXTERNAL for t in _all_initializers(self.proto.graph)
         )
+
+    def close(self) -> None:
+        """Delete the temporary external-data folder, if one was made (idempotent)."""
+        tmp, self._tmp = self._tmp, None
+        if tmp is not None:
+            tmp.cleanup()
+
+    def __enter__(self) -> ModelSource:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def _all_initializers(graph: onnx.GraphProto):
@@ -151,17 +183,29 @@ def serialize_for_ort(src: ModelSource) -> str | bytes:
 
 @dataclass
 class Runner:
-    """A session plus how to feed and time it on its device."""
+    """A session plus how to feed and time it on its device; ``close()`` when done."""
 
     session: Any
     device: str  # "cpu" or "cuda"
     inputs: dict[str, tuple[str, list]]  # name -> (ORT type string, shape)
     outputs: list[tuple[str, str]]  # (name, ORT type string)
-    keep_alive: Any = None  # temporary external-data folder the session may still map
+    #: a >2 GiB rewritten model saved for this session alone (its folder goes with the runner)
+    owned_source: ModelSource | None = field(default=None, repr=False)
 
     @property
     def providers(self) -> list[str]:
         return list(self.session.get_providers())
+
+    @property
+    def output_names(self) -> list[str]:
+        return [n for n, _ in self.outputs]
+
+    def close(self) -> None:
+        """Drop the session, then delete what only it used (idempotent)."""
+        self.session = None  # before deleting files the session may map
+        if self.owned_source is not None:
+            self.owned_source.close()
+            self.owned_source = None
 
 
 def make_session(
@@ -181,11 +225,11 @@ def make_session(
     """
     ort = import_ort()
     so = ort.SessionOptions()
-    so.log_severity_level = 3
+    so.log_severity_level = 4  # errors come back as exceptions; retried runs stay quiet
     if disable_optimizations:
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     model_input: str | bytes = src.ort_input
-    tmp = None
+    owned: ModelSource | None = None
     if model_override is not None:
         if model_override.ByteSize() < _PROTO_LIMIT:
             model_input = model_override.SerializeToString()
@@ -194,9 +238,8 @@ def make_session(
                     "session.model_external_initializers_file_folder_path", src.base_dir
                 )
         else:
-            override_src = ModelSource(src.label, b"", model_override)
-            model_input = serialize_for_ort(override_src)
-            tmp = override_src._tmp
+            owned = ModelSource(src.label, b"", model_override)
+            model_input = serialize_for_ort(owned)
     elif src.base_dir and isinstance(model_input, bytes):
         so.add_session_config_entry(
             "session.model_external_initializers_file_folder_path", src.base_dir
@@ -204,12 +247,18 @@ def make_session(
     providers: list = [CPU_EP]
     if device == "cuda":
         providers = [(CUDA_EP, {}), CPU_EP]
+    ep_fail = _ort_ep_fail_type(ort)
     try:
         session = ort.InferenceSession(model_input, so, providers=providers)
     except Exception as e:
-        if tmp is not None:
-            tmp.cleanup()
-        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        if owned is not None:
+            owned.close()
+        msg = _first_line(e)
+        if device == "cuda" and ep_fail is not None and isinstance(e, ep_fail):
+            raise CudaStartError(
+                f"{role} {src.label}: the CUDA provider failed to start ({msg}); check the "
+                "CUDA/cuDNN libraries onnxruntime-gpu needs, or use --provider emulate"
+            ) from None
         hint = ""
         if "NOT_IMPLEMENTED" in msg or "Could not find an implementation" in msg:
             hint = (
@@ -220,13 +269,26 @@ def make_session(
             f"{role} {src.label}: ONNX Runtime cannot load it: {msg}{hint}"
         ) from None
     if device == "cuda" and CUDA_EP not in session.get_providers():
-        raise ValidationError(
+        if owned is not None:
+            owned.close()
+        raise CudaStartError(
             f"{role} {src.label}: the CUDA provider failed to start (ORT fell back to CPU); "
             "check the CUDA/cuDNN libraries onnxruntime-gpu needs, or use --provider emulate"
         )
     inputs = {i.name: (i.type, list(i.shape)) for i in session.get_inputs()}
     outputs = [(o.name, o.type) for o in session.get_outputs()]
-    return Runner(session, device, inputs, outputs, keep_alive=tmp or src._tmp)
+    return Runner(session, device, inputs, outputs, owned_source=owned)
+
+
+def _ort_ep_fail_type(ort: Any) -> type[BaseException] | None:
+    """ORT's exception type for an execution-provider failure (None if this build has none)."""
+    state = getattr(getattr(ort, "capi", None), "onnxruntime_pybind11_state", None)
+    return getattr(state, "EPFail", None)
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
 
 
 # --------------------------------------------------------------------------------------------
@@ -265,27 +327,44 @@ def from_ortvalue(ov: Any) -> np.ndarray | None:
     return ov.numpy()
 
 
-def run_once(runner: Runner, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray | None]:
+def bind_feeds(
+    runner: Runner, feeds: Mapping[str, np.ndarray], *, outputs_on: str
+) -> tuple[Callable[[], Any], Any]:
+    """One inference as a call, with the inputs converted (and on CUDA bound) once.
+
+    Returns ``(call, binding)``. On CUDA the inputs are copied to the device once and bound with
+    I/O binding, outputs are bound on ``outputs_on`` ("cpu" to read them, "cuda" to keep host
+    copies out of timings), ``call()`` only runs, and the outputs are ``binding.get_outputs()``.
+    On CPU the inputs become OrtValues once, ``binding`` is None and ``call()`` returns the
+    outputs. Outputs come in ``runner.output_names`` order.
+    """
+    session = runner.session
+    names = runner.output_names
+    if runner.device == "cuda":
+        binding = session.io_binding()
+        for name, arr in feeds.items():
+            binding.bind_ortvalue_input(name, to_ortvalue(arr, runner.inputs[name][0], "cuda"))
+        for name in names:
+            binding.bind_output(name, outputs_on)
+        return (lambda: session.run_with_iobinding(binding)), binding
+    ovs = {n: to_ortvalue(a, runner.inputs[n][0]) for n, a in feeds.items()}
+    return (lambda: session.run_with_ort_values(names, ovs)), None
+
+
+def run_once(
+    runner: Runner, feeds: Mapping[str, np.ndarray], role: str = "model"
+) -> dict[str, np.ndarray | None]:
     """One inference with host outputs (for accuracy), on the runner's device."""
-    names = [n for n, _ in runner.outputs]
     try:
-        if runner.device == "cuda":
-            binding = runner.session.io_binding()
-            for name, arr in feeds.items():
-                binding.bind_ortvalue_input(name, to_ortvalue(arr, runner.inputs[name][0], "cuda"))
-            for name in names:
-                binding.bind_output(name, "cpu")
-            runner.session.run_with_iobinding(binding)
+        call, binding = bind_feeds(runner, feeds, outputs_on="cpu")
+        values = call()
+        if binding is not None:
             values = binding.get_outputs()
-        else:
-            ovs = {n: to_ortvalue(a, runner.inputs[n][0]) for n, a in feeds.items()}
-            values = runner.session.run_with_ort_values(names, ovs)
     except ValidationError:
         raise
     except Exception as e:
-        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ValidationError(f"ONNX Runtime failed to run the model: {msg}") from None
-    return {n: from_ortvalue(v) for n, v in zip(names, values, strict=True)}
+        raise RunError(role, _first_line(e)) from None
+    return {n: from_ortvalue(v) for n, v in zip(runner.output_names, values, strict=True)}
 
 
 def time_runs(
@@ -301,24 +380,7 @@ def time_runs(
     On CUDA, inputs are bound on the device once and outputs stay there (I/O binding), so host
     copies are not timed; ORT synchronises the stream at the end of each run.
     """
-    session = runner.session
-    names = [n for n, _ in runner.outputs]
-    if runner.device == "cuda":
-        binding = session.io_binding()
-        for name, arr in feeds.items():
-            binding.bind_ortvalue_input(name, to_ortvalue(arr, runner.inputs[name][0], "cuda"))
-        for name in names:
-            binding.bind_output(name, "cuda")
-
-        def call() -> None:
-            session.run_with_iobinding(binding)
-
-    else:
-        ovs = {n: to_ortvalue(a, runner.inputs[n][0]) for n, a in feeds.items()}
-
-        def call() -> None:
-            session.run_with_ort_values(names, ovs)
-
+    call, _ = bind_feeds(runner, feeds, outputs_on="cuda")
     for _ in range(warmup):
         call()
     times: list[float] = []
