@@ -36,6 +36,8 @@ def assert_converted_close(
     ):  # fmt: skip
         if limits.get(key) is None:
             limits[key] = value
+    if all(limits.get(k) is None for k in ("atol", "rtol", "min_cosine", "max_nan")):
+        raise ValueError("assert_converted_close needs at least one threshold to judge by")
     kw.setdefault("runs", 0)
     report = validate(reference, candidate, provider=provider, thresholds=limits, **kw)
     if not report.passed:

@@ -238,3 +238,21 @@ def test_window_ops_follow_the_node_precision(op: str) -> None:
     attrs = {a.name: a.i for a in node_by_name(out, "win").attribute}
     assert attrs["output_datatype"] == TensorProto.FLOAT16
     assert op_counts(out)["Cast"] == 2  # the x input and the y output, nothing around the window
+
+
+def test_infinite_max_nan_is_a_validation_error() -> None:
+    from amp_convert.errors import ValidationError
+    from amp_convert.validate.metrics import Thresholds
+
+    with pytest.raises(ValidationError, match="max_nan must be a number"):
+        Thresholds.coerce({"max_nan": float("inf")})
+
+
+def test_assert_converted_close_refuses_to_judge_nothing() -> None:
+    from amp_convert.testing import assert_converted_close
+
+    model = _pow_model(2.0)
+    with pytest.raises(ValueError, match="at least one threshold"):
+        assert_converted_close(
+            model, model, atol=None, rtol=None, min_cosine=None, max_nan=None, provider="emulate"
+        )

@@ -120,7 +120,7 @@ class Thresholds:
 def _number(key: str, v: Any) -> float | int:
     try:
         x = int(v) if key == "max_nan" else float(v)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise ValidationError(f"thresholds: {key} must be a number, got {v!r}") from None
     if key == "max_nan" and (x < 0 or float(v) != x):
         raise ValidationError(f"thresholds: max_nan must be a non-negative integer, got {v!r}")
