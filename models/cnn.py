@@ -324,8 +324,9 @@ def bn_after_add(
 def bn_fp16_overflow(channels: int = 8, image: int = 12, seed: int = 44) -> onnx.ModelProto:
     """A near-constant channel (var 1e-10) under epsilon = 0: its folded weight overflows FP16.
 
-    rsqrt(var + eps) = 1e5, so the folded Conv weight of that channel reaches ~1e4-1e5 > 65504;
-    the fold must be refused and the BN kept (FP32). A second BN, well conditioned, still folds.
+    rsqrt(var + eps) = 1e5, so the folded Conv weight of that channel reaches ~1e5 > 65504: the
+    fold must be refused and the BN kept (FP32). MobileNetV2's ReLU6 (Clip 0..6) saturates the
+    channel, so what follows stays in FP16 range. A second BN, well conditioned, still folds.
     """
     b = GraphBuilder("bn_fp16_overflow", seed)
     x = b.input("x", FLOAT, ["batch", channels, image, image])
@@ -344,7 +345,7 @@ def bn_fp16_overflow(channels: int = 8, image: int = 12, seed: int = 44) -> onnx
         for n, a in (("scale", scale), ("bias", bias), ("mean", mean), ("var", var))
     ]
     y = b.op("BatchNormalization", [y, *params], "bn0/BatchNormalization", epsilon=0.0)
-    y = b.op("Relu", [y], "bn0/Relu")
+    y = b.op("Clip", [y, b.f32("relu6/zero", 0.0), b.f32("relu6/six", 6.0)], "bn0/Relu6")
     y = b.op("Conv", [y, b.weight("conv1/weight", [channels, channels, 1, 1])], "conv1/Conv")
     y = b.op(
         "BatchNormalization",
