@@ -396,6 +396,23 @@ def test_kept_cases() -> None:
     )
     _, records = _fold(dynamic)
     assert records == [
+        BatchNormRecord(
+            "bn", "kept", "", "scale, B, mean or var is a graph input (can be fed at run time)"
+        )
+    ]
+    computed = _tiny_model(
+        [
+            helper.make_node("Abs", ["var_raw"], ["var"], name="abs"),
+            helper.make_node(
+                "BatchNormalization", ["x", "scale", "bias", "mean", "var"], ["y"], name="bn"
+            ),
+        ],
+        [*stats[:3], numpy_helper.from_array(numpy_helper.to_array(stats[3]), "var_raw")],
+        [x4],
+        [y4],
+    )
+    _, records = _fold(computed)
+    assert records == [
         BatchNormRecord("bn", "kept", "", "scale, B, mean and var are not all constant")
     ]
 

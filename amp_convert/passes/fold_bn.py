@@ -134,12 +134,12 @@ class FoldBatchNormPass(ir.passes.InPlacePass):
         shift = bias - mean * s
         x = bn.inputs[0]
         assert x is not None  # _statistics checked the inputs
+        producer, why_not = self._fold_target(bn, x, s.size)
+        if producer is not None:  # its FLOAT weight makes X FLOAT too (one type variable)
+            return self._fold(bn, name, producer, s, shift)
         dtype = self._dtype(x, bn)
         if dtype is not None and dtype != FLOAT:
-            raise _Kept(f"input is {dtype.name}; only FLOAT BatchNormalization is folded")
-        producer, why_not = self._fold_target(bn, x, s.size)
-        if producer is not None:
-            return self._fold(bn, name, producer, s, shift)
+            raise _Kept(f"input is {dtype.name}; only FLOAT BatchNormalization is rewritten")
         if dtype is None:
             raise _Kept(f"not folded ({why_not}); the element type of the input is unknown")
         rank = self._rank(x) or self._rank(bn.outputs[0])
@@ -255,7 +255,8 @@ class FoldBatchNormPass(ir.passes.InPlacePass):
         assert w_value is not None
         w_tensor = constant_tensor(w_value)
         assert w_tensor is not None
-        w = w_tensor.numpy().astype(np.float64)
+        w_stored = w_tensor.numpy()
+        w = w_stored.astype(np.float64)
         if op == "Conv":
             w_new = w * _shaped(s, 0, w.ndim)
             axis = "axis 0"
@@ -282,9 +283,9 @@ class FoldBatchNormPass(ir.passes.InPlacePass):
             b_new = shift if old_bias is None else beta * old_bias * s + shift
         else:
             b_new = shift if old_bias is None else old_bias * s + shift
-        w32, b32 = w_new.astype(np.float32), b_new.astype(np.float32)
+        w32, b32 = _to_float32(w_new), _to_float32(b_new)
         problem = self._range_problem(
-            "folded weight", w32, multiplicative=True, before=_subnormal_share(np.abs(w))
+            "folded weight", w32, multiplicative=True, before=_subnormal_share(np.abs(w_stored))
         ) or self._range_problem("folded bias", b32)
         if problem:
             raise _Kept(f"not folded into {op} {producer.name!r}: {problem}")
@@ -317,8 +318,8 @@ class FoldBatchNormPass(ir.passes.InPlacePass):
     def _decompose(
         self, bn: ir.Node, name: str, s: np.ndarray, shift: np.ndarray, rank: int, why_not: str
     ) -> BatchNormRecord:
-        s32 = _shaped(s, 0, rank - 1).astype(np.float32)
-        shift32 = _shaped(shift, 0, rank - 1).astype(np.float32)
+        s32 = _to_float32(_shaped(s, 0, rank - 1))
+        shift32 = _to_float32(_shaped(shift, 0, rank - 1))
         problem = self._range_problem(
             "scale/sqrt(var+eps)", s32, multiplicative=True
         ) or self._range_problem("B - mean*scale/sqrt(var+eps)", shift32)
@@ -402,7 +403,7 @@ class FoldBatchNormPass(ir.passes.InPlacePass):
 
         ``before`` is the subnormal share of the unfolded weight, which the fold is not blamed for.
         """
-        magnitude = np.abs(values.astype(np.float64))
+        magnitude = np.abs(values)
         if not np.all(np.isfinite(magnitude)):
             return f"{what} is not finite in float32"
         if magnitude.size == 0 or self.low_dtype != ir.DataType.FLOAT16:
@@ -419,6 +420,12 @@ class FoldBatchNormPass(ir.passes.InPlacePass):
                 f"values are below 6.1e-05 (unfolded {before:.1%})"
             )
         return None
+
+
+def _to_float32(values: np.ndarray) -> np.ndarray:
+    """float64 → float32 as stored; beyond float32 becomes inf (the range check reports it)."""
+    with np.errstate(over="ignore"):
+        return values.astype(np.float32)
 
 
 def _subnormal_share(magnitude: np.ndarray) -> float:
@@ -464,7 +471,10 @@ def _statistics(bn: ir.Node) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nda
     """scale, B, mean, var as float64 [C] arrays, or raise _Kept."""
     if len(bn.inputs) != 5 or any(v is None for v in bn.inputs):
         raise _Kept("BatchNormalization needs X, scale, B, mean and var")
-    tensors = [constant_tensor(v) for v in bn.inputs[1:] if v is not None]
+    stats = [v for v in bn.inputs[1:] if v is not None]
+    if any(v.is_graph_input() for v in stats):
+        raise _Kept("scale, B, mean or var is a graph input (can be fed at run time)")
+    tensors = [constant_tensor(v) for v in stats]
     if any(t is None for t in tensors):
         raise _Kept("scale, B, mean and var are not all constant")
     arrays = [t.numpy().astype(np.float64) for t in tensors if t is not None]
