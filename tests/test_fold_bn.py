@@ -20,7 +20,10 @@ import pytest
 from onnx import helper, numpy_helper
 
 from amp_convert import proto_walk
-from amp_convert.passes.fold_bn import BatchNormRecord, FoldBatchNormPass
+from amp_convert.onnx_checks import analyse
+from amp_convert.passes.fold_bn import FoldBatchNormPass
+from amp_convert.precision import UniqueNames
+from amp_convert.report import FoldNote
 from models.cnn import ALL_CNN, bn_stats
 from models.inputs import sample_inputs
 
@@ -38,7 +41,7 @@ def _session(model: onnx.ModelProto) -> ort.InferenceSession:
 
 def _fold(
     proto: onnx.ModelProto, low: ir.DataType = ir.DataType.FLOAT16
-) -> tuple[onnx.ModelProto, list[BatchNormRecord]]:
+) -> tuple[onnx.ModelProto, list[FoldNote]]:
     model = ir.serde.deserialize_model(proto)
     pass_ = FoldBatchNormPass(low)
     pass_(model)
@@ -205,7 +208,7 @@ def test_shared_weight_gets_copies() -> None:
     assert not np.array_equal(inits[left], inits[right])
     up = by_name["up/ConvTranspose"]
     assert list(up.input[1:]) == ["up/weight", "up/bias"]  # sole reader: rewritten in place
-    assert records[2] == BatchNormRecord(
+    assert records[2] == FoldNote(
         "up/bn/BatchNormalization",
         "folded",
         "up/ConvTranspose",
@@ -338,7 +341,7 @@ def test_matmul_rank3_is_decomposed_not_folded() -> None:
     )
     folded, records = _fold(model)
     assert records == [
-        BatchNormRecord(
+        FoldNote(
             "bn",
             "decomposed",
             "",
@@ -368,7 +371,7 @@ def test_kept_cases() -> None:
     )
     folded, records = _fold(rank_model)
     assert records == [
-        BatchNormRecord(
+        FoldNote(
             "bn",
             "kept",
             "",
@@ -396,7 +399,7 @@ def test_kept_cases() -> None:
     )
     _, records = _fold(dynamic)
     assert records == [
-        BatchNormRecord(
+        FoldNote(
             "bn", "kept", "", "scale, B, mean or var is a graph input (can be fed at run time)"
         )
     ]
@@ -412,9 +415,7 @@ def test_kept_cases() -> None:
         [y4],
     )
     _, records = _fold(computed)
-    assert records == [
-        BatchNormRecord("bn", "kept", "", "scale, B, mean and var are not all constant")
-    ]
+    assert records == [FoldNote("bn", "kept", "", "scale, B, mean and var are not all constant")]
 
     training9 = _tiny_model(
         [
@@ -432,7 +433,7 @@ def test_kept_cases() -> None:
     )
     folded, records = _fold(training9)
     assert records == [
-        BatchNormRecord(
+        FoldNote(
             "bn", "kept", "", "training outputs (running/saved mean and variance) are requested"
         )
     ]
@@ -442,7 +443,7 @@ def test_kept_cases() -> None:
 def test_training_mode_untouched() -> None:
     original = ALL_CNN["bn_training_mode"]()
     folded, records = _fold(original)
-    assert records[0] == BatchNormRecord(
+    assert records[0] == FoldNote(
         "train_bn/BatchNormalization",
         "kept",
         "",
@@ -480,7 +481,7 @@ def test_producer_with_other_readers_is_decomposed() -> None:
     )
     folded, records = _fold(model)
     assert records == [
-        BatchNormRecord(
+        FoldNote(
             "bn",
             "decomposed",
             "",
@@ -518,3 +519,15 @@ def test_gemm_with_constant_node_bias_row() -> None:
         "gemm/bias_bn_folded": [1, 4],
     }
     _assert_close(model, folded, {"x": rng.standard_normal((3, 6)).astype(np.float32)})
+
+
+def test_pipeline_hooks_types_and_names() -> None:
+    """The pipeline hands over its inferred types (no second inference) and its name registry."""
+    model = ir.serde.deserialize_model(ALL_CNN["bn_after_add"]())
+    _, types = analyse(model)
+    names = UniqueNames.of_model(model)
+    pass_ = FoldBatchNormPass(ir.DataType.FLOAT16, types, names)
+    pass_(model)
+    assert [r.action for r in pass_.records] == ["decomposed", "decomposed"]
+    assert "post_bn/BatchNormalization/Mul" in names
+    assert names.take("post_bn/BatchNormalization/Mul") == "post_bn/BatchNormalization/Mul_1"

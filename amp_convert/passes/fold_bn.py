@@ -23,32 +23,26 @@ Range check (on the float32 values that are stored):
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 import numpy as np
 import onnx
 import onnx_ir as ir
 
 from amp_convert import proto_walk
-from amp_convert.passes.infer_dtypes import call_on_stripped
-from amp_convert.passes.state import constant_tensor
+from amp_convert.onnx_checks import call_on_stripped
+from amp_convert.precision import (
+    FLOAT,
+    FP16_MAX,
+    FP16_MIN_NORMAL,
+    UniqueNames,
+    constant_tensor,
+    is_default_domain,
+)
+from amp_convert.report import FoldNote
 
-FLOAT = ir.DataType.FLOAT
 FOLD_TARGETS = ("Conv", "ConvTranspose", "Gemm", "MatMul")
-FP16_MAX = 65504.0
-FP16_MIN_NORMAL = 2.0**-14
 #: Share of nonzero multiplicative values the fold may newly push below FP16's normal range.
 UNDERFLOW_FRACTION = 0.01
-
-
-@dataclass(frozen=True)
-class BatchNormRecord:
-    """What happened to one BatchNormalization (for the ConversionReport)."""
-
-    node: str
-    action: str  # "folded" | "decomposed" | "kept"
-    into: str  # the node it was folded into, else ""
-    detail: str  # what was done, or why it was kept
 
 
 class _Kept(Exception):
@@ -56,21 +50,7 @@ class _Kept(Exception):
 
 
 def _is_onnx(node: ir.Node | None, *op_types: str) -> bool:
-    return node is not None and node.domain in ("", "ai.onnx") and node.op_type in op_types
-
-
-def _all_names(model: ir.Model) -> set[str]:
-    """Every value and node name in the model, subgraphs included (for fresh names)."""
-    names: set[str] = set()
-    for graph in model.graphs():
-        names.update(v.name for v in graph.inputs if v.name)
-        names.update(v.name for v in graph.outputs if v.name)
-        names.update(graph.initializers.keys())
-        for node in graph:
-            if node.name:
-                names.add(node.name)
-            names.update(v.name for v in node.outputs if v.name)
-    return names
+    return node is not None and is_default_domain(node.domain) and node.op_type in op_types
 
 
 def _shaped(s: np.ndarray, axis: int, rank: int) -> np.ndarray:
@@ -86,19 +66,22 @@ class FoldBatchNormPass(ir.passes.InPlacePass):
     ``low_dtype`` is the conversion's target type (it sets the range check). ``value_types`` maps
     value names to inferred TypeProtos (the pipeline's ``analyse`` result); without it, ONNX
     shape inference runs once on the weight-stripped model, only if a rank is needed and unknown.
+    ``names`` is the pipeline's shared name registry (one is made from the model otherwise).
     """
 
     def __init__(
         self,
         low_dtype: ir.DataType = ir.DataType.FLOAT16,
         value_types: Mapping[str, onnx.TypeProto] | None = None,
+        names: UniqueNames | None = None,
     ) -> None:
         super().__init__()
         self.low_dtype = low_dtype
-        self.records: list[BatchNormRecord] = []
+        self.records: list[FoldNote] = []
         self._given_types = value_types
         self._value_types: Mapping[str, onnx.TypeProto] | None = None
-        self._names: set[str] = set()
+        self._given_names = names
+        self._names = UniqueNames()
         self._model: ir.Model | None = None
 
     # -- driver ------------------------------------------------------------------------------
@@ -110,20 +93,20 @@ class FoldBatchNormPass(ir.passes.InPlacePass):
         bns = [n for n in model.graph.all_nodes() if _is_onnx(n, "BatchNormalization")]
         if not bns:
             return ir.passes.PassResult(model, modified=False)
-        self._names = _all_names(model)
+        self._names = self._given_names or UniqueNames.of_model(model)
         modified = False
         for i, bn in enumerate(bns):
             name = bn.name or f"BatchNormalization_{i}"
             try:
                 record = self._rewrite(bn, name, opset)
             except _Kept as kept:
-                record = BatchNormRecord(name, "kept", "", str(kept))
+                record = FoldNote(name, "kept", "", str(kept))
             modified |= record.action != "kept"
             self.records.append(record)
         self._model = None
         return ir.passes.PassResult(model, modified=modified)
 
-    def _rewrite(self, bn: ir.Node, name: str, opset: int) -> BatchNormRecord:
+    def _rewrite(self, bn: ir.Node, name: str, opset: int) -> FoldNote:
         _check_inference(bn, opset)
         scale, bias, mean, var = _statistics(bn)
         eps = float(_attr(bn, "epsilon", 1e-5))
@@ -176,12 +159,7 @@ class FoldBatchNormPass(ir.passes.InPlacePass):
         return self._value_types
 
     def _fresh(self, base: str) -> str:
-        name, n = base, 0
-        while name in self._names:
-            n += 1
-            name = f"{base}_{n}"
-        self._names.add(name)
-        return name
+        return self._names.take(base)
 
     # -- folding -------------------------------------------------------------------------------
     def _fold_target(self, bn: ir.Node, x: ir.Value, channels: int) -> tuple[ir.Node | None, str]:
@@ -249,7 +227,7 @@ class FoldBatchNormPass(ir.passes.InPlacePass):
         producer: ir.Node,
         s: np.ndarray,
         shift: np.ndarray,
-    ) -> BatchNormRecord:
+    ) -> FoldNote:
         op = producer.op_type
         w_value = producer.inputs[1]
         assert w_value is not None
@@ -312,12 +290,12 @@ class FoldBatchNormPass(ir.passes.InPlacePass):
         self._replace_bn(bn, result)
         bias_how = "added by a new Add" if op == "MatMul" else "(b - mean)*s + B"
         detail = f"W*s on {axis}, bias {bias_how}; s = scale/sqrt(var+eps) in float64"
-        return BatchNormRecord(name, "folded", producer.name or "", detail)
+        return FoldNote(name, "folded", producer.name or "", detail)
 
     # -- decomposition -------------------------------------------------------------------------
     def _decompose(
         self, bn: ir.Node, name: str, s: np.ndarray, shift: np.ndarray, rank: int, why_not: str
-    ) -> BatchNormRecord:
+    ) -> FoldNote:
         s32 = _to_float32(_shaped(s, 0, rank - 1))
         shift32 = _to_float32(_shaped(shift, 0, rank - 1))
         problem = self._range_problem(
@@ -342,7 +320,7 @@ class FoldBatchNormPass(ir.passes.InPlacePass):
         self._replace_bn(bn, add_out)
         shape = "x".join(str(d) for d in s32.shape)
         detail = f"Mul + Add with float64 constants of shape [{shape}] ({why_not})"
-        return BatchNormRecord(name, "decomposed", "", detail)
+        return FoldNote(name, "decomposed", "", detail)
 
     # -- graph surgery -------------------------------------------------------------------------
     def _initializer(self, graph: ir.Graph, base: str, array: np.ndarray) -> ir.Value:
