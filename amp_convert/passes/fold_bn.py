@@ -1,0 +1,476 @@
+"""Pass 2: fold inference BatchNormalization offline, in float64, before precision is chosen.
+
+BatchNormalization is on the deny list because ``rsqrt(var + eps)`` and large running variances
+are unsafe in FP16. Done once at conversion in float64 instead, nothing at runtime needs FP32:
+
+- **folded**: a BN whose input is read only by a Conv, ConvTranspose, Gemm or MatMul with a
+  constant weight (and bias) is merged into it: ``s = scale / sqrt(var + eps)``,
+  ``W' = W * s`` on the output-channel axis, ``b' = (b - mean) * s + B``;
+- **decomposed**: a BN with nothing to fold into becomes ``Mul(x, s)`` + ``Add(., B - mean * s)``
+  with constants shaped ``[C, 1, ..., 1]`` to broadcast over axis 1;
+- **kept**: training-mode BNs, non-constant statistics, unknown rank, and folds whose constants
+  fail the range check for the low type stay as they are (FP32 via the deny list), with the reason.
+
+Range check (on the float32 values that are stored):
+- any constant: non-finite, or beyond float32 → fail; for FP16, ``|v| > 65504`` → fail;
+- multiplicative constants only (``W'`` and ``s``; additive biases are compared with O(1)
+  activations, where a subnormal is harmless), for FP16: fail when the fold adds more than 1% of
+  the nonzero values to the range below FP16's smallest normal 2**-14 ~ 6.10e-05 (there they keep
+  fewer than 11 significant bits, or flush to zero). The unfolded weight's own share is not held
+  against the fold: the weight converts the same way with or without it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+
+from amp_convert import proto_walk
+from amp_convert.onnx_checks import call_on_stripped
+from amp_convert.precision import (
+    FLOAT,
+    FP16_MAX,
+    FP16_MIN_NORMAL,
+    UniqueNames,
+    constant_tensor,
+    is_default_domain,
+)
+from amp_convert.report import FoldNote
+
+FOLD_TARGETS = ("Conv", "ConvTranspose", "Gemm", "MatMul")
+#: Share of nonzero multiplicative values the fold may newly push below FP16's normal range.
+UNDERFLOW_FRACTION = 0.01
+
+
+class _Kept(Exception):
+    """A BN that must stay as it is; the message is the reason."""
+
+
+def _is_onnx(node: ir.Node | None, *op_types: str) -> bool:
+    return node is not None and is_default_domain(node.domain) and node.op_type in op_types
+
+
+def _shaped(s: np.ndarray, axis: int, rank: int) -> np.ndarray:
+    """``s`` laid along ``axis`` of a rank-``rank`` tensor (ones elsewhere)."""
+    shape = [1] * rank
+    shape[axis] = s.size
+    return s.reshape(shape)
+
+
+class FoldBatchNormPass(ir.passes.InPlacePass):
+    """Fold or decompose inference BatchNormalization in float64; ``records`` says what it did.
+
+    ``low_dtype`` is the conversion's target type (it sets the range check). ``value_types`` maps
+    value names to inferred TypeProtos (the pipeline's ``analyse`` result); without it, ONNX
+    shape inference runs once on the weight-stripped model, only if a rank is needed and unknown.
+    ``names`` is the pipeline's shared name registry (one is made from the model otherwise).
+    """
+
+    def __init__(
+        self,
+        low_dtype: ir.DataType = ir.DataType.FLOAT16,
+        value_types: Mapping[str, onnx.TypeProto] | None = None,
+        names: UniqueNames | None = None,
+    ) -> None:
+        super().__init__()
+        self.low_dtype = low_dtype
+        self.records: list[FoldNote] = []
+        self._given_types = value_types
+        self._value_types: Mapping[str, onnx.TypeProto] | None = None
+        self._given_names = names
+        self._names = UniqueNames()
+        self._model: ir.Model | None = None
+
+    # -- driver ------------------------------------------------------------------------------
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        self.records = []
+        self._model = model
+        self._value_types = self._given_types
+        opset = model.opset_imports.get("", model.opset_imports.get("ai.onnx", 1))
+        bns = [n for n in model.graph.all_nodes() if _is_onnx(n, "BatchNormalization")]
+        if not bns:
+            return ir.passes.PassResult(model, modified=False)
+        self._names = self._given_names or UniqueNames.of_model(model)
+        modified = False
+        for i, bn in enumerate(bns):
+            name = bn.name or f"BatchNormalization_{i}"
+            try:
+                record = self._rewrite(bn, name, opset)
+            except _Kept as kept:
+                record = FoldNote(name, "kept", "", str(kept))
+            modified |= record.action != "kept"
+            self.records.append(record)
+        self._model = None
+        return ir.passes.PassResult(model, modified=modified)
+
+    def _rewrite(self, bn: ir.Node, name: str, opset: int) -> FoldNote:
+        _check_inference(bn, opset)
+        scale, bias, mean, var = _statistics(bn)
+        eps = float(_attr(bn, "epsilon", 1e-5))
+        denom = var + eps
+        if not np.all(denom > 0):
+            raise _Kept(f"var + epsilon <= 0 in {int(np.sum(~(denom > 0)))} channel(s)")
+        s = scale / np.sqrt(denom)
+        shift = bias - mean * s
+        x = bn.inputs[0]
+        assert x is not None  # _statistics checked the inputs
+        producer, why_not = self._fold_target(bn, x, s.size)
+        if producer is not None:  # its FLOAT weight makes X FLOAT too (one type variable)
+            return self._fold(bn, name, producer, s, shift)
+        dtype = self._dtype(x, bn)
+        if dtype is not None and dtype != FLOAT:
+            raise _Kept(f"input is {dtype.name}; only FLOAT BatchNormalization is rewritten")
+        if dtype is None:
+            raise _Kept(f"not folded ({why_not}); the element type of the input is unknown")
+        rank = self._rank(x) or self._rank(bn.outputs[0])
+        if rank is None:
+            raise _Kept(f"not folded ({why_not}); the rank of the input is unknown")
+        if rank < 2:
+            raise _Kept(f"input has rank {rank}; BatchNormalization needs N x C x ...")
+        return self._decompose(bn, name, s, shift, rank, why_not)
+
+    # -- facts about values --------------------------------------------------------------------
+    def _dtype(self, x: ir.Value, bn: ir.Node) -> ir.DataType | None:
+        for value in (x, bn.outputs[0]):
+            if value.dtype is not None:
+                return value.dtype
+        t = self._types().get(x.name or "")
+        if t is not None and t.HasField("tensor_type") and t.tensor_type.elem_type:
+            return ir.DataType(t.tensor_type.elem_type)
+        return None
+
+    def _rank(self, value: ir.Value) -> int | None:
+        if value.shape is not None:
+            return len(value.shape)
+        t = self._types().get(value.name or "")
+        if t is not None and t.HasField("tensor_type") and t.tensor_type.HasField("shape"):
+            return len(t.tensor_type.shape.dim)
+        return None
+
+    def _types(self) -> Mapping[str, onnx.TypeProto]:
+        """Inferred types by value name: given, or inferred once on the weight-stripped model."""
+        if self._value_types is None:
+            self._value_types = {}
+            if self._model is not None:
+                self._value_types = call_on_stripped(self._model, _inferred_types)
+        return self._value_types
+
+    def _fresh(self, base: str) -> str:
+        return self._names.take(base)
+
+    # -- folding -------------------------------------------------------------------------------
+    def _fold_target(self, bn: ir.Node, x: ir.Value, channels: int) -> tuple[ir.Node | None, str]:
+        """The node to fold into, or None and why not."""
+        producer = x.producer()
+        if producer is None:
+            return None, "its input is a graph input or initializer"
+        if not _is_onnx(producer, *FOLD_TARGETS):
+            return None, f"its input comes from {producer.op_type}, not {'/'.join(FOLD_TARGETS)}"
+        label = f"{producer.op_type} {producer.name!r}"
+        if producer.graph is not bn.graph:
+            return None, f"{label} is in another graph"
+        if len(x.uses()) != 1 or x.is_graph_output():
+            return None, f"the output of {label} has other readers"
+        if len(producer.inputs) < 2 or producer.inputs[1] is None:
+            return None, f"{label} has no weight input"
+        weight = constant_tensor(producer.inputs[1])
+        if weight is None or weight.dtype != FLOAT:
+            return None, f"the weight of {label} is not a constant FLOAT tensor"
+        if producer.op_type != "MatMul" and len(producer.inputs) > 2:
+            c = producer.inputs[2]
+            if c is not None and constant_tensor(c) is None:
+                return None, f"the bias of {label} is not constant"
+        wshape = tuple(int(d) for d in weight.shape)
+        problem = self._layout_problem(producer, x, wshape, channels)
+        if problem:
+            return None, f"{label}: {problem}"
+        return producer, ""
+
+    def _layout_problem(
+        self, producer: ir.Node, x: ir.Value, wshape: tuple[int, ...], channels: int
+    ) -> str:
+        op = producer.op_type
+        if op in ("Conv", "ConvTranspose"):
+            if len(wshape) < 3:
+                return f"weight has rank {len(wshape)}"
+            if op == "Conv":
+                out = wshape[0]
+            else:
+                group = int(_attr(producer, "group", 1))
+                if group < 1 or wshape[0] % group:
+                    return f"weight dim 0 ({wshape[0]}) is not divisible by group {group}"
+                out = group * wshape[1]
+        else:
+            if len(wshape) != 2:
+                return f"weight has rank {len(wshape)}, not 2"
+            trans_b = op == "Gemm" and int(_attr(producer, "transB", 0))
+            out = wshape[0] if trans_b else wshape[1]
+            if op == "MatMul":
+                rank = self._rank(x) or (
+                    self._rank(producer.inputs[0]) if producer.inputs[0] is not None else None
+                )
+                if rank is None:
+                    return "the rank of its output is unknown"
+                if rank != 2:
+                    return f"output has rank {rank}; BN's channel axis 1 is not the weight's axis"
+        if out != channels:
+            return f"{out} output channels, BN has {channels}"
+        return ""
+
+    def _fold(
+        self,
+        bn: ir.Node,
+        name: str,
+        producer: ir.Node,
+        s: np.ndarray,
+        shift: np.ndarray,
+    ) -> FoldNote:
+        op = producer.op_type
+        w_value = producer.inputs[1]
+        assert w_value is not None
+        w_tensor = constant_tensor(w_value)
+        assert w_tensor is not None
+        w_stored = w_tensor.numpy()
+        w = w_stored.astype(np.float64)
+        if op == "Conv":
+            w_new = w * _shaped(s, 0, w.ndim)
+            axis = "axis 0"
+        elif op == "ConvTranspose":
+            group = int(_attr(producer, "group", 1))
+            # W is [C_in, C_out/group, k...]; output channel g*C_out/group + j is W[g-th block, j]
+            grouped = w.reshape(group, w.shape[0] // group, *w.shape[1:])
+            per_group = s.reshape(group, 1, w.shape[1], *[1] * (w.ndim - 2))
+            w_new = (grouped * per_group).reshape(w.shape)
+            axis = f"axis 1, group {group}"
+        elif op == "Gemm" and int(_attr(producer, "transB", 0)):
+            w_new = w * s[:, None]
+            axis = "axis 0 (transB=1)"
+        else:
+            w_new = w * s[None, :]
+            axis = "axis 1"
+        old_bias = None
+        if op != "MatMul" and len(producer.inputs) > 2 and producer.inputs[2] is not None:
+            bias_tensor = constant_tensor(producer.inputs[2])
+            assert bias_tensor is not None
+            old_bias = bias_tensor.numpy().astype(np.float64)
+        if op == "Gemm":
+            beta = float(_attr(producer, "beta", 1.0))
+            b_new = shift if old_bias is None else beta * old_bias * s + shift
+        else:
+            b_new = shift if old_bias is None else old_bias * s + shift
+        w32, b32 = _to_float32(w_new), _to_float32(b_new)
+        problem = self._range_problem(
+            "folded weight", w32, multiplicative=True, before=_subnormal_share(np.abs(w_stored))
+        ) or self._range_problem("folded bias", b32)
+        if problem:
+            raise _Kept(f"not folded into {op} {producer.name!r}: {problem}")
+        graph = producer.graph
+        assert graph is not None
+        base = producer.name or name
+        self._set_constant(producer, 1, w32, f"{base}/weight_bn_folded")
+        if op == "MatMul":
+            b_value = self._initializer(graph, f"{base}/bias_bn_folded", b32)
+            out = ir.Value(name=self._fresh(f"{base}/bias_bn_folded_out"))
+            add = ir.Node(
+                "", "Add", [producer.outputs[0], b_value], outputs=[out],
+                name=self._fresh(f"{base}/bias_bn_folded/Add"),
+            )  # fmt: skip
+            graph.insert_after(bn, add)
+            result = out
+        else:
+            if len(producer.inputs) < 3:
+                producer.resize_inputs(3)
+            self._set_constant(producer, 2, b32, f"{base}/bias_bn_folded")
+            if op == "Gemm":
+                producer.attributes["beta"] = ir.AttrFloat32("beta", 1.0)
+            result = producer.outputs[0]
+        self._replace_bn(bn, result)
+        bias_how = "added by a new Add" if op == "MatMul" else "(b - mean)*s + B"
+        detail = f"W*s on {axis}, bias {bias_how}; s = scale/sqrt(var+eps) in float64"
+        return FoldNote(name, "folded", producer.name or "", detail)
+
+    # -- decomposition -------------------------------------------------------------------------
+    def _decompose(
+        self, bn: ir.Node, name: str, s: np.ndarray, shift: np.ndarray, rank: int, why_not: str
+    ) -> FoldNote:
+        s32 = _to_float32(_shaped(s, 0, rank - 1))
+        shift32 = _to_float32(_shaped(shift, 0, rank - 1))
+        problem = self._range_problem(
+            "scale/sqrt(var+eps)", s32, multiplicative=True
+        ) or self._range_problem("B - mean*scale/sqrt(var+eps)", shift32)
+        if problem:
+            raise _Kept(f"not decomposed: {problem}")
+        graph = bn.graph
+        assert graph is not None
+        x = bn.inputs[0]
+        s_value = self._initializer(graph, f"{name}/scale_bn_decomposed", s32)
+        b_value = self._initializer(graph, f"{name}/bias_bn_decomposed", shift32)
+        mul_out = ir.Value(name=self._fresh(f"{name}/Mul_out"))
+        mul = ir.Node("", "Mul", [x, s_value], outputs=[mul_out], name=self._fresh(f"{name}/Mul"))
+        add_out = ir.Value(name=self._fresh(f"{name}/Add_out"))
+        add = ir.Node(
+            "", "Add", [mul_out, b_value], outputs=[add_out], name=self._fresh(f"{name}/Add")
+        )
+        graph.insert_after(bn, [mul, add])
+        mul_out.dtype = FLOAT
+        mul_out.shape = bn.outputs[0].shape
+        self._replace_bn(bn, add_out)
+        shape = "x".join(str(d) for d in s32.shape)
+        detail = f"Mul + Add with float64 constants of shape [{shape}] ({why_not})"
+        return FoldNote(name, "decomposed", "", detail)
+
+    # -- graph surgery -------------------------------------------------------------------------
+    def _initializer(self, graph: ir.Graph, base: str, array: np.ndarray) -> ir.Value:
+        name = self._fresh(base)
+        value = ir.Value(
+            name=name,
+            type=ir.TensorType(FLOAT),
+            shape=ir.Shape(array.shape),
+            const_value=ir.Tensor(array, name=name),
+        )
+        graph.register_initializer(value)
+        return value
+
+    def _set_constant(self, node: ir.Node, index: int, array: np.ndarray, base: str) -> None:
+        """Give ``node`` input ``index`` the value ``array``: in place if only it reads it."""
+        old = node.inputs[index]
+        if (
+            old is not None
+            and old.is_initializer()
+            and not old.is_graph_input()
+            and not old.is_graph_output()
+            and len(old.uses()) == 1
+        ):
+            old.const_value = ir.Tensor(array, name=old.name)
+            old.shape = ir.Shape(array.shape)
+            return
+        graph = node.graph
+        assert graph is not None
+        node.replace_input_with(index, self._initializer(graph, base, array))
+        if old is not None:
+            _drop_if_dead(old)
+
+    def _replace_bn(self, bn: ir.Node, result: ir.Value) -> None:
+        """Readers of the BN's output read ``result``; the BN and its dead constants go."""
+        old = bn.outputs[0]
+        if result.dtype is None:
+            result.dtype = old.dtype if old.dtype is not None else FLOAT
+        if result.shape is None and old.shape is not None:
+            result.shape = old.shape
+        if old.is_graph_output():  # the output keeps its name
+            name = old.name
+            old.name = self._fresh(f"{name}_bn_removed")
+            result.name = name
+        old.replace_all_uses_with(result, replace_graph_outputs=True)
+        graph = bn.graph
+        assert graph is not None
+        stats = list(bn.inputs[1:])
+        graph.remove(bn, safe=True)
+        for value in stats:
+            if value is not None:
+                _drop_if_dead(value)
+
+    # -- range check ---------------------------------------------------------------------------
+    def _range_problem(
+        self, what: str, values: np.ndarray, *, multiplicative: bool = False, before: float = 0.0
+    ) -> str | None:
+        """Why ``values`` (float32, as stored) cannot be trusted in the low type, or None.
+
+        ``before`` is the subnormal share of the unfolded weight, which the fold is not blamed for.
+        """
+        magnitude = np.abs(values)
+        if not np.all(np.isfinite(magnitude)):
+            return f"{what} is not finite in float32"
+        if magnitude.size == 0 or self.low_dtype != ir.DataType.FLOAT16:
+            return None
+        peak = float(magnitude.max())
+        if peak > FP16_MAX:
+            return f"{what} would overflow float16: max |v| = {peak:.4g} > 65504"
+        if not multiplicative:
+            return None  # additive: a subnormal next to O(1) activations is harmless
+        share = _subnormal_share(magnitude)
+        if share - before > UNDERFLOW_FRACTION:
+            return (
+                f"{what} would underflow into float16 subnormals: {share:.1%} of its nonzero "
+                f"values are below 6.1e-05 (unfolded {before:.1%})"
+            )
+        return None
+
+
+def _to_float32(values: np.ndarray) -> np.ndarray:
+    """float64 → float32 as stored; beyond float32 becomes inf (the range check reports it)."""
+    with np.errstate(over="ignore"):
+        return values.astype(np.float32)
+
+
+def _subnormal_share(magnitude: np.ndarray) -> float:
+    nonzero = magnitude > 0
+    count = int(nonzero.sum())
+    if count == 0:
+        return 0.0
+    return float(np.sum(nonzero & (magnitude < FP16_MIN_NORMAL))) / count
+
+
+def _inferred_types(proto: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
+    try:
+        inferred = onnx.shape_inference.infer_shapes(proto, strict_mode=False, data_prop=False)
+    except Exception:  # inference is a help, never a requirement  # noqa: BLE001
+        return {}
+    types: dict[str, onnx.TypeProto] = {}
+    for g in proto_walk.graphs(inferred.graph):
+        for vi in (*g.input, *g.value_info, *g.output):
+            if vi.type.WhichOneof("value") is not None:
+                types.setdefault(vi.name, vi.type)
+    return types
+
+
+def _attr(node: ir.Node, name: str, default: float | int) -> float | int:
+    attr = node.attributes.get(name)
+    return default if attr is None else attr.value
+
+
+def _check_inference(bn: ir.Node, opset: int) -> None:
+    """Raise _Kept unless the BN normalises with its stored statistics (inference mode)."""
+    if opset < 7:
+        raise _Kept(f"BatchNormalization-{opset} (is_test semantics) is not folded")
+    if int(_attr(bn, "training_mode", 0)):
+        raise _Kept("training_mode=1 normalises with batch statistics")
+    if opset < 9 and not int(_attr(bn, "spatial", 1)):
+        raise _Kept("spatial=0 (per-activation statistics) is not folded")
+    extra = [v for v in bn.outputs[1:] if v is not None and v.name]
+    if extra:
+        raise _Kept("training outputs (running/saved mean and variance) are requested")
+
+
+def _statistics(bn: ir.Node) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """scale, B, mean, var as float64 [C] arrays, or raise _Kept."""
+    if len(bn.inputs) != 5 or any(v is None for v in bn.inputs):
+        raise _Kept("BatchNormalization needs X, scale, B, mean and var")
+    stats = [v for v in bn.inputs[1:] if v is not None]
+    if any(v.is_graph_input() for v in stats):
+        raise _Kept("scale, B, mean or var is a graph input (can be fed at run time)")
+    tensors = [constant_tensor(v) for v in stats]
+    if any(t is None for t in tensors):
+        raise _Kept("scale, B, mean and var are not all constant")
+    arrays = [t.numpy().astype(np.float64) for t in tensors if t is not None]
+    channels = arrays[0].size
+    if any(a.ndim != 1 or a.size != channels for a in arrays):
+        raise _Kept("scale, B, mean and var are not all 1-D of one length")
+    return arrays[0], arrays[1], arrays[2], arrays[3]
+
+
+def _drop_if_dead(value: ir.Value) -> None:
+    """Remove an initializer or Constant node nobody reads any more."""
+    if value.uses() or value.is_graph_output():
+        return
+    if value.is_initializer() and not value.is_graph_input():
+        graph = value.graph
+        if graph is not None:
+            graph.initializers.pop(value.name, None)
+        return
+    producer = value.producer()
+    if _is_onnx(producer, "Constant") and producer is not None and producer.graph is not None:
+        producer.graph.remove(producer, safe=True)
