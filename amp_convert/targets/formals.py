@@ -106,7 +106,8 @@ def doc_formals(
     """Formals read from the table's own parameter lists, when no schema is available.
 
     The document lists one parameter list per schema version without saying which is which; pick
-    the first whose type variables the kernel constrains and that has room for the inputs.
+    the one using most of the type variables the kernel constrains (and no others) that has room
+    for the inputs; the first listed on a tie.
     """
 
     def build(alt: dict[str, list[list[str]]]) -> Formals:
@@ -120,8 +121,12 @@ def doc_formals(
         )
 
     candidates = [build(a) for a in alternatives]
-    for f in candidates:
-        used = {x.type_str for x in f.inputs + f.outputs if x.is_var}
-        if used <= type_vars and len(f.inputs) >= n_inputs:
-            return f
+    fitting = [
+        (len(used), -i, f)
+        for i, f in enumerate(candidates)
+        if (used := {x.type_str for x in f.inputs + f.outputs if x.is_var}) <= type_vars
+        and len(f.inputs) >= n_inputs
+    ]
+    if fitting:
+        return max(fitting, key=lambda t: t[:2])[2]
     return candidates[0] if candidates else None

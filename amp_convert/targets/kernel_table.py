@@ -461,7 +461,6 @@ def load_table(path: str | Path) -> KernelTable:
     return table_from_data(data, str(p))
 
 
-@functools.cache
 def load_target(name: str = "ort-cuda") -> KernelTable:
     """The kernel table of a named target, loaded once.
 
@@ -469,6 +468,11 @@ def load_target(name: str = "ort-cuda") -> KernelTable:
     "none": accepts everything (schema-only conversion for other runtimes).
     A path ending in .json loads that table file.
     """
+    return _load_target(name)
+
+
+@functools.cache
+def _load_target(name: str) -> KernelTable:
     if name == "none":
         return KernelTable("none", display="no target", accept_all=True)
     if name in TARGETS:
