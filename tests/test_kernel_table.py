@@ -12,7 +12,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from amp_convert.errors import AmpConvertError, TargetError
-from amp_convert.targets import formals, load_table, load_target, uncovered_nodes
+from amp_convert.targets import find_uncovered, formals, load_table, load_target, uncovered_nodes
 from amp_convert.targets.kernel_table import table_from_data
 from amp_convert.targets.opkernel_doc import parse_operator_kernels
 
@@ -427,6 +427,25 @@ def test_uncovered_nodes_flags_fp16_clip_11(cuda) -> None:
         "no FP16 kernel in ORT CUDA for Clip-11"
     ]
     assert uncovered_nodes(_clip_model(11), load_target("none")) == []
+    (found,) = find_uncovered(_clip_model(11), cuda)
+    assert (found.node, found.op_type, found.opset, found.has_kernel) == ("relu6", "Clip", 11, True)
+    assert found.inputs == (H, H, H) and found.outputs == (H,)
+
+
+def test_uncovered_nodes_tells_missing_kernels_apart(cuda) -> None:
+    graph = helper.make_graph(
+        [helper.make_node("Sign", ["x"], ["y"], name="sign")],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT16, [3])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 9)])
+    (found,) = find_uncovered(ir.serde.deserialize_model(model), cuda)
+    assert not found.has_kernel
+    assert str(found) == (
+        "sign Sign-9: in (float16) out (float16): "
+        "no ORT CUDA kernel for Sign-9 (it runs on the CPU)"
+    )
 
 
 def test_uncovered_nodes_clean_with_clip_13(cuda) -> None:

@@ -11,7 +11,12 @@ scripts/gen_ort_cuda_kernels.py, plus a few constraints read from ORT's kernel s
 
 from __future__ import annotations
 
-from amp_convert.targets.coverage import low_precision_nodes, uncovered_nodes
+from amp_convert.targets.coverage import (
+    Uncovered,
+    find_uncovered,
+    low_precision_nodes,
+    uncovered_nodes,
+)
 from amp_convert.targets.kernel_table import (
     TARGETS,
     Constraint,
@@ -24,9 +29,11 @@ from amp_convert.targets.kernel_table import (
 
 __all__ = [
     "TARGETS",
+    "Uncovered",
     "Constraint",
     "Kernel",
     "KernelTable",
+    "find_uncovered",
     "load_table",
     "load_target",
     "low_precision_nodes",

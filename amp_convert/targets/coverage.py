@@ -7,7 +7,8 @@ way. Nodes without low-precision values are left out: they are the FP32 model's 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 
 import onnx_ir as ir
 
@@ -30,7 +31,7 @@ def _types(values: object) -> list[ir.DataType | None]:
     return [v.dtype if v is not None else None for v in values]  # type: ignore[attr-defined]
 
 
-def _fmt(dtypes: list[ir.DataType | None]) -> str:
+def _fmt(dtypes: Sequence[ir.DataType | None]) -> str:
     return ", ".join("-" if d is None else dtype_name(d) for d in dtypes)
 
 
@@ -42,19 +43,48 @@ def low_precision_nodes(model: ir.Model) -> Iterator[tuple[ir.Node, int | None]]
             yield node, _opset(model, node)
 
 
-def uncovered_nodes(model: ir.Model, table: KernelTable) -> list[str]:
-    """One line per low-precision node `table` does not accept: name, op-opset, types, reason."""
-    lines = []
+@dataclass(frozen=True)
+class Uncovered:
+    """A low-precision node the target cannot run in its types, and why."""
+
+    node: str
+    op_type: str
+    domain: str
+    opset: int | None
+    inputs: tuple[ir.DataType | None, ...]
+    outputs: tuple[ir.DataType | None, ...]
+    reason: str
+    has_kernel: bool
+    """False when the target has no kernel for the op at that opset in any type."""
+
+    def __str__(self) -> str:
+        op = self.op_type if self.domain in ("", "ai.onnx") else f"{self.domain}:{self.op_type}"
+        return (
+            f"{self.node or '<unnamed>'} {op}-{self.opset}: in ({_fmt(self.inputs)}) "
+            f"out ({_fmt(self.outputs)}): {self.reason}"
+        )
+
+
+def find_uncovered(model: ir.Model, table: KernelTable) -> list[Uncovered]:
+    """Every low-precision node (subgraphs included) that `table` does not accept."""
+    found = []
     for node, opset in low_precision_nodes(model):
-        ins, outs = _types(node.inputs), _types(node.outputs)
-        op = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}:{node.op_type}"
+        ins, outs = tuple(_types(node.inputs)), tuple(_types(node.outputs))
         if opset is None:
             reason: str | None = f"no opset import for domain {node.domain!r}"
+            has_kernel = False
         else:
             reason = table.accepts(node.op_type, node.domain, opset, ins, outs)
+            has_kernel = reason is None or table.has_kernel(node.op_type, node.domain, opset)
         if reason is not None:
-            lines.append(
-                f"{node.name or '<unnamed>'} {op}-{opset}: in ({_fmt(ins)}) out ({_fmt(outs)}): "
-                f"{reason}"
+            found.append(
+                Uncovered(
+                    node.name or "", node.op_type, node.domain, opset, ins, outs, reason, has_kernel
+                )
             )
-    return lines
+    return found
+
+
+def uncovered_nodes(model: ir.Model, table: KernelTable) -> list[str]:
+    """One line per low-precision node `table` does not accept: name, op-opset, types, reason."""
+    return [str(u) for u in find_uncovered(model, table)]
