@@ -1,11 +1,13 @@
-"""Regenerate amp_convert/targets/ort_cuda_kernels.json from ONNX Runtime's OperatorKernels.md.
+"""Regenerate amp_convert/targets/ort_{cuda,cpu}_kernels.json from ORT's OperatorKernels.md.
 
     python scripts/gen_ort_cuda_kernels.py --doc OperatorKernels.md --ort-version 1.25.0 \\
         --source "microsoft/onnxruntime@<commit> docs/OperatorKernels.md"
     python scripts/gen_ort_cuda_kernels.py --git-dir /path/to/onnxruntime.git [--rev HEAD]
 
 The second form reads docs/OperatorKernels.md and VERSION_NUMBER from a clone (bare or not) at
-`--rev` and records the commit. The markdown merges an op's typed registrations per opset range,
+`--rev` and records the commit. Both the CUDA table and the CPU table are written: the CPU one is
+the CUDA table's fallback (ORT places there what CUDA does not take, which decides whether a node
+with a function body gets inlined). The markdown merges an op's typed registrations per opset range,
 and some rules live in kernel code, not in the registry; EXTRA_CONSTRAINTS below adds those back,
 each with its reason and the ORT source it was read from. On a new ORT version, re-read those
 sources: the script warns when a constraint names an op/range the new table no longer has.
@@ -26,8 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from amp_convert.targets.kernel_table import FORMAT, validate_table  # noqa: E402
 from amp_convert.targets.opkernel_doc import parse_operator_kernels  # noqa: E402
 
-OUT = Path(__file__).resolve().parent.parent / "amp_convert" / "targets" / "ort_cuda_kernels.json"
-PROVIDER = "CUDAExecutionProvider"
+OUT_DIR = Path(__file__).resolve().parent.parent / "amp_convert" / "targets"
 
 _LN_COMBOS = [
     ["float", "float", "float"],
@@ -171,10 +172,20 @@ def _git(git_dir: str, *args: str) -> str:
     ).stdout
 
 
-def build_table(doc_text: str, ort_version: str, source: dict[str, Any]) -> dict[str, Any]:
-    """The table file's content: parsed kernels plus the extra constraints."""
-    kernels = parse_operator_kernels(doc_text, PROVIDER)
-    for c in EXTRA_CONSTRAINTS:
+#: target -> (provider section, display name, extra constraints, fallback target)
+TABLES: dict[str, tuple[str, str, list[dict[str, Any]], str | None]] = {
+    "ort-cuda": ("CUDAExecutionProvider", "ORT CUDA", EXTRA_CONSTRAINTS, "ort-cpu"),
+    "ort-cpu": ("CPUExecutionProvider", "ORT CPU", [], None),
+}
+
+
+def build_table(
+    doc_text: str, ort_version: str, source: dict[str, Any], target: str = "ort-cuda"
+) -> dict[str, Any]:
+    """One table file's content: the provider's parsed kernels plus its extra constraints."""
+    provider, display, constraints, fallback = TABLES[target]
+    kernels = parse_operator_kernels(doc_text, provider)
+    for c in constraints:
         entries = kernels.get(c["domain"], {}).get(c["op"], {}).get("kernels", [])
         if not any(
             k["since"] <= (c["until"] or 10**6) and c["since"] <= (k["until"] or 10**6)
@@ -183,16 +194,17 @@ def build_table(doc_text: str, ort_version: str, source: dict[str, Any]) -> dict
             print(f"warning: no {c['domain']} {c['op']} kernel overlaps {c}", file=sys.stderr)
     table = {
         "format": FORMAT,
-        "target": "ort-cuda",
-        "display": "ORT CUDA",
-        "provider": PROVIDER,
+        "target": target,
+        "display": display,
+        "provider": provider,
         "ort_version": ort_version,
         "source": source,
+        "fallback": fallback,
         "kernels": kernels,
-        "constraints": EXTRA_CONSTRAINTS,
+        "constraints": constraints,
         "load_time_ops": LOAD_TIME_OPS,
     }
-    validate_table(table, "generated table")
+    validate_table(table, f"generated {target} table")
     return table
 
 
@@ -223,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--source", default="", help="where the document came from (repo@commit)")
     ap.add_argument("--git-dir", help="an onnxruntime clone: read the doc and version from it")
     ap.add_argument("--rev", default="HEAD", help="revision to read with --git-dir")
-    ap.add_argument("-o", "--output", default=str(OUT), help=f"output JSON (default {OUT})")
+    ap.add_argument("--out-dir", default=str(OUT_DIR), help=f"where to write (default {OUT_DIR})")
     args = ap.parse_args(argv)
     if args.git_dir:
         commit = _git(args.git_dir, "rev-parse", args.rev).strip()
@@ -238,13 +250,16 @@ def main(argv: list[str] | None = None) -> int:
         }
     elif args.doc and args.ort_version:
         text = Path(args.doc).read_text(encoding="utf-8")
+        version = args.ort_version
         source = {"repository": args.source, "path": "docs/OperatorKernels.md"}
     else:
         ap.error("give --git-dir, or --doc with --ort-version")
-    table = build_table(text, version if args.git_dir else args.ort_version, source)
-    Path(args.output).write_text(dump_json(table), encoding="utf-8")
-    n = sum(len(op["kernels"]) for ops in table["kernels"].values() for op in ops.values())
-    print(f"wrote {args.output}: {n} kernel ranges, ORT {table['ort_version']}")
+    for target in TABLES:
+        table = build_table(text, version, source, target)
+        out = Path(args.out_dir) / f"{target.replace('-', '_')}_kernels.json"
+        out.write_text(dump_json(table), encoding="utf-8")
+        n = sum(len(op["kernels"]) for ops in table["kernels"].values() for op in ops.values())
+        print(f"wrote {out}: {n} kernel ranges, ORT {table['ort_version']}")
     return 0
 
 

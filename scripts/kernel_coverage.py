@@ -66,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     for level in args.levels:
         typed: Counter[str] = Counter()  # has a kernel, not in these types: the converter's doing
         absent: Counter[str] = Counter()  # no kernel at that opset at all: FP32 runs on CPU too
+        inlined: Counter[str] = Counter()  # ORT expands the function body (body not checked)
         by_model: Counter[str] = Counter()
         low_nodes = 0
         refused: list[str] = []
@@ -80,12 +81,14 @@ def main(argv: list[str] | None = None) -> int:
             low_nodes += sum(1 for _ in low_precision_nodes(model))
             for u in find_uncovered(model, table):
                 op = u.op_type if u.domain in ("", "ai.onnx") else f"{u.domain}:{u.op_type}"
-                (typed if u.has_kernel else absent)[f"{op}-{u.opset}: {u.reason}"] += 1
-                by_model[name] += u.has_kernel
+                bucket = inlined if u.inlined else typed if u.has_kernel else absent
+                bucket[f"{op}-{u.opset}: {u.reason}"] += 1
+                by_model[name] += u.has_kernel and not u.inlined
                 lines.append(f"  {name}: {u}")
         print(
             f"\n{level}: {sum(typed.values())} nodes with a kernel but not in their types, "
             f"{sum(absent.values())} with no kernel at their opset at all, "
+            f"{sum(inlined.values())} inlined by ORT, "
             f"of {low_nodes} low-precision nodes in {len(cases) - len(refused)} converted models"
             + (f" ({len(refused)} refused by the converter)" if refused else "")
         )
@@ -93,6 +96,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {n:4d}  {reason}")
         for reason, n in absent.most_common():
             print(f"  {n:4d}  [no kernel at all] {reason}")
+        for reason, n in inlined.most_common():
+            print(f"  {n:4d}  [inlined] {reason}")
         hit = [(m, n) for m, n in by_model.most_common() if n]
         if hit:
             print("  models with type gaps: " + ", ".join(f"{m} ({n})" for m, n in hit))

@@ -125,10 +125,13 @@ def test_generator_writes_a_table_the_loader_reads(tmp_path: Path) -> None:
     gen = _generator()
     doc = tmp_path / "OperatorKernels.md"
     doc.write_text(SAMPLE)
-    out = tmp_path / "table.json"
-    assert gen.main(["--doc", str(doc), "--ort-version", "9.9.9", "-o", str(out)]) == 0
-    table = load_table(out)
-    assert (table.name, table.ort_version) == ("ort-cuda", "9.9.9")
+    assert gen.main(["--doc", str(doc), "--ort-version", "9.9.9", "--out-dir", str(tmp_path)]) == 0
+    table = load_table(tmp_path / "ort_cuda_kernels.json")
+    assert (table.name, table.ort_version, table.fallback) == ("ort-cuda", "9.9.9", "ort-cpu")
+    cpu = load_table(tmp_path / "ort_cpu_kernels.json")
+    assert (cpu.name, cpu.fallback) == ("ort-cpu", None)
+    assert cpu.accepts("Clip", "", 13, [F], [F]) is None
+    assert cpu.accepts("Clip", "", 11, [H], [H]) == "no FP16 kernel in ORT CPU for Clip-11"
     assert table.accepts("Clip", "", 11, [H], [H]) == "no FP16 kernel in ORT CUDA for Clip-11"
     assert table.accepts("Clip", "", 12, [H], [H]) is None
     assert table.accepts("SequenceAt", "", 11, [H, I64], [H]) is None
@@ -136,13 +139,17 @@ def test_generator_writes_a_table_the_loader_reads(tmp_path: Path) -> None:
     assert not table.has_kernel("MatMul", "", 13)
 
 
-def test_committed_table_is_in_generator_format() -> None:
+def test_committed_tables_are_in_generator_format() -> None:
     gen = _generator()
     text = TABLE.read_text()
     data = json.loads(text)
     assert gen.dump_json(data) == text
     assert data["constraints"] == gen.EXTRA_CONSTRAINTS
     assert data["source"]["path"] == "docs/OperatorKernels.md"
+    cpu_text = TABLE.with_name("ort_cpu_kernels.json").read_text()
+    cpu = json.loads(cpu_text)
+    assert gen.dump_json(cpu) == cpu_text
+    assert (cpu["provider"], cpu["ort_version"]) == ("CPUExecutionProvider", data["ort_version"])
 
 
 # --- accepts() on the committed ORT CUDA table ---------------------------------------------------
@@ -166,7 +173,7 @@ def test_clip_fp16_needs_opset_12(cuda) -> None:
     assert cuda.accepts("Clip", "", 11, [F, F, F], [F]) is None
     assert cuda.accepts("Clip", "", 13, [H, H, H], [H]) is None
     assert cuda.accepts("Clip", "", 13, [H, None, None], [H]) is None
-    assert cuda.accepts("Clip", "", 13, [B], [B]) == "no BF16 kernel in ORT CUDA for Clip-13"
+    assert cuda.accepts("Clip", "", 11, [B], [B]) == "no BF16 kernel in ORT CUDA for Clip-11"
 
 
 def test_batchnorm_needs_one_float_type(cuda) -> None:
@@ -227,9 +234,11 @@ def test_resize_roi_must_be_float(cuda) -> None:
 
 def test_mixed_combinations(cuda) -> None:
     assert cuda.accepts("RMSNormalization", "", 23, [H, F], [F]) is None
-    assert cuda.accepts("RMSNormalization", "", 23, [B, F], [F]) == (
+    # no kernel takes BF16 X with FP32 scale, so ORT would inline RMSNormalization's body
+    assert cuda._reason("RMSNormalization", "", 23, [B, F], [F]) == (
         "ORT CUDA RMSNormalization-23 has no kernel for X bfloat16, scale/Y float"
     )
+    assert cuda.inlined("RMSNormalization", "", 23, [B, F], [F])
     assert cuda.accepts("OneHot", "", 11, [I64, I64, H], [H]) is None
     assert cuda.accepts("OneHot", "", 11, [I32, I64, H], [H]) == (
         "ORT CUDA OneHot-11 has no kernel for indices int32, depth int64, values/output float16"
@@ -241,16 +250,41 @@ def test_mixed_combinations(cuda) -> None:
 
 
 def test_no_kernel_at_all_vs_no_kernel_in_this_type(cuda) -> None:
-    reason = "no ORT CUDA kernel for GroupNormalization-21 (it runs on the CPU)"
-    assert cuda.accepts("GroupNormalization", "", 21, [F, F, F], [F]) == reason
-    assert cuda.accepts("GroupNormalization", "", 21, [H, H, H], [H]) == reason
-    assert not cuda.has_kernel("GroupNormalization", "", 21)
+    reason = "no ORT CUDA kernel for Sign-9 (it runs on the CPU)"
+    assert cuda.accepts("Sign", "", 9, [F], [F]) == reason
+    assert cuda.accepts("Sign", "", 9, [H], [H]) == reason
+    assert not cuda.has_kernel("Sign", "", 9)
+    assert cuda.accepts("Sign", "", 13, [H], [H]) is None
     assert cuda.has_kernel("Clip", "", 11)
     assert cuda.has_kernel("Clip", "ai.onnx", 11)
     assert not cuda.has_kernel("Clip", "", 5)
     # Constant becomes an initializer when ORT loads the model
     assert cuda.has_kernel("Constant", "", 13)
     assert cuda.accepts("Constant", "", 13, [], [H]) is None
+
+
+def test_function_ops_nobody_claims_are_inlined(cuda) -> None:
+    # no CUDA or CPU kernel: ORT expands the function body; accepts() says so, unchecked
+    for op, opset in [("GroupNormalization", 21), ("Mish", 18)]:
+        dtypes = [H, H, H] if op == "GroupNormalization" else [H]
+        assert not cuda.has_kernel(op, "", opset)
+        assert cuda.inlined(op, "", opset, dtypes, [H])
+        assert cuda.accepts(op, "", opset, dtypes, [H]) == (
+            f"no ORT CUDA or ort-cpu kernel takes {op}-{opset} in these types: "
+            "ORT inlines its function body (not checked here)"
+        )
+    # Clip-13 has a CUDA kernel, not in BF16; its body is inlined (and then refused by ORT)
+    assert cuda.inlined("Clip", "", 13, [B, B, B], [B])
+    # the CPU provider has an FP32 Celu, so ORT places it there instead of inlining it
+    assert not cuda.inlined("Celu", "", 12, [F], [F])
+    assert cuda.accepts("Celu", "", 12, [F], [F]) == (
+        "no ORT CUDA kernel for Celu-12 (it runs on the CPU)"
+    )
+    # a type the schema does not admit is never inlined (ORT refuses the model)
+    assert not cuda.inlined("Celu", "", 12, [H], [H])
+    # ops without a function body never are; nor are nodes a kernel takes
+    assert not cuda.inlined("Clip", "", 11, [H], [H])
+    assert not cuda.inlined("Clip", "", 13, [H, H, H], [H])
 
 
 def test_contrib_ops(cuda) -> None:
@@ -278,6 +312,7 @@ def test_without_onnxruntime_schemas_the_table_params_are_used(cuda, monkeypatch
 def test_none_target_accepts_everything() -> None:
     none = load_target("none")
     assert none.name == "none" and none.ort_version is None
+    assert not none.inlined("GroupNormalization", "", 21, [H], [H])
     assert none.accepts("Clip", "", 11, [H], [H]) is None
     assert none.accepts("GroupNormalization", "", 21, [H], [H]) is None
     assert none.has_kernel("Anything", "x.y", 1)
@@ -287,7 +322,8 @@ def test_unknown_target() -> None:
     with pytest.raises(TargetError) as e:
         load_target("ort-tensorrt")
     assert str(e.value) == (
-        "unknown target 'ort-tensorrt': use one of ort-cuda, none, or a kernel table .json path"
+        "unknown target 'ort-tensorrt': use one of ort-cuda, ort-cpu, none, or a kernel table "
+        ".json path"
     )
 
 
@@ -349,6 +385,10 @@ MALFORMED = [
         "type names, got []",
     ),
     (lambda d: _clip(d).update(kernels=[]), "kernels['ai.onnx']['Clip']: 'kernels' is empty"),
+    (
+        lambda d: d.update(fallback="ort-gpu"),
+        "'fallback' must be one of ort-cuda, ort-cpu, none or null, got 'ort-gpu'",
+    ),
     (
         lambda d: d["constraints"][0].update(kind="sometimes"),
         "constraints[0]: 'kind' must be one of same_type, combinations, allowed_types",
@@ -450,10 +490,12 @@ def test_uncovered_nodes_tells_missing_kernels_apart(cuda) -> None:
 
 def test_uncovered_nodes_clean_with_clip_13(cuda) -> None:
     assert uncovered_nodes(_clip_model(13), cuda) == []
-    assert uncovered_nodes(_clip_model(13, TensorProto.BFLOAT16), cuda) == [
-        "relu6 Clip-13: in (bfloat16, bfloat16, bfloat16) out (bfloat16): "
-        "no BF16 kernel in ORT CUDA for Clip-13"
-    ]
+    (bf16,) = find_uncovered(_clip_model(13, TensorProto.BFLOAT16), cuda)
+    assert (bf16.has_kernel, bf16.inlined) == (True, True)
+    assert str(bf16) == (
+        "relu6 Clip-13: in (bfloat16, bfloat16, bfloat16) out (bfloat16): no ORT CUDA or ort-cpu "
+        "kernel takes Clip-13 in these types: ORT inlines its function body (not checked here)"
+    )
 
 
 def test_uncovered_nodes_looks_inside_subgraphs(cuda) -> None:

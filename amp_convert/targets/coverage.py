@@ -56,6 +56,8 @@ class Uncovered:
     reason: str
     has_kernel: bool
     """False when the target has no kernel for the op at that opset in any type."""
+    inlined: bool = False
+    """True when ORT would expand the node's function body instead (body not checked)."""
 
     def __str__(self) -> str:
         op = self.op_type if self.domain in ("", "ai.onnx") else f"{self.domain}:{self.op_type}"
@@ -77,9 +79,20 @@ def find_uncovered(model: ir.Model, table: KernelTable) -> list[Uncovered]:
             reason = table.accepts(node.op_type, node.domain, opset, ins, outs)
             has_kernel = reason is None or table.has_kernel(node.op_type, node.domain, opset)
         if reason is not None:
+            inlined = opset is not None and table.inlined(
+                node.op_type, node.domain, opset, ins, outs
+            )
             found.append(
                 Uncovered(
-                    node.name or "", node.op_type, node.domain, opset, ins, outs, reason, has_kernel
+                    node.name or "",
+                    node.op_type,
+                    node.domain,
+                    opset,
+                    ins,
+                    outs,
+                    reason,
+                    has_kernel,
+                    inlined,
                 )
             )
     return found

@@ -15,6 +15,8 @@ from typing import Any
 
 import onnx.defs
 
+from amp_convert import schema as onnx_schema
+
 
 @dataclass(frozen=True)
 class Formal:
@@ -130,3 +132,36 @@ def doc_formals(
     if fitting:
         return max(fitting, key=lambda t: t[:2])[2]
     return candidates[0] if candidates else None
+
+
+@functools.lru_cache(maxsize=4096)
+def has_function_body(op_type: str, domain: str, opset: int) -> bool:
+    """True when the op's ONNX schema at `opset` defines a function body ORT can inline."""
+    onnx_domain = "" if domain in ("", "ai.onnx") else domain
+    try:
+        schema = onnx.defs.get_schema(op_type, opset, onnx_domain)
+    except onnx.defs.SchemaError:
+        return False
+    return bool(schema.has_function or schema.has_context_dependent_function)
+
+
+def schema_admits(
+    op_type: str,
+    domain: str,
+    opset: int,
+    input_dtypes: Sequence[Any],
+    output_dtypes: Sequence[Any],
+) -> bool:
+    """Whether the op's ONNX schema at `opset` admits these element types (None: unknown, ok)."""
+    sig = onnx_schema.signature(op_type, "" if domain in ("", "ai.onnx") else domain, opset)
+    if sig is None:
+        return True
+    pairs = [(sig.input_slot(i), d) for i, d in enumerate(input_dtypes)]
+    pairs += [(sig.output_slot(i), d) for i, d in enumerate(output_dtypes)]
+    return all(
+        slot is None
+        or d is None
+        or not slot.is_type_var
+        or onnx_schema.type_name(d) in slot.allowed
+        for slot, d in pairs
+    )

@@ -9,6 +9,13 @@ Answers are per element type: a value's dtype is matched against the type constr
 parameter binds (sequence and optional types by their element type). Unknown dtypes (None) are not
 checked. An op the table has no kernel for at all is rejected in every type (it runs on the CPU):
 `has_kernel` tells that case from "no kernel in this type".
+
+ONNX Runtime places a node on the first provider with a kernel for its types (CUDA, then CPU; an
+FP16 node with neither gets Casts to FP32 and runs on the CPU). A node no provider claims whose
+schema has a function body (GroupNormalization-21, Mish, Bernoulli, Clip-13 in BF16...) is inlined
+instead and its body nodes are placed one by one. `inlined()` tells that case; accepts() still
+answers with a reason there, because the body is not checked: GroupNormalization-21's body runs on
+CUDA in FP16, but BF16 Clip-13's body (a Where-9) makes ORT refuse the model.
 """
 
 from __future__ import annotations
@@ -25,10 +32,17 @@ from typing import Any
 import onnx_ir as ir
 
 from amp_convert.errors import TargetError
-from amp_convert.targets.formals import Formal, Formals, doc_formals, schema_formals
+from amp_convert.targets.formals import (
+    Formal,
+    Formals,
+    doc_formals,
+    has_function_body,
+    schema_admits,
+    schema_formals,
+)
 
 FORMAT = 1
-TARGETS = {"ort-cuda": "ort_cuda_kernels.json", "none": None}
+TARGETS = {"ort-cuda": "ort_cuda_kernels.json", "ort-cpu": "ort_cpu_kernels.json", "none": None}
 CONSTRAINT_KINDS = ("same_type", "combinations", "allowed_types")
 
 _SHORT = {"float16": "FP16", "bfloat16": "BF16", "float": "FP32", "double": "FP64"}
@@ -106,6 +120,7 @@ class KernelTable:
         ops: Mapping[tuple[str, str], _OpEntry] | None = None,
         load_time_ops: Mapping[tuple[str, str], str] | None = None,
         accept_all: bool = False,
+        fallback: str | None = None,
     ) -> None:
         self.name = name
         self.display = display or name
@@ -115,6 +130,8 @@ class KernelTable:
         self.accept_all = accept_all
         self._ops = dict(ops or {})
         self._load_time = dict(load_time_ops or {})
+        self.fallback = fallback
+        """The target that claims what this one does not (ORT CUDA: "ort-cpu"); None: nothing."""
 
     def __repr__(self) -> str:
         return f"KernelTable({self.name!r}, ort_version={self.ort_version!r}, ops={len(self._ops)})"
@@ -155,8 +172,52 @@ class KernelTable:
         input_mean, input_var". An op without any kernel gives "no ORT CUDA kernel for Op-N (it
         runs on the CPU)" whatever the types; see has_kernel. An op whose schema is unknown (no
         onnx.defs, no onnxruntime, no parameter list in the table) is only checked for having a
-        kernel at that opset.
+        kernel at that opset. A node ORT would inline gets a reason saying so (see inlined()).
         """
+        if self.accept_all or (_domain(domain), op_type) in self._load_time:
+            return None
+        reason = self._reason(op_type, domain, opset, input_dtypes, output_dtypes)
+        if reason is not None and self.inlined(op_type, domain, opset, input_dtypes, output_dtypes):
+            who = f"{self.display} or {self.fallback}" if self.fallback else self.display
+            return (
+                f"no {who} kernel takes {op_type}-{opset} in these types: "
+                "ORT inlines its function body (not checked here)"
+            )
+        return reason
+
+    def inlined(
+        self,
+        op_type: str,
+        domain: str,
+        opset: int,
+        input_dtypes: Sequence[ir.DataType | None],
+        output_dtypes: Sequence[ir.DataType | None] = (),
+    ) -> bool:
+        """True when ORT would expand this node's function body instead of running a kernel.
+
+        That is: the op has an ONNX function body at `opset`, no kernel here takes these types,
+        and the fallback target (ORT's CPU provider) does not take them either. A node whose types
+        its schema does not admit is never inlined (ORT refuses the model).
+        """
+        if self.accept_all or not has_function_body(op_type, _domain(domain), opset):
+            return False
+        if not schema_admits(op_type, domain, opset, input_dtypes, output_dtypes):
+            return False
+        if self._reason(op_type, domain, opset, input_dtypes, output_dtypes) is None:
+            return False
+        if self.fallback is None:
+            return True
+        cpu = load_target(self.fallback)
+        return cpu._reason(op_type, domain, opset, input_dtypes, output_dtypes) is not None
+
+    def _reason(
+        self,
+        op_type: str,
+        domain: str,
+        opset: int,
+        input_dtypes: Sequence[ir.DataType | None],
+        output_dtypes: Sequence[ir.DataType | None],
+    ) -> str | None:
         if self.accept_all or (_domain(domain), op_type) in self._load_time:
             return None
         entry, kernels = self._kernels(op_type, domain, opset)
@@ -391,6 +452,11 @@ def validate_table(data: Any, where: str) -> None:
                         f"{cat}['allowed'][{j}]",
                         f"has {len(combo)} types for {len(params)} type_params",
                     )
+    fallback = data.get("fallback")
+    if fallback is not None and fallback not in TARGETS:
+        raise _fail(
+            where, f"'fallback' must be one of {', '.join(TARGETS)} or null, got {fallback!r}"
+        )
     load_time = data.get("load_time_ops", [])
     if not isinstance(load_time, list) or not all(
         isinstance(x, dict) and isinstance(x.get("op"), str) and isinstance(x.get("domain"), str)
@@ -443,6 +509,7 @@ def table_from_data(data: Any, where: str = "kernel table") -> KernelTable:
             (_domain(x["domain"]), x["op"]): x.get("reason", "")
             for x in data.get("load_time_ops", [])
         },
+        fallback=data.get("fallback"),
     )
 
 
@@ -465,6 +532,7 @@ def load_target(name: str = "ort-cuda") -> KernelTable:
     """The kernel table of a named target, loaded once.
 
     "ort-cuda": ONNX Runtime's CUDA provider (package data, see ort_cuda_kernels.json).
+    "ort-cpu": ONNX Runtime's CPU provider (the CUDA table's fallback).
     "none": accepts everything (schema-only conversion for other runtimes).
     A path ending in .json loads that table file.
     """
