@@ -25,3 +25,7 @@ class VerificationError(AmpConvertError):
 
 class ValidationError(AmpConvertError):
     """Validation could not run (bad inputs file, missing runtime, provider unavailable...)."""
+
+
+class TargetError(AmpConvertError):
+    """A target kernel table is unknown, unreadable or malformed."""

@@ -1,0 +1,42 @@
+"""What the target runtime can run: kernel tables per execution provider, and a coverage check.
+
+    table = load_target("ort-cuda")        # or "none": accepts everything
+    table.accepts("Clip", "", 11, [FLOAT16, None, None], [FLOAT16])
+    # -> "no FP16 kernel in ORT CUDA for Clip-11"
+    uncovered_nodes(model, table)          # one line per low-precision node it cannot run
+
+The ORT CUDA table is package data generated from ONNX Runtime's docs/OperatorKernels.md by
+scripts/gen_ort_cuda_kernels.py, plus a few constraints read from ORT's kernel sources.
+"""
+
+from __future__ import annotations
+
+from amp_convert.targets.coverage import (
+    Uncovered,
+    find_uncovered,
+    low_precision_nodes,
+    uncovered_nodes,
+)
+from amp_convert.targets.kernel_table import (
+    TARGETS,
+    Constraint,
+    Kernel,
+    KernelTable,
+    load_table,
+    load_target,
+    table_from_data,
+)
+
+__all__ = [
+    "TARGETS",
+    "Uncovered",
+    "Constraint",
+    "Kernel",
+    "KernelTable",
+    "find_uncovered",
+    "load_table",
+    "load_target",
+    "low_precision_nodes",
+    "table_from_data",
+    "uncovered_nodes",
+]
