@@ -4,6 +4,8 @@ The passes, in order, each in its own file under passes/ and handing its result 
 explicitly (through the constructor of the pass that reads it):
 
     InferDtypesPass      every float value gets an element type
+    MeasureTrafficPass   → original / all-low bytes per inference (for the report)
+    FoldBatchNormPass    → records: inference BatchNormalization folded or decomposed in float64
     ClassifyPass         → classes: dict[Node, NodeInfo] (op lists, schema slots, user rules)
     AssignPrecisionPass  → plan: PrecisionPlan (reads classify.classes)
     RewritePass          applies assign.plan: retyped values, low weights, one Cast per value/type
@@ -22,12 +24,14 @@ from amp_convert.options import ConvertOptions, Level
 from amp_convert.passes.assign import AssignPrecisionPass
 from amp_convert.passes.classify import ClassifyPass
 from amp_convert.passes.cleanup import CleanupPass, count_casts
+from amp_convert.passes.fold_bn import FoldBatchNormPass
 from amp_convert.passes.infer_dtypes import InferDtypesPass
 from amp_convert.passes.plan import PrecisionPlan
 from amp_convert.passes.rewrite import RewritePass
 from amp_convert.passes.verify import verify
 from amp_convert.precision import NodeClass, UniqueNames, is_default_domain
 from amp_convert.report import CastNote, ConversionReport, NodeDecision
+from amp_convert.targets import uncovered_nodes
 from amp_convert.traffic import ShapeBook, model_traffic
 
 STAMP_KEY = "amp_convert"
@@ -149,12 +153,14 @@ def run(model: ir.Model, options: ConvertOptions) -> ConversionReport:
         )
     shapes = ShapeBook(inferred_types, options.dim_values)
     measure = MeasureTrafficPass(shapes, options.low_dtype)
+    fold = FoldBatchNormPass(options.low_dtype, inferred_types, names)
     classify = ClassifyPass(options, lists)
     assign = AssignPrecisionPass(options, classify, shapes)
     rewrite = RewritePass(options.cast_optional_params, assign, names)
     pipeline = ConversionPipeline(
         InferDtypesPass(inferred_types),
         measure,
+        fold,
         classify,
         assign,
         rewrite,
@@ -173,6 +179,18 @@ def run(model: ir.Model, options: ConvertOptions) -> ConversionReport:
     report.tensors.extend(plan.tensor_notes)
     report.initializers_converted = rewrite.stats.initializers_converted
     report.initializers_kept = rewrite.stats.initializers_kept
+    report.folds = fold.records
+    if classify.table is not None:
+        table = classify.table
+        report.target = f"{table.name} (kernel table from ONNX Runtime {table.ort_version})"
+        uncovered = uncovered_nodes(model, table)
+        if uncovered:  # nodes that were low precision already, or a table gap: say so
+            report.warnings.append(
+                f"{len(uncovered)} low-precision node(s) without a {table.name} kernel in their "
+                f"types, e.g. {uncovered[0]}"
+            )
+    else:
+        report.target = "none (ONNX schemas only)"
     report.casts_after = count_casts(model)
     report.casts = _cast_notes(model, shapes)
     report.traffic = {

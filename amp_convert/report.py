@@ -119,7 +119,8 @@ class ConversionReport:
             return f"already converted to {low_name} by amp-convert: nothing to do"
         lines = [
             f"level {self.level}, {low_name}, I/O types "
-            + ("kept FP32" if self.keep_io_types else f"{low_name}"),
+            + ("kept FP32" if self.keep_io_types else f"{low_name}")
+            + (f", target {self.target}" if self.target else ""),
             f"nodes {low_name}: {self.nodes_low}  " + _top(self.count("low")),
             f"nodes FP32: {self.nodes_fp32}  " + _top(self.count("fp32")),
             f"casts inserted: {self.casts_inserted} (Cast nodes {self.casts_before} -> "

@@ -147,7 +147,8 @@ def test_existing_cast_to_float_retargeted_without_mismatch() -> None:
 
 
 def test_random_like_ops_get_explicit_dtype() -> None:
-    converted, _ = convert(ALL_FOCUSED["random_normal_like"](), level="O2")
+    # target none: the schema rule alone (ORT CUDA has no FP16 EyeLike, see the next test)
+    converted, _ = convert(ALL_FOCUSED["random_normal_like"](), level="O2", target="none")
     for name in (
         "noise/RandomNormalLike",
         "noise/RandomUniformLike",
@@ -158,6 +159,14 @@ def test_random_like_ops_get_explicit_dtype() -> None:
         dtype = next(a.i for a in node.attribute if a.name == "dtype")
         assert dtype == FLOAT16, name
         assert output_types(converted, name) == [FLOAT16]
+
+
+def test_eye_like_without_fp16_cuda_kernel_stays_fp32() -> None:
+    converted, report = convert(ALL_FOCUSED["random_normal_like"](), level="O2")
+    assert output_types(converted, "eye/EyeLike") == [FLOAT]
+    assert "no FP16 kernel in ORT CUDA for EyeLike-17" in report.decision("eye/EyeLike").reason
+    eye = node_by_name(converted, "eye/EyeLike")
+    assert all(a.i != FLOAT16 for a in eye.attribute if a.name == "dtype")
 
 
 def test_constant_of_shape_and_constant_values_converted() -> None:

@@ -233,7 +233,8 @@ def test_window_ops_follow_the_node_precision(op: str) -> None:
         [numpy_helper.from_array(np.array(8, dtype=np.int64), "n")],
     )
     proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
-    out = amp_convert.convert(proto, level="O3")
+    # target none: ORT's CUDA provider has no window kernels, so ort-cuda keeps them FP32
+    out = amp_convert.convert(proto, level="O3", target="none")
     onnx.checker.check_model(out, full_check=True)
     attrs = {a.name: a.i for a in node_by_name(out, "win").attribute}
     assert attrs["output_datatype"] == TensorProto.FLOAT16

@@ -9,6 +9,8 @@ their original type. Ops without a schema (custom domains) and control flow keep
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import onnx_ir as ir
 
@@ -24,6 +26,7 @@ from amp_convert.precision import (
     constant_tensor,
     is_default_domain,
 )
+from amp_convert.targets import load_target
 
 FIXED, NONE = NodeClass.FIXED, NodeClass.NONE
 #: normalizations whose schema can fix FP32 statistics through `stash_type`
@@ -131,7 +134,60 @@ def _info_for(node: ir.Node, ctx: ClassifyPass, opset: int) -> NodeInfo:
     info = NodeInfo(cls, reason, low_in, low_out, any_in, user=user)
     if cls == NodeClass.DENY and not user and default:
         _refine_deny(node, info, sig_has_stash(node.op_type, opset), ctx.options.target)
+    if info.candidate and ctx.table is not None:
+        _fit_kernels(node, info, sig, ctx, opset)
     return info
+
+
+def _proposed(values: Sequence[ir.Value | None], low_slots: frozenset[int], low: ir.DataType):
+    return [
+        None if v is None else (low if i in low_slots and v.dtype == FLOAT else v.dtype)
+        for i, v in enumerate(values)
+    ]
+
+
+def _fit_kernels(
+    node: ir.Node, info: NodeInfo, sig: schema.OpSignature, ctx: ClassifyPass, opset: int
+) -> None:
+    """Keep the node FP32 unless the target runs it with its low-precision types.
+
+    A node whose kernel wants one float type for all inputs (BatchNormalization) may lower its
+    constant auxiliary inputs too, where the schema admits it: their range is checked like any
+    weight's. Otherwise the node keeps FP32 with the kernel table's reason.
+    """
+    table, low = ctx.table, ctx.low
+    problem = table.accepts(
+        node.op_type,
+        node.domain,
+        opset,
+        _proposed(node.inputs, info.low_inputs, low),
+        _proposed(node.outputs, info.low_outputs, low),
+    )
+    if problem is None:
+        return
+    extra = frozenset(
+        i
+        for i, v in enumerate(node.inputs)
+        if i not in info.low_inputs
+        and v is not None
+        and v.dtype == FLOAT
+        and constant_tensor(v) is not None
+        and (slot := sig.input_slot(i)) is not None
+        and schema.type_name(low) in slot.allowed
+    )
+    if extra and (
+        table.accepts(
+            node.op_type,
+            node.domain,
+            opset,
+            _proposed(node.inputs, info.low_inputs | extra, low),
+            _proposed(node.outputs, info.low_outputs, low),
+        )
+        is None
+    ):
+        info.low_inputs = info.low_inputs | extra
+        return
+    info.pin(NodeClass.FIXED, f"target {table.name}: {problem}")
 
 
 def _only_reader(value: ir.Value | None, op_type: str) -> ir.Node | None:
@@ -220,6 +276,7 @@ class ClassifyPass(ir.passes.InPlacePass):
         self.options = options
         self.lists = lists
         self.low = options.low_dtype
+        self.table = load_target(options.target) if options.target != "none" else None
         self.classes: Classes = {}
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
