@@ -22,8 +22,10 @@ from __future__ import annotations
 import math
 import os
 import re
-from pathlib import Path
 from typing import Any
+
+from amp_convert import proto_walk
+from bench._corpus import disk_size
 
 FLOAT32 = 1
 FLOAT_TYPES = {1, 10, 11, 16}  # FLOAT, FLOAT16, DOUBLE, BFLOAT16
@@ -48,35 +50,6 @@ def first_line(e: BaseException, limit: int = 300) -> str:
     line = re.sub(r"/onnxruntime_src/\S+:\d+ .*?\[ONNXRuntimeError\] : \d+ : \w+ : ", "", line)
     line = re.sub(r"/onnxruntime_src/\S+:\d+ onnxruntime::.*?\)>? (?=[A-Z])", "", line)
     return f"{type(e).__name__}: {line}"[:limit]
-
-
-def disk_size(path: str | os.PathLike) -> int:
-    """The .onnx file plus the external-data files it references (subgraphs included)."""
-    import onnx
-
-    path = Path(path)
-    proto = onnx.load(str(path), load_external_data=False)
-    locations = {
-        e.value
-        for g in iter_graphs(proto.graph)
-        for t in g.initializer
-        for e in t.external_data
-        if e.key == "location"
-    }
-    return path.stat().st_size + sum(
-        (path.parent / loc).stat().st_size for loc in locations if (path.parent / loc).exists()
-    )
-
-
-def iter_graphs(graph):
-    """The graph and every subgraph below it (attributes of type GRAPH / GRAPHS)."""
-    yield graph
-    for node in graph.node:
-        for attr in node.attribute:
-            if attr.HasField("g"):
-                yield from iter_graphs(attr.g)
-            for g in attr.graphs:
-                yield from iter_graphs(g)
 
 
 def _constant_type(node) -> int | None:
@@ -121,11 +94,9 @@ def count_nodes(graph, outer: dict[str, int] | None = None) -> dict[str, int]:
         default = node.domain in ("", "ai.onnx")
         if default and node.op_type == "Cast":
             out["casts"] += 1
-        for attr in node.attribute:
-            subs = [attr.g] if attr.HasField("g") else list(attr.graphs)
-            for g in subs:
-                for k, v in count_nodes(g, types).items():
-                    out[k] += v
+        for g in proto_walk.subgraphs(node):
+            for k, v in count_nodes(g, types).items():
+                out[k] += v
         if default and node.op_type in NOT_COUNTED:
             continue
         outs = [types.get(o) for o in node.output if o]

@@ -12,6 +12,8 @@ import pytest
 from onnx import TensorProto, helper
 
 from bench import _compare_analyze as analyze
+from bench._corpus import disk_size, external_data_files
+from bench._table import Column, Wide, columns, markdown_table, secs_text, size_text, text_table
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -67,6 +69,67 @@ def test_first_line_strips_ort_preamble() -> None:
     assert analyze.first_line(e) == (
         "RuntimeError: Load model failed: Tensor element type mismatch. 10 != 1"
     )
+
+
+def test_text_table_groups_aligns_and_lets_wide_cells_overflow() -> None:
+    cols = columns("model", "what", "n", right_from=2)
+    rows = [["m1", "a", "7"], ["m1", "bb", "123"], ["m2", Wide("ERROR: a long message"), ""]]
+    assert text_table(cols, rows, group_first=True).splitlines() == [
+        "model  what    n",
+        "-----  ----  ---",
+        "m1     a       7",
+        "       bb    123",
+        "m2     ERROR: a long message",
+    ]
+    # left-aligned throughout, and the error cell widens its column when it is not Wide
+    plain = [["m", "no: an error", "1"]]
+    assert text_table(cols, plain, justify=False).splitlines() == [
+        "model  what          n",
+        "-----  ------------  -",
+        "m      no: an error  1",
+    ]
+
+
+def test_markdown_table_aligns_escapes_and_renames() -> None:
+    cols = [Column("model"), Column("x floor", right=True, md_title="× floor")]
+    rows = [["`a`", "1|2"], ["`a`", "3"]]
+    assert markdown_table(cols, rows, group_first=True).splitlines() == [
+        "| model | × floor |",
+        "|---|---:|",
+        "| `a` | 1\\|2 |",
+        "|  | 3 |",
+    ]
+
+
+def test_cell_formats() -> None:
+    assert [size_text(n) for n in (None, 999, 1.5e6, 2.2e9)] == ["-", "1.0 kB", "1.5 MB", "2.20 GB"]
+    assert [secs_text(s) for s in (None, 0.0123, 1.5)] == ["-", "12 ms", "1.50 s"]
+
+
+def test_disk_size_counts_external_data_of_subgraphs(tmp_path: Path) -> None:
+    """An initializer inside an If branch kept in external data: its file counts, once."""
+    import numpy as np
+    from onnx import numpy_helper
+
+    w = numpy_helper.from_array(np.ones(4096, np.float32), "w")
+    branch = helper.make_graph(
+        [helper.make_node("Add", ["x", "w"], ["y1"])], "then", [], [_vi("y1", 1)], [w]
+    )
+    other = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["y2"])], "else", [], [_vi("y2", 1)]
+    )
+    graph = helper.make_graph(
+        [helper.make_node("If", ["c"], ["y"], then_branch=branch, else_branch=other)],
+        "g",
+        [_vi("x", 1), helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
+        [_vi("y", 1)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    path = tmp_path / "m.onnx"
+    onnx.save(model, str(path), save_as_external_data=True, location="w.bin", size_threshold=0)
+    assert external_data_files(path) == {"w.bin"}
+    assert disk_size(path) == path.stat().st_size + (tmp_path / "w.bin").stat().st_size
+    assert (tmp_path / "w.bin").stat().st_size == 4096 * 4
 
 
 @pytest.mark.slow
