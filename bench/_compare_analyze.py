@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 import os
 import re
+from collections.abc import Callable
 from typing import Any
 
 from amp_convert import proto_walk
@@ -220,11 +221,22 @@ def accuracy(reference: str, candidate: str, seed: int = 0) -> dict[str, Any]:
     }
 
 
+# Figures of a converted output against its original, each under its own key in the output's
+# checks (so in --json); a main-table column shows one through _compare_tables.EXTRA_COLUMNS.
+# A figure that raises records {"error": ...} instead.
+FIGURES: dict[str, Callable[[str, str], dict[str, Any]]] = {}
+
+
 def analyze_converted(
     reference: str, candidate: str, do_accuracy: bool, seed: int = 0
 ) -> dict[str, Any]:
-    """analyze_file(candidate), plus accuracy against `reference` when asked and it loads."""
+    """analyze_file(candidate), the FIGURES, and accuracy against `reference` when it loads."""
     out = analyze_file(candidate)
+    for name, figure in FIGURES.items():
+        try:
+            out[name] = figure(reference, candidate)
+        except Exception as e:
+            out[name] = {"error": first_line(e)}
     if not do_accuracy:
         out["accuracy"] = {"skipped": "original does not load in ORT"}
     elif out["ort_error"]:

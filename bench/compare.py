@@ -57,17 +57,10 @@ if str(REPO) not in sys.path:  # models/, bench/ and amp_convert/ importable wit
     sys.path.insert(0, str(REPO))
 
 from bench import _compare_tables as tables  # noqa: E402
+from bench import _corpus as corpus  # noqa: E402
 from bench._compare_model import Model  # noqa: E402
 from bench._compare_run import check_all, log, measure_all  # noqa: E402
 from bench._compare_targets import target_lines, targets  # noqa: E402
-from bench._corpus import (  # noqa: E402
-    disk_size,
-    external_data_files,
-    wheel_models,
-    write_big,
-    write_blocks,
-    write_warmup,
-)
 from bench._table import markdown_table, size_text, text_table  # noqa: E402
 
 GB = 10**9
@@ -162,9 +155,10 @@ def collect_models(args: argparse.Namespace, workdir: Path) -> list[Model]:
     def wanted(key: str) -> bool:
         return not patterns or any(p.search(key) for p in patterns)
 
-    blocks = write_blocks(workdir / "models", lambda name: wanted(f"generated/{name}"))
+    blocks = corpus.write_blocks(workdir / "models", lambda name: wanted(f"generated/{name}"))
     models = [Model(f"generated/{n}", "generated", p, 0) for n, p in blocks]
-    models += [Model(f"{g}/{n}", g, p, 0) for g, n, p in wheel_models() if wanted(f"{g}/{n}")]
+    wheel = corpus.wheel_models()
+    models += [Model(f"{g}/{n}", g, p, 0) for g, n, p in wheel if wanted(f"{g}/{n}")]
     if not args.no_big and wanted(f"generated/big_external_{args.big_bytes / GB:.1f}GB"):
         free = shutil.disk_usage(workdir).free
         need = int(6 * args.big_bytes)  # model, 5 converted copies (half size), floor, temp
@@ -172,16 +166,17 @@ def collect_models(args: argparse.Namespace, workdir: Path) -> list[Model]:
             have, want = size_text(free), size_text(need)
             print(f"# SKIPPED the big model: {have} free in {workdir}, need {want}")
         else:
-            path, what = write_big(workdir / "models" / "big" / "big.onnx", int(args.big_bytes))
+            big = workdir / "models" / "big" / "big.onnx"
+            path, what = corpus.write_big(big, int(args.big_bytes))
             log(what)
-            size = disk_size(path)
+            size = corpus.disk_size(path)
             models.append(
                 Model(f"generated/big_external_{size / GB:.1f}GB", "generated", path, size)
             )
     for m in models:
-        m.size = m.size or disk_size(m.path)
+        m.size = m.size or corpus.disk_size(m.path)
         m.isolated = m.size >= args.isolate_mb * 10**6
-        m.external = bool(external_data_files(m.path))
+        m.external = bool(corpus.external_data_files(m.path))
     return models
 
 
@@ -204,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
             print("no model matches --only", file=sys.stderr)
             return 2
         log(f"{len(models)} models ({sum(m.isolated for m in models)} isolated)")
-        warmup = write_warmup(workdir / "warmup")
+        warmup = corpus.write_warmup(workdir / "warmup")
 
         start = time.perf_counter()
         measure_all(models, args, workdir, warmup)

@@ -39,13 +39,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:  # models/ and amp_convert/ importable without PYTHONPATH
     sys.path.insert(0, str(REPO))
 
-from bench._corpus import (  # noqa: E402
-    disk_size,
-    external_data_files,
-    wheel_models,
-    write_big,
-    write_blocks,
-)
+from bench import _corpus as corpus  # noqa: E402
 from bench._measure import RssSampler  # noqa: E402
 from bench._table import (  # noqa: E402
     Wide,
@@ -117,10 +111,11 @@ class Target:
 
 def collect_targets(workdir: Path, wanted: Callable[[str], bool], big_bytes: int | None) -> list:
     """The blocks and the wheel's light models `wanted` by name; the generated big model too."""
-    targets = [Target(n, "block", p, disk_size(p)) for n, p in write_blocks(workdir, wanted)]
+    blocks = corpus.write_blocks(workdir, wanted)
+    targets = [Target(n, "block", p, corpus.disk_size(p)) for n, p in blocks]
     targets += [
-        Target(n, "onnx-light", p, disk_size(p))
-        for _, n, p in wheel_models(("light",))
+        Target(n, "onnx-light", p, corpus.disk_size(p))
+        for _, n, p in corpus.wheel_models(("light",))
         if wanted(n)
     ]
     if big_bytes is not None and wanted("big_external"):
@@ -131,9 +126,9 @@ def collect_targets(workdir: Path, wanted: Callable[[str], bool], big_bytes: int
                 f"# SKIPPED big model: {size_text(free)} free in {workdir}, need {size_text(need)}"
             )
         else:
-            path, what = write_big(workdir / "big.onnx", big_bytes)
+            path, what = corpus.write_big(workdir / "big.onnx", big_bytes)
             print(f"# {what}", flush=True)
-            size = disk_size(path)
+            size = corpus.disk_size(path)
             targets.append(Target(f"big_external_{size / GB:.1f}GB", "big", path, size))
     return targets
 
@@ -153,7 +148,7 @@ def measure(t: Target, args: argparse.Namespace, outdir: Path) -> None:
                 res = run_child(["convert", str(t.path), dst, args.level, args.dtype], args.timeout)
                 t.conv.append(res)
             else:
-                external = "1" if external_data_files(t.path) else "0"
+                external = "1" if corpus.external_data_files(t.path) else "0"
                 res = run_child(["floor", str(t.path), dst, external], args.timeout)
                 t.floor.append(res)
             shutil.rmtree(out)

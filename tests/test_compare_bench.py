@@ -132,6 +132,41 @@ def test_disk_size_counts_external_data_of_subgraphs(tmp_path: Path) -> None:
     assert (tmp_path / "w.bin").stat().st_size == 4096 * 4
 
 
+def test_figures_and_extra_columns_reach_checks_and_main_table(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The hook a new figure uses: computed per converted output, shown as a main-table column."""
+    from bench import _compare_tables as tables
+    from bench._compare_model import Model
+
+    path = tmp_path / "m.onnx"
+    onnx.save(_model_with_loop(), str(path))
+
+    def size_ratio(reference: str, candidate: str) -> dict:
+        return {"ratio": Path(candidate).stat().st_size / Path(reference).stat().st_size}
+
+    def broken(reference: str, candidate: str) -> dict:
+        raise ValueError("no figure\nsecond line")
+
+    monkeypatch.setattr(analyze, "FIGURES", {"size_ratio": size_ratio, "broken": broken})
+    checks = analyze.analyze_converted(str(path), str(path), do_accuracy=False)
+    assert checks["size_ratio"] == {"ratio": 1.0}
+    assert checks["broken"] == {"error": "ValueError: no figure"}
+
+    column = tables.ExtraColumn(
+        tables.Column("size ratio", right=True),
+        original=lambda m: "1.00",
+        converter=lambda m, conv: f"{m.checks[conv]['size_ratio']['ratio']:.2f}",
+    )
+    monkeypatch.setattr(tables, "EXTRA_COLUMNS", [column])
+    m = Model("g/m", "g", path, 1, runs={"amp_O2": [{"seconds": 1.0}], "occ": [{"error": "E"}]})
+    m.checks["amp_O2"] = checks
+    rows = tables.rows(m, width=80)
+    assert [c.title for c in tables.main_columns()][-1] == "size ratio"
+    assert all(len(r) == len(tables.main_columns()) for r in rows)
+    assert [r[-1] for r in rows] == ["1.00", "1.00", ""]  # original, amp O2, failed occ
+
+
 @pytest.mark.slow
 def test_compare_smoke(tmp_path: Path) -> None:
     pytest.importorskip("onnxconverter_common")
