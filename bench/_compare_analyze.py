@@ -19,10 +19,12 @@ The same definitions apply to every converter's output:
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import re
 from collections.abc import Callable
+from dataclasses import asdict
 from typing import Any
 
 from amp_convert import proto_walk
@@ -221,10 +223,48 @@ def accuracy(reference: str, candidate: str, seed: int = 0) -> dict[str, Any]:
     }
 
 
+def _file_traffic(path: str, all_low: bool) -> tuple[int, int | None]:
+    """Estimated bytes per inference of a model file, and the same as if all FP32 were FP16.
+
+    amp_convert.traffic's estimate, as the converter makes it for its report: element types and
+    shapes from the file and ONNX inference of that file (symbolic dims: batch-like 1, others
+    128), the same for every converter's output. Values left untyped would count 0 bytes, hence
+    InferDtypesPass first.
+    """
+    import onnx_ir as ir
+
+    from amp_convert.onnx_checks import analyse
+    from amp_convert.passes.infer_dtypes import InferDtypesPass
+    from amp_convert.traffic import ShapeBook, model_traffic
+
+    model = ir.load(path)
+    types = analyse(model)[1]
+    InferDtypesPass(types)(model)
+    shapes = ShapeBook(types, {})
+    low = model_traffic(model, shapes, low=ir.DataType.FLOAT16) if all_low else None
+    return model_traffic(model, shapes), low
+
+
+@functools.lru_cache(maxsize=4)
+def _original_traffic(path: str) -> tuple[int, int | None]:
+    """The original's figures, once per worker (each original has several outputs to check)."""
+    return _file_traffic(path, all_low=True)
+
+
+def traffic(reference: str, candidate: str) -> dict[str, Any]:
+    """Bytes per inference of `candidate` and of `reference` all in FP16, over `reference`'s."""
+    from amp_convert.traffic import Traffic
+
+    original, all_low = _original_traffic(reference)
+    t = Traffic(original=original, result=_file_traffic(candidate, all_low=False)[0],
+                all_low=all_low or 0)  # fmt: skip
+    return {**asdict(t), "ratio": t.ratio, "all_low_ratio": t.all_low_ratio}
+
+
 # Figures of a converted output against its original, each under its own key in the output's
 # checks (so in --json); a main-table column shows one through _compare_tables.EXTRA_COLUMNS.
 # A figure that raises records {"error": ...} instead.
-FIGURES: dict[str, Callable[[str, str], dict[str, Any]]] = {}
+FIGURES: dict[str, Callable[[str, str], dict[str, Any]]] = {"traffic": traffic}
 
 
 def analyze_converted(

@@ -27,8 +27,25 @@ class ExtraColumn:
     converter: Callable[[Model, str], str]
 
 
-# filled by the figures a run adds to the checks (e.g. a memory-traffic estimate)
-EXTRA_COLUMNS: list[ExtraColumn] = []
+def _traffic(m: Model, conv: str) -> dict[str, Any]:
+    return m.checks.get(conv, {}).get("traffic", {})
+
+
+def _traffic_of_original(m: Model) -> str:
+    """1.00, and the original all in FP16 over itself (the same whichever output measured it)."""
+    lows = (_traffic(m, c).get("all_low_ratio") for c in m.checks)
+    low = next((x for x in lows if x is not None), None)
+    return "-" if low is None else f"1.00 (all-low {low:.2f})"
+
+
+def _traffic_ratio(m: Model, conv: str) -> str:
+    return float_text(_traffic(m, conv).get("ratio"), ".2f")
+
+
+# the figures of _compare_analyze.FIGURES that the main table shows, after the fixed columns
+EXTRA_COLUMNS: list[ExtraColumn] = [
+    ExtraColumn(Column("traffic", right=True), _traffic_of_original, _traffic_ratio),
+]
 
 _FIXED = [
     Column("model"),
@@ -61,7 +78,9 @@ median over rounds, each from a warm fresh process (batched for small models; fo
 process per run and the range over runs); x floor: median time / median I/O floor. peak RSS:
 VmHWM of that conversion. size: output on disk with external data. max rel err / min cosine /
 NaN/Inf: worst over outputs, amp_convert.validate(provider="emulate", runs=0) against the FP32
-original (NaN/Inf counted in the converted model's outputs)."""
+original (NaN/Inf counted in the converted model's outputs). traffic: estimated bytes read and
+written per inference (amp_convert.traffic, as amp-convert's report has it) over the FP32
+original's; on the original's row, the original all in FP16 over itself."""
 LEGEND_MD = LEGEND.replace("x floor", "×floor")
 
 
@@ -164,13 +183,15 @@ SUMMARY_COLUMNS = [
     *(Column(t, right=True) for t in ("casts added", "FP32 nodes")),
     Column("median x floor", right=True, md_title="median × floor"),
     *(Column(t, right=True) for t in ("total time", "median max rel err", "models with NaN/Inf")),
+    Column("median traffic", right=True),
 ]
 
 SUMMARY_NOTE = """\
 converted / full checker: over all models; loads in ORT: over the models whose FP32
 original loads. The other columns are over the {n} models where all four outputs load and pass the
 checker: casts added and FP32 nodes summed, time summed, median of time / I/O floor, median of
-the worst max rel error per model, models with NaN/Inf in an output (emulated FP16)."""
+the worst max rel error per model, models with NaN/Inf in an output (emulated FP16), median of
+the estimated traffic over the original's."""
 
 
 def summary(models: list[Model]) -> dict[str, Any]:
@@ -193,6 +214,7 @@ def summary(models: list[Model]) -> dict[str, Any]:
         times = [(m.median(conv), m.median("floor")) for m in common]
         accs = [m.checks[conv].get("accuracy", {}) for m in common]
         rels = [a["max_rel"] for a in accs if isinstance(a.get("max_rel"), float)]
+        traffic = [t["ratio"] for m in common if "ratio" in (t := _traffic(m, conv))]
         out[conv] = {
             "ran": len(ran),
             "converted": len(ok),
@@ -206,6 +228,7 @@ def summary(models: list[Model]) -> dict[str, Any]:
             "median_max_rel": statistics.median(rels) if rels else None,
             "nonfinite_models": sum(1 for a in accs if a.get("nan_inf")),
             "accuracy_models": len(accs),
+            "median_traffic": statistics.median(traffic) if traffic else None,
         }
     return out
 
@@ -227,6 +250,7 @@ def summary_rows(s: dict[str, Any]) -> list[list[str]]:
                 f"{v['total_s']:.2f} s",
                 float_text(v["median_max_rel"], ".2e"),
                 f"{v['nonfinite_models']}/{n_common}",
+                float_text(v.get("median_traffic"), ".2f"),
             ]
         )
     return out
@@ -243,6 +267,7 @@ COMPACT_COLUMNS = columns(
     "FP32 nodes O2/occ",
     "time O2/occ/floor",
     "max rel err O2/occ",
+    "traffic O2/occ",
     right_from=1,
 )
 COMPACT_NOTE = """\
@@ -252,7 +277,8 @@ despite keep_io_types=True; occ = onnxconverter-common
 (keep_io_types=True; its disable_shape_infer=True retry in brackets where the default failed).
 casts added: Cast nodes minus the original's. time: medians, file to file; floor: onnx.load +
 onnx.save. max rel err: emulated FP16 against the FP32 original, worst output ("-": not
-measured, e.g. the original or the output does not load)."""
+measured, e.g. the original or the output does not load). traffic: estimated bytes per
+inference over the original's."""
 
 
 def _valid_mark(m: Model, conv: str) -> str:
@@ -298,6 +324,7 @@ def compact_rows(models: list[Model]) -> list[list[str]]:
                 f"{secs_text(m.median('amp_O2'))} / {wrap(secs_text(m.median(occ)))} / "
                 f"{secs_text(m.median('floor'))}",
                 f"{_rel(m, 'amp_O2')} / {wrap(_rel(m, occ))}",
+                f"{_traffic_ratio(m, 'amp_O2')} / {wrap(_traffic_ratio(m, occ))}",
             ]
         )
     return out

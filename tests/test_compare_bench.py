@@ -132,6 +132,22 @@ def test_disk_size_counts_external_data_of_subgraphs(tmp_path: Path) -> None:
     assert (tmp_path / "w.bin").stat().st_size == 4096 * 4
 
 
+@pytest.mark.parametrize("build", ["bert_encoder", "loop_rnn"])
+def test_traffic_figure_is_the_converters_own_estimate(tmp_path: Path, build: str) -> None:
+    """Re-estimated from the files, the figure equals what convert_file reports."""
+    import amp_convert
+    from models import blocks
+
+    src, dst = tmp_path / "m.onnx", tmp_path / "out.onnx"
+    onnx.save(getattr(blocks, build)(), str(src))
+    report = amp_convert.convert_file(src, dst, level="O2", force=True)
+    t = analyze.traffic(str(src), str(dst))
+    assert {k: t[k] for k in ("original", "result", "all_low")} == report.traffic
+    assert t["ratio"] == pytest.approx(report.traffic["result"] / report.traffic["original"])
+    assert t["all_low_ratio"] == pytest.approx(0.5, abs=0.01)  # every float tensor halves
+    assert t["ratio"] < 1.0
+
+
 def test_figures_and_extra_columns_reach_checks_and_main_table(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -186,5 +202,8 @@ def test_compare_smoke(tmp_path: Path) -> None:
         assert check["ort_error"] is None and check["checker_error"] is None
         assert isinstance(check["accuracy"]["max_rel"], float)
         assert model["median_s"][conv] > 0
+        assert 0 < check["traffic"]["ratio"] <= 1.0
     assert raw["targets"]["1"]["met"]
-    assert "| converter |" in md.read_text()
+    text = md.read_text()
+    assert "| converter |" in text and "| traffic |" in text
+    assert raw["summary"]["amp_O2"]["median_traffic"] > 0
