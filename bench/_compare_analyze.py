@@ -19,11 +19,16 @@ The same definitions apply to every converter's output:
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import re
-from pathlib import Path
+from collections.abc import Callable
+from dataclasses import asdict
 from typing import Any
+
+from amp_convert import proto_walk
+from bench._corpus import disk_size
 
 FLOAT32 = 1
 FLOAT_TYPES = {1, 10, 11, 16}  # FLOAT, FLOAT16, DOUBLE, BFLOAT16
@@ -48,35 +53,6 @@ def first_line(e: BaseException, limit: int = 300) -> str:
     line = re.sub(r"/onnxruntime_src/\S+:\d+ .*?\[ONNXRuntimeError\] : \d+ : \w+ : ", "", line)
     line = re.sub(r"/onnxruntime_src/\S+:\d+ onnxruntime::.*?\)>? (?=[A-Z])", "", line)
     return f"{type(e).__name__}: {line}"[:limit]
-
-
-def disk_size(path: str | os.PathLike) -> int:
-    """The .onnx file plus the external-data files it references (subgraphs included)."""
-    import onnx
-
-    path = Path(path)
-    proto = onnx.load(str(path), load_external_data=False)
-    locations = {
-        e.value
-        for g in iter_graphs(proto.graph)
-        for t in g.initializer
-        for e in t.external_data
-        if e.key == "location"
-    }
-    return path.stat().st_size + sum(
-        (path.parent / loc).stat().st_size for loc in locations if (path.parent / loc).exists()
-    )
-
-
-def iter_graphs(graph):
-    """The graph and every subgraph below it (attributes of type GRAPH / GRAPHS)."""
-    yield graph
-    for node in graph.node:
-        for attr in node.attribute:
-            if attr.HasField("g"):
-                yield from iter_graphs(attr.g)
-            for g in attr.graphs:
-                yield from iter_graphs(g)
 
 
 def _constant_type(node) -> int | None:
@@ -121,11 +97,9 @@ def count_nodes(graph, outer: dict[str, int] | None = None) -> dict[str, int]:
         default = node.domain in ("", "ai.onnx")
         if default and node.op_type == "Cast":
             out["casts"] += 1
-        for attr in node.attribute:
-            subs = [attr.g] if attr.HasField("g") else list(attr.graphs)
-            for g in subs:
-                for k, v in count_nodes(g, types).items():
-                    out[k] += v
+        for g in proto_walk.subgraphs(node):
+            for k, v in count_nodes(g, types).items():
+                out[k] += v
         if default and node.op_type in NOT_COUNTED:
             continue
         outs = [types.get(o) for o in node.output if o]
@@ -249,11 +223,60 @@ def accuracy(reference: str, candidate: str, seed: int = 0) -> dict[str, Any]:
     }
 
 
+def _file_traffic(path: str, all_low: bool) -> tuple[int, int | None]:
+    """Estimated bytes per inference of a model file, and the same as if all FP32 were FP16.
+
+    amp_convert.traffic's estimate, as the converter makes it for its report: element types and
+    shapes from the file and ONNX inference of that file (symbolic dims: batch-like 1, others
+    128), the same for every converter's output. Values left untyped would count 0 bytes, hence
+    InferDtypesPass first.
+    """
+    import onnx_ir as ir
+
+    from amp_convert.onnx_checks import analyse
+    from amp_convert.passes.infer_dtypes import InferDtypesPass
+    from amp_convert.traffic import ShapeBook, model_traffic
+
+    model = ir.load(path)
+    types = analyse(model)[1]
+    InferDtypesPass(types)(model)
+    shapes = ShapeBook(types, {})
+    low = model_traffic(model, shapes, low=ir.DataType.FLOAT16) if all_low else None
+    return model_traffic(model, shapes), low
+
+
+@functools.lru_cache(maxsize=4)
+def _original_traffic(path: str) -> tuple[int, int | None]:
+    """The original's figures, once per worker (each original has several outputs to check)."""
+    return _file_traffic(path, all_low=True)
+
+
+def traffic(reference: str, candidate: str) -> dict[str, Any]:
+    """Bytes per inference of `candidate` and of `reference` all in FP16, over `reference`'s."""
+    from amp_convert.traffic import Traffic
+
+    original, all_low = _original_traffic(reference)
+    t = Traffic(original=original, result=_file_traffic(candidate, all_low=False)[0],
+                all_low=all_low or 0)  # fmt: skip
+    return {**asdict(t), "ratio": t.ratio, "all_low_ratio": t.all_low_ratio}
+
+
+# Figures of a converted output against its original, each under its own key in the output's
+# checks (so in --json); a main-table column shows one through _compare_tables.EXTRA_COLUMNS.
+# A figure that raises records {"error": ...} instead.
+FIGURES: dict[str, Callable[[str, str], dict[str, Any]]] = {"traffic": traffic}
+
+
 def analyze_converted(
     reference: str, candidate: str, do_accuracy: bool, seed: int = 0
 ) -> dict[str, Any]:
-    """analyze_file(candidate), plus accuracy against `reference` when asked and it loads."""
+    """analyze_file(candidate), the FIGURES, and accuracy against `reference` when it loads."""
     out = analyze_file(candidate)
+    for name, figure in FIGURES.items():
+        try:
+            out[name] = figure(reference, candidate)
+        except Exception as e:
+            out[name] = {"error": first_line(e)}
     if not do_accuracy:
         out["accuracy"] = {"skipped": "original does not load in ORT"}
     elif out["ort_error"]:

@@ -4,17 +4,19 @@ Run as ``python -m bench._compare_measure SPEC.json``. SPEC names one tool and a
 
     {"tool": "amp" | "occ" | "occ_noinfer" | "floor", "level": "O2", "dtype": "fp16",
      "warmup": "tiny.onnx" | null, "sample": false,
-     "jobs": [{"key": "...", "src": "in.onnx", "dst": "out/model.onnx", "discard": false}]}
+     "jobs": [{"key": "...", "src": "in.onnx", "dst": "out/model.onnx", "external": false,
+               "discard": false}]}
 
-Tools (each timed from the source path to the written output, imports done before the timer):
+Tools (each timed from the source path to the written output, imports done before the timer;
+the functions are bench/_measure.py's):
 
-* ``amp``: ``amp_convert.convert_file(src, dst, level, dtype, force=True)`` (via bench/_measure.py);
+* ``amp``: ``amp_convert.convert_file(src, dst, level, dtype, force=True)``;
 * ``occ``: ``onnx.load(src)`` + onnxconverter-common's
   ``float16.convert_float_to_float16(model, keep_io_types=True)`` + ``onnx.save`` (with
-  ``save_as_external_data=True`` when the source has external data);
+  ``save_as_external_data=True`` when the job says the source has external data);
 * ``occ_noinfer``: the same with ``disable_shape_infer=True`` (for models the default call rejects,
   e.g. > 2 GB, where ONNX shape inference cannot serialize the proto);
-* ``floor``: the I/O floor, ``onnx.load`` + ``onnx.save`` of the same model (bench/_measure.py).
+* ``floor``: the I/O floor, ``onnx.load`` + ``onnx.save`` of the same model.
 
 Only the tool's own library is imported, so each process's baseline is that tool's. An unmeasured
 warm-up conversion of a tiny model runs first, so every job is timed warm (lazy schema tables and
@@ -30,12 +32,10 @@ from __future__ import annotations
 import gc
 import json
 import sys
-import threading
-import time
 import warnings
 from pathlib import Path
 
-from bench._measure import measure_convert, measure_floor, peak_rss, rss_now
+from bench._measure import RssSampler, measure_convert, measure_floor, measure_occ, peak_rss
 
 TOOLS = ("amp", "occ", "occ_noinfer", "floor")
 
@@ -50,87 +50,20 @@ def reset_peak_rss() -> bool:
         return False
 
 
-class RssSampler(threading.Thread):
-    """Peaks of RssAnon / RssFile of this process, polled every `interval` seconds."""
-
-    def __init__(self, interval: float = 0.01) -> None:
-        super().__init__(daemon=True)
-        self.interval = interval
-        self.peaks = {"RssAnon": 0, "RssFile": 0}
-        self.done = threading.Event()
-
-    def poll(self) -> None:
-        try:
-            with open("/proc/self/status") as f:
-                for line in f:
-                    key, _, rest = line.partition(":")
-                    if key in self.peaks:
-                        self.peaks[key] = max(self.peaks[key], int(rest.split()[0]) * 1024)
-        except (OSError, ValueError, IndexError):
-            pass
-
-    def run(self) -> None:
-        while not self.done.is_set():
-            self.poll()
-            self.done.wait(self.interval)
-
-    def stop(self) -> dict[str, int]:
-        self.done.set()
-        self.join()
-        self.poll()
-        return {"anon_peak": self.peaks["RssAnon"], "file_peak": self.peaks["RssFile"]}
-
-
-def _has_external_data(path: str) -> bool:
-    import onnx
-
-    proto = onnx.load(path, load_external_data=False)
-    graphs = [proto.graph]
-    while graphs:
-        g = graphs.pop()
-        if any(t.data_location == onnx.TensorProto.EXTERNAL for t in g.initializer):
-            return True
-        for node in g.node:
-            for a in node.attribute:
-                graphs.extend([a.g] if a.HasField("g") else list(a.graphs))
-    return False
-
-
-def measure_occ(src: str, dst: str, infer: bool = True) -> dict:
-    """onnx.load + onnxconverter-common float16 (keep_io_types=True) + onnx.save, timed."""
-    import onnx
-    from onnxconverter_common import float16
-
-    external = _has_external_data(src)  # a header read, before the timer
-    kwargs = {} if infer else {"disable_shape_infer": True}
-    base = rss_now()
-    start = time.perf_counter()
-    model = onnx.load(src)
-    model = float16.convert_float_to_float16(model, keep_io_types=True, **kwargs)
-    if external:
-        onnx.save(model, dst, save_as_external_data=True, location=Path(dst).name + ".data")
-    else:
-        onnx.save(model, dst)
-    seconds = time.perf_counter() - start
-    return {"seconds": seconds, "base_rss": base, "peak_rss": peak_rss()}
-
-
 def _remove_outputs(dst: str) -> None:
     """dst and dst.data: onnx appends to an existing external-data file, so start clean."""
     for p in (Path(dst), Path(dst + ".data")):
         p.unlink(missing_ok=True)
 
 
-def run_job(spec: dict, src: str, dst: str) -> dict:
+def run_job(spec: dict, src: str, dst: str, external: bool) -> dict:
     tool = spec["tool"]
     if tool == "amp":
         return measure_convert(src, dst, spec["level"], spec.get("dtype", "fp16"))
-    if tool == "occ":
-        return measure_occ(src, dst)
-    if tool == "occ_noinfer":
-        return measure_occ(src, dst, infer=False)
+    if tool in ("occ", "occ_noinfer"):
+        return measure_occ(src, dst, external, infer=tool == "occ")
     if tool == "floor":
-        return measure_floor(src, dst)
+        return measure_floor(src, dst, external)
     raise ValueError(f"unknown tool {tool!r}")
 
 
@@ -153,7 +86,7 @@ def main(argv: list[str]) -> int:
     if spec.get("warmup"):
         scratch = str(Path(spec["warmup"]).with_name(f"warmup_{spec['tool']}_out.onnx"))
         try:
-            run_job(spec, spec["warmup"], scratch)
+            run_job(spec, spec["warmup"], scratch, external=False)
         finally:
             _remove_outputs(scratch)
     for job in spec["jobs"]:
@@ -166,7 +99,7 @@ def main(argv: list[str]) -> int:
         if sampler:
             sampler.start()
         try:
-            result = run_job(spec, job["src"], dst)
+            result = run_job(spec, job["src"], dst, job["external"])
         except Exception as e:  # reported in the table
             first = (str(e).strip().splitlines() or [""])[0]
             result = {"error": f"{type(e).__name__}: {first}"[:500], "peak_rss": peak_rss()}

@@ -1,10 +1,16 @@
-"""Child side of bench/convert_bench.py: ONE measurement in a fresh interpreter.
+"""One timed operation, file to file, and the memory figures of the process that runs it.
 
-Run as ``python -m bench._measure convert SRC DST LEVEL DTYPE`` or
-``python -m bench._measure floor SRC DST``. Prints one JSON line on stdout (the last line):
-the timed seconds, the RSS right before the timed work (interpreter + imports) and the process's
-peak RSS (VmHWM, see peak_rss) at the end, so the peak is this one operation's own. Imports happen
-before the timer starts; nothing else is loaded, so the baseline stays small.
+The measuring children of both benchmarks call these: bench/_compare_measure.py (compare.py) and
+this module's own command line (convert_bench.py)::
+
+    python -m bench._measure convert SRC DST LEVEL DTYPE
+    python -m bench._measure floor SRC DST EXTERNAL        (EXTERNAL: 1 or 0)
+
+which prints one JSON line on stdout (the last line): the timed seconds, the RSS right before the
+timed work (interpreter + imports) and the process's peak RSS (VmHWM, see peak_rss) at the end,
+so the peak is this one operation's own. Imports happen before the timer starts; this module
+imports nothing heavy itself, so a child's baseline is its tool's alone. Whether the source keeps
+its weights in external data is decided by the parent (a header read), not inside the timer.
 """
 
 from __future__ import annotations
@@ -13,8 +19,11 @@ import json
 import os
 import resource
 import sys
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 
 def rss_now() -> int:
@@ -46,24 +55,75 @@ def peak_rss() -> int:
     return int(peak) if sys.platform == "darwin" else int(peak) * 1024
 
 
-def _uses_external_data(path: str) -> bool:
+class RssSampler(threading.Thread):
+    """Peaks of RssAnon / RssFile of a process (this one by default), polled every `interval` s.
+
+    Anonymous memory (heap, copies) vs memory-mapped file pages (weights the kernel can drop);
+    sampled, so a lower bound.
+    """
+
+    def __init__(self, pid: int | str = "self", interval: float = 0.01) -> None:
+        super().__init__(daemon=True)
+        self.status = f"/proc/{pid}/status"
+        self.interval = interval
+        self.peaks = {"RssAnon": 0, "RssFile": 0}
+        self.done = threading.Event()
+
+    def poll(self) -> None:
+        try:
+            with open(self.status) as f:
+                for line in f:
+                    key, _, rest = line.partition(":")
+                    if key in self.peaks:
+                        self.peaks[key] = max(self.peaks[key], int(rest.split()[0]) * 1024)
+        except (OSError, ValueError, IndexError):
+            pass
+
+    def run(self) -> None:
+        while not self.done.is_set():
+            self.poll()
+            self.done.wait(self.interval)
+
+    def stop(self) -> dict[str, int]:
+        """Stop polling; the peaks as anon_peak / file_peak."""
+        self.done.set()
+        self.join()
+        self.poll()
+        return {"anon_peak": self.peaks["RssAnon"], "file_peak": self.peaks["RssFile"]}
+
+
+def _timed(work: Callable[[], Any]) -> tuple[dict[str, Any], Any]:
+    """Seconds of `work()`, the RSS before it and the peak after it; and what `work` returned.
+
+    That value is freed by the caller, after the clock stopped: no tool pays for freeing its model.
+    """
+    base = rss_now()
+    start = time.perf_counter()
+    kept = work()
+    seconds = time.perf_counter() - start
+    return {"seconds": seconds, "base_rss": base, "peak_rss": peak_rss()}, kept
+
+
+def _save(model: Any, dst: str, external: bool) -> Any:
+    """onnx.save; the weights in DST.data when the source kept them in external data."""
     import onnx
 
-    proto = onnx.load(path, load_external_data=False)
-    return any(t.data_location == onnx.TensorProto.EXTERNAL for t in proto.graph.initializer)
+    if external:
+        onnx.save(model, dst, save_as_external_data=True, location=Path(dst).name + ".data")
+    else:
+        onnx.save(model, dst)
+    return model
 
 
 def measure_convert(src: str, dst: str, level: str, dtype: str) -> dict:
+    """amp_convert.convert_file(src, dst, level, dtype, force=True), timed; its report's figures."""
     import amp_convert
 
-    base = rss_now()
-    start = time.perf_counter()
-    report = amp_convert.convert_file(src, dst, level=level, dtype=dtype, force=True)
-    seconds = time.perf_counter() - start
+    result, report = _timed(
+        lambda: amp_convert.convert_file(src, dst, level=level, dtype=dtype, force=True)
+    )
     return {
-        "seconds": seconds,
-        "base_rss": base,
-        "peak_rss": peak_rss(),
+        **result,
         "report_seconds": report.seconds,
         "casts_inserted": report.casts_inserted,
         "nodes_low": report.nodes_low,
@@ -75,20 +135,25 @@ def measure_convert(src: str, dst: str, level: str, dtype: str) -> dict:
     }
 
 
-def measure_floor(src: str, dst: str) -> dict:
+def measure_occ(src: str, dst: str, external: bool, infer: bool = True) -> dict:
+    """onnx.load + onnxconverter-common float16 (keep_io_types=True) + onnx.save, timed."""
+    import onnx
+    from onnxconverter_common import float16
+
+    kwargs = {} if infer else {"disable_shape_infer": True}
+
+    def work() -> Any:
+        model = float16.convert_float_to_float16(onnx.load(src), keep_io_types=True, **kwargs)
+        return _save(model, dst, external)
+
+    return _timed(work)[0]
+
+
+def measure_floor(src: str, dst: str, external: bool) -> dict:
     """The I/O floor: onnx.load (external data included) + onnx.save of the same model."""
     import onnx
 
-    external = _uses_external_data(src)  # decided before the timer: a header read only
-    base = rss_now()
-    start = time.perf_counter()
-    model = onnx.load(src)
-    if external:
-        onnx.save_model(model, dst, save_as_external_data=True, location=Path(dst).name + ".data")
-    else:
-        onnx.save(model, dst)
-    seconds = time.perf_counter() - start
-    return {"seconds": seconds, "base_rss": base, "peak_rss": peak_rss()}
+    return _timed(lambda: _save(onnx.load(src), dst, external))[0]
 
 
 def main(argv: list[str]) -> int:
@@ -97,7 +162,8 @@ def main(argv: list[str]) -> int:
         if kind == "convert":
             result = measure_convert(*args)
         elif kind == "floor":
-            result = measure_floor(*args)
+            src, dst, external = args
+            result = measure_floor(src, dst, external == "1")
         else:
             raise SystemExit(f"unknown measurement {kind!r}")
     except Exception as e:  # reported to the parent, which prints it in the table

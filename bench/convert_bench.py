@@ -22,7 +22,6 @@ Run from the repository root:
 from __future__ import annotations
 
 import argparse
-import glob
 import json
 import os
 import re
@@ -31,14 +30,26 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:  # models/ and amp_convert/ importable without PYTHONPATH
     sys.path.insert(0, str(REPO))
+
+from bench import _corpus as corpus  # noqa: E402
+from bench._measure import RssSampler  # noqa: E402
+from bench._table import (  # noqa: E402
+    Wide,
+    columns,
+    markdown_table,
+    secs_text,
+    size_text,
+    text_table,
+)
+
 MiB = 2**20
 GB = 10**9
 BIG_ENOUGH = 10**7  # below this, peak RSS is the interpreter's, and RSS/size means nothing
@@ -47,36 +58,6 @@ BIG_ENOUGH = 10**7  # below this, peak RSS is the interpreter's, and RSS/size me
 # ----------------------------------------------------------------------------------------------
 # one measurement in a child process
 # ----------------------------------------------------------------------------------------------
-def _status_kib(pid: int) -> dict[str, int]:
-    """VmRSS / RssAnon / RssFile of a process in KiB (empty when unavailable)."""
-    out: dict[str, int] = {}
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                key, _, rest = line.partition(":")
-                if key in ("VmRSS", "RssAnon", "RssFile"):
-                    out[key] = int(rest.split()[0])
-    except (OSError, ValueError, IndexError):
-        pass
-    return out
-
-
-class _Sampler(threading.Thread):
-    """Polls a child's /proc status every `interval` s and keeps the peaks (a lower bound)."""
-
-    def __init__(self, pid: int, interval: float = 0.01) -> None:
-        super().__init__(daemon=True)
-        self.pid, self.interval = pid, interval
-        self.peaks = {"VmRSS": 0, "RssAnon": 0, "RssFile": 0}
-        self.done = threading.Event()
-
-    def run(self) -> None:
-        while not self.done.is_set():
-            for key, kib in _status_kib(self.pid).items():
-                self.peaks[key] = max(self.peaks[key], kib * 1024)
-            self.done.wait(self.interval)
-
-
 def run_child(args: list[str], timeout: float) -> dict:
     """Run `python -m bench._measure ARGS` in a fresh interpreter; its JSON result + samples."""
     env = dict(os.environ)
@@ -86,7 +67,7 @@ def run_child(args: list[str], timeout: float) -> dict:
     proc = subprocess.Popen(
         cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
-    sampler = _Sampler(proc.pid)
+    sampler = RssSampler(proc.pid)
     sampler.start()
     try:
         stdout, stderr = proc.communicate(timeout=timeout)
@@ -95,8 +76,7 @@ def run_child(args: list[str], timeout: float) -> dict:
         proc.communicate()
         stdout, stderr = "", f"timed out after {timeout:.0f} s"
     finally:
-        sampler.done.set()
-        sampler.join()
+        peaks = sampler.stop()
     wall = time.perf_counter() - start
     lines = stdout.strip().splitlines()
     try:
@@ -105,8 +85,7 @@ def run_child(args: list[str], timeout: float) -> dict:
         tail = (stderr.strip().splitlines() or ["no output"])[-1]
         result = {"error": f"child failed (rc {proc.returncode}): {tail}"}
     result["wall"] = wall
-    result["anon_peak"] = sampler.peaks["RssAnon"]
-    result["file_peak"] = sampler.peaks["RssFile"]
+    result.update(peaks)
     return result
 
 
@@ -130,52 +109,28 @@ class Target:
         return None
 
 
-def _disk_size(path: Path) -> int:
-    """The .onnx file plus the external data files next to it that it references."""
-    import onnx
-
-    total = path.stat().st_size
-    proto = onnx.load(str(path), load_external_data=False)
-    locations = {
-        e.value for t in proto.graph.initializer for e in t.external_data if e.key == "location"
-    }
-    return total + sum((path.parent / loc).stat().st_size for loc in locations)
-
-
-def block_targets(workdir: Path) -> list[Target]:
-    import onnx
-
-    from models.blocks import ALL_BLOCKS
-
-    out = []
-    for name, build in ALL_BLOCKS.items():
-        path = workdir / f"{name}.onnx"
-        onnx.save(build(), str(path))
-        out.append(Target(name, "block", path, _disk_size(path)))
-    return out
-
-
-def light_targets() -> list[Target]:
-    import onnx
-
-    folder = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
-    paths = sorted(Path(p) for p in glob.glob(str(folder / "*.onnx")))
-    return [Target(p.stem, "onnx-light", p, _disk_size(p)) for p in paths]
-
-
-def big_target(workdir: Path, target_bytes: int) -> Target:
-    from models.big import write_big_model
-
-    start = time.perf_counter()
-    info = write_big_model(workdir / "big.onnx", target_bytes=target_bytes)
-    print(
-        f"# wrote big.onnx + {info.data_path.name}: {info.layers} x MatMul {info.width}x"
-        f"{info.width}, {info.data_bytes / GB:.2f} GB external data in "
-        f"{time.perf_counter() - start:.1f} s",
-        flush=True,
-    )
-    size = _disk_size(info.path)
-    return Target(f"big_external_{size / GB:.1f}GB", "big", info.path, size)
+def collect_targets(workdir: Path, wanted: Callable[[str], bool], big_bytes: int | None) -> list:
+    """The blocks and the wheel's light models `wanted` by name; the generated big model too."""
+    blocks = corpus.write_blocks(workdir, wanted)
+    targets = [Target(n, "block", p, corpus.disk_size(p)) for n, p in blocks]
+    targets += [
+        Target(n, "onnx-light", p, corpus.disk_size(p))
+        for _, n, p in corpus.wheel_models(("light",))
+        if wanted(n)
+    ]
+    if big_bytes is not None and wanted("big_external"):
+        free = shutil.disk_usage(workdir).free
+        need = int(2.6 * big_bytes)  # model + floor output (same size) + margin
+        if free < need:
+            print(
+                f"# SKIPPED big model: {size_text(free)} free in {workdir}, need {size_text(need)}"
+            )
+        else:
+            path, what = corpus.write_big(workdir / "big.onnx", big_bytes)
+            print(f"# {what}", flush=True)
+            size = corpus.disk_size(path)
+            targets.append(Target(f"big_external_{size / GB:.1f}GB", "big", path, size))
+    return targets
 
 
 # ----------------------------------------------------------------------------------------------
@@ -193,7 +148,8 @@ def measure(t: Target, args: argparse.Namespace, outdir: Path) -> None:
                 res = run_child(["convert", str(t.path), dst, args.level, args.dtype], args.timeout)
                 t.conv.append(res)
             else:
-                res = run_child(["floor", str(t.path), dst], args.timeout)
+                external = "1" if corpus.external_data_files(t.path) else "0"
+                res = run_child(["floor", str(t.path), dst, external], args.timeout)
                 t.floor.append(res)
             shutil.rmtree(out)
             if "error" in res:
@@ -217,19 +173,7 @@ def _max(rows: list[dict], key: str) -> float:
     return max(r[key] for r in rows)
 
 
-def _size(n: float) -> str:
-    if n >= GB:
-        return f"{n / GB:.2f} GB"
-    if n >= 10**6:
-        return f"{n / 10**6:.1f} MB"
-    return f"{n / 10**3:.1f} kB"
-
-
-def _secs(s: float) -> str:
-    return f"{s:.2f}" if s >= 1 else f"{s * 1000:.0f} ms"
-
-
-COLUMNS = [
+COLUMNS = columns(
     "model",
     "group",
     "size",
@@ -245,25 +189,27 @@ COLUMNS = [
     "conv dRSS",
     "floor RSS MiB",
     "conv RSS/size",
-]
+    right_from=2,
+)
 
 
 def row(t: Target) -> list[str]:
     if t.error:
-        return [t.name, t.group, _size(t.size), f"ERROR: {t.error}"] + [""] * (len(COLUMNS) - 4)
+        error = Wide(f"ERROR: {t.error}")
+        return [t.name, t.group, size_text(t.size), error] + [""] * (len(COLUMNS) - 4)
     c, f = t.conv, t.floor
     conv_s, floor_s = _median(c, "seconds"), _median(f, "seconds")
     peak = _max(c, "peak_rss")
     return [
         t.name,
         t.group,
-        _size(t.size),
-        _size(c[0]["size_after"]),
+        size_text(t.size),
+        size_text(c[0]["size_after"]),
         str(c[0]["casts_inserted"]),
         str(c[0]["nodes_low"]),
         str(c[0]["nodes_fp32"]),
-        _secs(conv_s),
-        _secs(floor_s),
+        secs_text(conv_s),
+        secs_text(floor_s),
         f"{conv_s / floor_s:.2f}x",
         f"{peak / MiB:.0f}",
         f"{_max(c, 'anon_peak') / MiB:.0f}/{_max(c, 'file_peak') / MiB:.0f}",
@@ -273,48 +219,23 @@ def row(t: Target) -> list[str]:
     ]
 
 
-def print_table(rows: list[list[str]], markdown: bool) -> None:
-    if markdown:
-        print("| " + " | ".join(COLUMNS) + " |")
-        print("|" + "|".join("---" if i < 2 else "---:" for i in range(len(COLUMNS))) + "|")
-        for r in rows:
-            print("| " + " | ".join(x.replace("|", "\\|") for x in r) + " |")
-        return
-    ok = [r for r in rows if not r[3].startswith("ERROR")]  # an error line may run long
-    widths = [
-        max([len(COLUMNS[i])] + [len(r[i]) for r in (rows if i < 3 else ok)])
-        for i in range(len(COLUMNS))
-    ]
-
-    def fmt(cells: list[str]) -> str:
-        return "  ".join(
-            cell.ljust(w) if i < 2 or cell.startswith("ERROR") else cell.rjust(w)
-            for i, (cell, w) in enumerate(zip(cells, widths, strict=True))
-        ).rstrip()
-
-    print(fmt(COLUMNS))
-    print("  ".join("-" * w for w in widths))
-    for r in rows:
-        print(fmt(r))
-
-
 def target_lines(targets: list[Target]) -> list[str]:
     lines = []
     for t in targets:
         if t.group != "big" or t.error:
             continue
-        label = ">2 GB model" if t.size > 2**31 else f"big model ({_size(t.size)})"
+        label = ">2 GB model" if t.size > 2**31 else f"big model ({size_text(t.size)})"
         peak = _max(t.conv, "peak_rss")
         conv_s, floor_s = _median(t.conv, "seconds"), _median(t.floor, "seconds")
         lines.append(
             f"{label}: peak RSS {peak / MiB:.0f} MiB = {100 * peak / t.size:.1f}% of model "
-            f"size ({_size(t.size)}); anonymous {_max(t.conv, 'anon_peak') / MiB:.0f} MiB, "
+            f"size ({size_text(t.size)}); anonymous {_max(t.conv, 'anon_peak') / MiB:.0f} MiB, "
             f"file-backed {_max(t.conv, 'file_peak') / MiB:.0f} MiB (sampled)"
         )
         if not t.conv[0].get("external_out", True):
             lines.append(
                 f"{label}: NOTE the converted model was written as a single "
-                f"{_size(t.conv[0]['size_after'])} protobuf, without external data"
+                f"{size_text(t.conv[0]['size_after'])} protobuf, without external data"
             )
         lines.append(
             f"{label}: conversion {conv_s:.2f} s = {conv_s / floor_s:.2f}x the I/O floor "
@@ -375,20 +296,14 @@ def main(argv: list[str] | None = None) -> int:
         def wanted(name: str) -> bool:
             return only is None or bool(only.search(name))
 
-        targets = [t for t in block_targets(workdir) + light_targets() if wanted(t.name)]
-        if not args.no_big and wanted("big_external"):
-            free = shutil.disk_usage(workdir).free
-            need = int(2.6 * args.big_bytes)  # model + floor output (same size) + margin
-            if free < need:
-                print(f"# SKIPPED big model: {_size(free)} free in {workdir}, need {_size(need)}")
-            else:
-                targets.append(big_target(workdir, int(args.big_bytes)))
+        big = None if args.no_big else int(args.big_bytes)
+        targets = collect_targets(workdir, wanted, big)
 
         outdir = workdir / "out"
         outdir.mkdir()
         for t in targets:
             if args.verbose:
-                print(f"# measuring {t.name} ({_size(t.size)})", file=sys.stderr, flush=True)
+                print(f"# measuring {t.name} ({size_text(t.size)})", file=sys.stderr, flush=True)
             measure(t, args, outdir)
 
         print()
@@ -402,7 +317,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         print("(anon/file): sampled peaks of anonymous vs file-backed (mmapped) resident memory.")
         print()
-        print_table([row(t) for t in targets], args.markdown)
+        table = markdown_table if args.markdown else text_table
+        print(table(COLUMNS, [row(t) for t in targets]))
         print()
         for line in target_lines(targets):
             print(line)

@@ -17,6 +17,7 @@ from pathlib import Path
 import onnx
 
 import amp_convert
+from bench._table import Column, fit_widths, text_header, text_row
 from models.blocks import ALL_BLOCKS
 from models.detector import dbnet_detector
 from models.focused import ALL_FOCUSED
@@ -45,11 +46,16 @@ def main() -> None:
     builders = {**ALL_BLOCKS, **ALL_FOCUSED, "dbnet_detector": dbnet_detector}
     names = [n for n in builders if n not in SKIP and (not args.only or n in args.only)]
     providers = ["emulate"] if args.dtype == "bf16" else ["cpu", "emulate"]
-    head = f"{'model':24s} {'lvl':3s}"
+    cols = [Column("model", width=24), Column("lvl")]
     for p in providers:
-        head += f" | {p + ' max_abs':>13s} {'mean_abs':>9s} {'cosine':>9s} {'inf/nan':>7s}"
-    print(head)
-    print("-" * len(head))
+        cols += [
+            Column(f"{p} max_abs", right=True, width=11),
+            Column("mean_abs", right=True, width=9),
+            Column("cosine", right=True, width=9),
+            Column("inf/nan", right=True),
+        ]
+    widths = fit_widths(cols, [])  # fixed, so each row prints as soon as it is measured
+    print(text_header(cols, widths))
     with tempfile.TemporaryDirectory() as tmp:
         for name in names:
             original = builders[name]()
@@ -58,12 +64,12 @@ def main() -> None:
             for level in args.levels:
                 dst = Path(tmp) / f"{name}.{level}.onnx"
                 amp_convert.convert_file(src, dst, level=level, dtype=args.dtype, force=True)
-                line = f"{name:24s} {level:3s}"
+                cells = [name, level]
                 for provider in providers:
                     report = amp_convert.validate(src, dst, provider=provider, runs=0)
                     max_abs, mean_abs, cosine, bad = _worst(report)
-                    line += f" | {max_abs:13.4g} {mean_abs:9.3g} {cosine:9.6f} {bad:7d}"
-                print(line, flush=True)
+                    cells += [f"{max_abs:.4g}", f"{mean_abs:.3g}", f"{cosine:.6f}", str(bad)]
+                print(text_row(cells, cols, widths), flush=True)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,8 @@ import pytest
 from onnx import TensorProto, helper
 
 from bench import _compare_analyze as analyze
+from bench._corpus import disk_size, external_data_files
+from bench._table import Column, Wide, columns, markdown_table, secs_text, size_text, text_table
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -69,6 +71,118 @@ def test_first_line_strips_ort_preamble() -> None:
     )
 
 
+def test_text_table_groups_aligns_and_lets_wide_cells_overflow() -> None:
+    cols = columns("model", "what", "n", right_from=2)
+    rows = [["m1", "a", "7"], ["m1", "bb", "123"], ["m2", Wide("ERROR: a long message"), ""]]
+    assert text_table(cols, rows, group_first=True).splitlines() == [
+        "model  what    n",
+        "-----  ----  ---",
+        "m1     a       7",
+        "       bb    123",
+        "m2     ERROR: a long message",
+    ]
+    # left-aligned throughout, and the error cell widens its column when it is not Wide
+    plain = [["m", "no: an error", "1"]]
+    assert text_table(cols, plain, justify=False).splitlines() == [
+        "model  what          n",
+        "-----  ------------  -",
+        "m      no: an error  1",
+    ]
+
+
+def test_markdown_table_aligns_escapes_and_renames() -> None:
+    cols = [Column("model"), Column("x floor", right=True, md_title="× floor")]
+    rows = [["`a`", "1|2"], ["`a`", "3"]]
+    assert markdown_table(cols, rows, group_first=True).splitlines() == [
+        "| model | × floor |",
+        "|---|---:|",
+        "| `a` | 1\\|2 |",
+        "|  | 3 |",
+    ]
+
+
+def test_cell_formats() -> None:
+    assert [size_text(n) for n in (None, 999, 1.5e6, 2.2e9)] == ["-", "1.0 kB", "1.5 MB", "2.20 GB"]
+    assert [secs_text(s) for s in (None, 0.0123, 1.5)] == ["-", "12 ms", "1.50 s"]
+
+
+def test_disk_size_counts_external_data_of_subgraphs(tmp_path: Path) -> None:
+    """An initializer inside an If branch kept in external data: its file counts, once."""
+    import numpy as np
+    from onnx import numpy_helper
+
+    w = numpy_helper.from_array(np.ones(4096, np.float32), "w")
+    branch = helper.make_graph(
+        [helper.make_node("Add", ["x", "w"], ["y1"])], "then", [], [_vi("y1", 1)], [w]
+    )
+    other = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["y2"])], "else", [], [_vi("y2", 1)]
+    )
+    graph = helper.make_graph(
+        [helper.make_node("If", ["c"], ["y"], then_branch=branch, else_branch=other)],
+        "g",
+        [_vi("x", 1), helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
+        [_vi("y", 1)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    path = tmp_path / "m.onnx"
+    onnx.save(model, str(path), save_as_external_data=True, location="w.bin", size_threshold=0)
+    assert external_data_files(path) == {"w.bin"}
+    assert disk_size(path) == path.stat().st_size + (tmp_path / "w.bin").stat().st_size
+    assert (tmp_path / "w.bin").stat().st_size == 4096 * 4
+
+
+@pytest.mark.parametrize("build", ["bert_encoder", "loop_rnn"])
+def test_traffic_figure_is_the_converters_own_estimate(tmp_path: Path, build: str) -> None:
+    """Re-estimated from the files, the figure equals what convert_file reports."""
+    import amp_convert
+    from models import blocks
+
+    src, dst = tmp_path / "m.onnx", tmp_path / "out.onnx"
+    onnx.save(getattr(blocks, build)(), str(src))
+    report = amp_convert.convert_file(src, dst, level="O2", force=True)
+    t = analyze.traffic(str(src), str(dst))
+    assert {k: t[k] for k in ("original", "result", "all_low")} == report.traffic
+    assert t["ratio"] == pytest.approx(report.traffic["result"] / report.traffic["original"])
+    assert t["all_low_ratio"] == pytest.approx(0.5, abs=0.01)  # every float tensor halves
+    assert t["ratio"] < 1.0
+
+
+def test_figures_and_extra_columns_reach_checks_and_main_table(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The hook a new figure uses: computed per converted output, shown as a main-table column."""
+    from bench import _compare_tables as tables
+    from bench._compare_model import Model
+
+    path = tmp_path / "m.onnx"
+    onnx.save(_model_with_loop(), str(path))
+
+    def size_ratio(reference: str, candidate: str) -> dict:
+        return {"ratio": Path(candidate).stat().st_size / Path(reference).stat().st_size}
+
+    def broken(reference: str, candidate: str) -> dict:
+        raise ValueError("no figure\nsecond line")
+
+    monkeypatch.setattr(analyze, "FIGURES", {"size_ratio": size_ratio, "broken": broken})
+    checks = analyze.analyze_converted(str(path), str(path), do_accuracy=False)
+    assert checks["size_ratio"] == {"ratio": 1.0}
+    assert checks["broken"] == {"error": "ValueError: no figure"}
+
+    column = tables.ExtraColumn(
+        tables.Column("size ratio", right=True),
+        original=lambda m: "1.00",
+        converter=lambda m, conv: f"{m.checks[conv]['size_ratio']['ratio']:.2f}",
+    )
+    monkeypatch.setattr(tables, "EXTRA_COLUMNS", [column])
+    m = Model("g/m", "g", path, 1, runs={"amp_O2": [{"seconds": 1.0}], "occ": [{"error": "E"}]})
+    m.checks["amp_O2"] = checks
+    rows = tables.rows(m, width=80)
+    assert [c.title for c in tables.main_columns()][-1] == "size ratio"
+    assert all(len(r) == len(tables.main_columns()) for r in rows)
+    assert [r[-1] for r in rows] == ["1.00", "1.00", ""]  # original, amp O2, failed occ
+
+
 @pytest.mark.slow
 def test_compare_smoke(tmp_path: Path) -> None:
     pytest.importorskip("onnxconverter_common")
@@ -88,5 +202,8 @@ def test_compare_smoke(tmp_path: Path) -> None:
         assert check["ort_error"] is None and check["checker_error"] is None
         assert isinstance(check["accuracy"]["max_rel"], float)
         assert model["median_s"][conv] > 0
+        assert 0 < check["traffic"]["ratio"] <= 1.0
     assert raw["targets"]["1"]["met"]
-    assert "| converter |" in md.read_text()
+    text = md.read_text()
+    assert "| converter |" in text and "| traffic |" in text
+    assert raw["summary"]["amp_O2"]["median_traffic"] > 0
