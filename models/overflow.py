@@ -138,7 +138,7 @@ def if_exp_overflow(features: int = 16, classes: int = 32, seed: int = 35) -> Bu
 def calibration(
     model: onnx.ModelProto, kind: str = "normal", batch: int = 4, seed: int = 0
 ) -> dict[str, np.ndarray]:
-    """Inputs for the builders above: ``normal``, ``wide`` (std 150) or ``offset`` (100 + 0.05 N)."""
+    """Inputs for the builders: ``normal``, ``wide`` (std 150) or ``offset`` (100 + 0.05 N)."""
     rng = np.random.default_rng(seed)
     feeds: dict[str, np.ndarray] = {}
     for vi in model.graph.input:

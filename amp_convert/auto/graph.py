@@ -7,6 +7,7 @@ values count as its inputs), and pinning it pins every node of its bodies.
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -47,7 +48,7 @@ def name_nodes(model: ir.Model) -> int:
 
 
 def pin_patterns(names: Iterable[str]) -> list[str]:
-    """The exclude_nodes patterns that pin exactly these node names (the one place this is chosen)."""
+    """exclude_nodes patterns that pin exactly these names (the one place this is chosen)."""
     return [f"^{re.escape(n)}$" for n in sorted(set(names))]
 
 
@@ -196,10 +197,8 @@ def _infer(
     sk.value_info.extend(g.value_info)
     model = helper.make_model(sk, opset_imports=list(proto.opset_import))
     model.ir_version = proto.ir_version
-    try:
+    with contextlib.suppress(Exception):  # best effort: values left untyped are not probed
         model = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
-    except Exception:  # best effort: values left untyped are simply not probed
-        pass
     types: dict[str, int] = {}
     shapes: dict[str, list[int | None]] = {}
     for vi in (*model.graph.input, *model.graph.value_info, *model.graph.output):
