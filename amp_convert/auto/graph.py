@@ -117,14 +117,13 @@ class GraphFacts:
         self._by_name = {n.name: n.index for n in self.nodes}
 
     def estimated_bytes(self, value: str) -> int:
-        """Bytes of one value; unknown dims count as the largest known dim (errs high)."""
+        """Bytes of one FP32 value; a partly unknown shape counts as the largest known value."""
         shape = self.shapes.get(value)
-        if shape is None:
-            return 4 * self.largest_input_elements
-        big = max((d for s in self.shapes.values() if s for d in s if d), default=1)
-        return 4 * int(np.prod([d if d else big for d in shape], dtype=np.int64))
+        if shape is None or any(not d for d in shape):
+            return 4 * self.largest_elements
+        return 4 * int(np.prod(shape, dtype=np.int64))
 
-    largest_input_elements: int = 1
+    largest_elements: int = 1
 
     def ancestors(self, values: Iterable[str]) -> set[str]:
         """Names of the nodes that ``values`` depend on (one backward walk)."""
@@ -169,7 +168,8 @@ def graph_facts(proto: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> Grap
         opsets={o.domain or "": o.version for o in proto.opset_import},
         ir_version=proto.ir_version,
     )
-    facts.largest_input_elements = max((int(a.size) for a in feeds.values()), default=1)
+    known = [int(np.prod(s, dtype=np.int64)) for s in shapes.values() if s and all(d for d in s)]
+    facts.largest_elements = max([1, *known, *(int(a.size) for a in feeds.values())])
     return facts
 
 

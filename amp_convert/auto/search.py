@@ -85,6 +85,8 @@ def auto_convert(
     if not (isinstance(margin, int | float) and margin >= 1):
         raise ValidationError(f"margin must be a number >= 1, got {margin!r}")
     limits = _limits(thresholds, min_cosine=min_cosine, atol=atol, rtol=rtol, max_nan=max_nan)
+    if dims:
+        options["dims"] = dims  # sizes the cast-cost estimate too
     make_options(level=level, dtype=dtype, **options)  # bad options fail before any work
     user_excludes = list(options.pop("exclude_nodes", ()) or ())
     if isinstance(user_excludes, str):
