@@ -38,6 +38,7 @@ class Page:
     sizes: list[tuple[str, str]] = field(default_factory=list)
     traffic: Any = None
     series: tuple[str, str] = ("first candidate", "final")
+    searched: bool = True  # an --auto page (validate pages have no search)
     warnings: Sequence[str] = ()
 
 
@@ -139,8 +140,9 @@ def render(page: Page) -> str:
     parts.append(_chart(page))
     parts.append("<h2>Precision by op type</h2>")
     parts.append(_by_op(page.by_op))
-    parts.append("<h2>Nodes kept FP32 by the search</h2>")
-    parts.append(_pinned(page.pinned))
+    if page.searched:
+        parts.append("<h2>Nodes kept FP32 by the search</h2>")
+        parts.append(_pinned(page.pinned))
     parts.append("<h2>Size and memory traffic</h2>")
     parts.append(_table(["", ""], [[e(k), e(v)] for k, v in page.sizes], cls="facts"))
     parts.append(_traffic(page.traffic))
@@ -228,8 +230,10 @@ def _chart(page: Page) -> str:
     strip_y = top + plot_h + 12
     for i, t in enumerate(trace):
         color = _COLORS.get(t.precision, "#b8b8b8")
+        x0 = max(left, x(i) - step / 2)
+        x1 = min(w - 10, x(i) + step / 2)
         out.append(
-            f"<rect x='{x(i) - step / 2:.1f}' y='{strip_y}' width='{max(step, 1):.1f}' "
+            f"<rect x='{x0:.1f}' y='{strip_y}' width='{max(x1 - x0, 1):.1f}' "
             f"height='14' fill='{color}'><title>{html.escape(t.node)}: {t.precision}</title>"
             "</rect>"
         )

@@ -134,6 +134,7 @@ def validation_page(
             ("weights after", _weights(cand_src.proto)),
         ],
         series=("", "converted vs original"),
+        searched=False,
     )
 
 
