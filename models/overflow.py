@@ -8,10 +8,12 @@ Sizes are small so tests run in well under a second each.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import onnx
 
-from models._graph import BOOL, FLOAT, GraphBuilder, first_doc_paragraph
+from models._graph import BOOL, FLOAT, INT64, GraphBuilder, first_doc_paragraph
 
 Built = tuple[onnx.ModelProto, list[str]]
 
@@ -151,3 +153,79 @@ def calibration(
         arr = {"normal": z, "wide": 150.0 * z, "offset": 100.0 + 0.05 * z}[kind]
         feeds[vi.name] = arr.astype(np.float32)
     return feeds
+
+
+def bert_outliers(
+    layers: int = 2,
+    hidden: int = 64,
+    heads: int = 4,
+    seq: int = 32,
+    vocab: int = 100,
+    outlier: float = 200.0,
+    seed: int = 36,
+) -> Built:
+    """BERT encoder as older exporters wrote it (LayerNorm decomposed: ReduceMean, Sub, Pow 2,
+    ReduceMean, Add, Sqrt, Div), with outlier features in the residual stream.
+
+    Trained BERTs carry a few hidden dimensions with values in the hundreds (large LayerNorm
+    gains there keep them alive); here two dimensions get gain ``outlier``. ``(x - mean)^2`` then
+    exceeds 65504 in every LayerNorm: each ``Pow`` and the ``ReduceMean`` that reads it must stay
+    FP32, nothing else. Sized like BERT-base with ``hidden=768, heads=12``.
+    """  # noqa: D205
+    b = GraphBuilder("bert_outliers", seed)
+    ids = b.input("input_ids", INT64, ["batch", seq], value_range=(0, vocab))
+    word = b.weight("embeddings/word/weight", [vocab, hidden], std=1.0)
+    pos = b.weight("embeddings/position/weight", [seq, hidden], std=0.1)
+    x = b.op("Gather", [word, ids], "embeddings/Gather", axis=0)
+    x = b.op("Add", [x, pos], "embeddings/Add")
+    gain = np.ones(hidden, np.float32)
+    gain[[hidden // 7, hidden // 3]] = outlier
+    responsible: list[str] = []
+
+    def layer_norm(x: str, scope: str) -> str:
+        mean = b.op("ReduceMean", [x], f"{scope}/ReduceMean", axes=[-1], keepdims=1)
+        d = b.op("Sub", [x, mean], f"{scope}/Sub")
+        sq = b.op("Pow", [d, b.f32("const/two", 2.0)], f"{scope}/Pow")
+        var = b.op("ReduceMean", [sq], f"{scope}/ReduceMean_1", axes=[-1], keepdims=1)
+        var = b.op("Add", [var, b.f32("const/eps", 1e-12)], f"{scope}/Add")
+        std = b.op("Sqrt", [var], f"{scope}/Sqrt")
+        y = b.op("Div", [d, std], f"{scope}/Div")
+        y = b.op("Mul", [y, b.initializer(f"{scope}/weight", gain.copy())], f"{scope}/Mul")
+        responsible.extend([f"{scope}/Pow", f"{scope}/ReduceMean_1"])
+        return b.op("Add", [y, b.weight(f"{scope}/bias", [hidden])], f"{scope}/Add_1")
+
+    def linear(x: str, scope: str, n_in: int, n_out: int) -> str:
+        y = b.op("MatMul", [x, b.weight(f"{scope}/weight", [n_in, n_out])], f"{scope}/MatMul")
+        return b.op("Add", [y, b.weight(f"{scope}/bias", [n_out])], f"{scope}/Add")
+
+    x = layer_norm(x, "embeddings/LayerNorm")
+    head_dim = hidden // heads
+    split = b.i64("const/split_shape", [0, 0, heads, head_dim])
+    merge = b.i64("const/merge_shape", [0, 0, hidden])
+    scale = b.f32("const/scale", 1.0 / math.sqrt(head_dim))
+    for i in range(layers):
+        p = f"encoder/layer{i}"
+        qkv = []
+        for name, perm in (("q", [0, 2, 1, 3]), ("k", [0, 2, 3, 1]), ("v", [0, 2, 1, 3])):
+            h = linear(x, f"{p}/attn/{name}", hidden, hidden)
+            h = b.op("Reshape", [h, split], f"{p}/attn/{name}/Reshape")
+            qkv.append(b.op("Transpose", [h], f"{p}/attn/{name}/Transpose", perm=perm))
+        s = b.op("MatMul", [qkv[0], qkv[1]], f"{p}/attn/scores/MatMul")
+        s = b.op("Mul", [s, scale], f"{p}/attn/scores/Mul")
+        s = b.op("Softmax", [s], f"{p}/attn/Softmax", axis=-1)
+        c = b.op("MatMul", [s, qkv[2]], f"{p}/attn/context/MatMul")
+        c = b.op("Transpose", [c], f"{p}/attn/context/Transpose", perm=[0, 2, 1, 3])
+        c = b.op("Reshape", [c, merge], f"{p}/attn/context/Reshape")
+        o = linear(c, f"{p}/attn/out", hidden, hidden)
+        x = layer_norm(b.op("Add", [o, x], f"{p}/attn/residual"), f"{p}/attn/LayerNorm")
+        h = linear(x, f"{p}/ffn/in", hidden, 4 * hidden)
+        e = b.op("Erf", [b.op("Mul", [h, b.f32("const/inv_sqrt2", 0.7071068)], f"{p}/gelu/Mul")],
+                 f"{p}/gelu/Erf")  # fmt: skip
+        e = b.op("Add", [e, b.f32("const/one", 1.0)], f"{p}/gelu/Add")
+        h = b.op("Mul", [b.op("Mul", [h, e], f"{p}/gelu/Mul_1"), b.f32("const/half", 0.5)],
+                 f"{p}/gelu/Mul_2")  # fmt: skip
+        o = linear(h, f"{p}/ffn/out", 4 * hidden, hidden)
+        x = layer_norm(b.op("Add", [o, x], f"{p}/ffn/residual"), f"{p}/ffn/LayerNorm")
+    y = b.op("Identity", [x], "encoder/output", outputs=["last_hidden_state"])
+    b.output(y, FLOAT, ["batch", seq, hidden])
+    return b.model(doc=first_doc_paragraph(bert_outliers)), responsible

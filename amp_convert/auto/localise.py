@@ -49,23 +49,31 @@ class ValueStats:
     new_nonfinite: int = 0
 
     def add(self, ref: np.ndarray, cand: np.ndarray | None) -> None:
-        r = np.asarray(ref, dtype=np.float64)
-        fin = np.isfinite(r)
-        if r.size and fin.any():
-            self.ref_max = max(self.ref_max, float(np.abs(r[fin]).max()))
+        r = np.asarray(ref, dtype=np.float32).ravel()
+        if not r.size:
+            return
+        r_ok = bool(np.isfinite(r.max() - r.min()))  # one pass tells whether all are finite
+        fin = None if r_ok else np.isfinite(r)
+        peak = np.abs(r if r_ok else r[fin])
+        if peak.size:
+            self.ref_max = max(self.ref_max, float(peak.max()))
         if cand is None:
             return
-        c = np.asarray(cand, dtype=np.float64)
-        if c.shape != r.shape:
+        c = np.asarray(cand, dtype=np.float32).ravel()
+        if np.shape(cand) != np.shape(ref):
             self.new_nonfinite += max(1, int(r.size))  # a shape change is as bad as it gets
             return
-        cfin = np.isfinite(c)
-        self.new_nonfinite += int(np.count_nonzero(fin & ~cfin))
-        both = fin & cfin
-        if both.any():
-            d = c[both] - r[both]
+        if r_ok and bool(np.isfinite(c.max() - c.min())):
+            d, rr = (c - r).astype(np.float64), r.astype(np.float64)
+        else:
+            fin = np.isfinite(r) if fin is None else fin
+            cfin = np.isfinite(c)
+            self.new_nonfinite += int(np.count_nonzero(fin & ~cfin))
+            both = fin & cfin
+            d, rr = (c[both] - r[both]).astype(np.float64), r[both].astype(np.float64)
+        if d.size:
             self.sumsq_diff += float(np.dot(d, d))
-            self.sumsq_ref += float(np.dot(r[both], r[both]))
+            self.sumsq_ref += float(np.dot(rr, rr))
             self.max_abs_diff = max(self.max_abs_diff, float(np.abs(d).max()))
 
     @property
