@@ -19,9 +19,11 @@ from amp_convert.errors import (  # noqa: E402
 from amp_convert.options import ConvertOptions, Level, make_options  # noqa: E402
 from amp_convert.report import ConversionReport, NodeDecision  # noqa: E402
 from amp_convert.validate import ValidationReport, validate  # noqa: E402
+from amp_convert.auto import AutoReport, auto_convert  # noqa: E402
 
 __all__ = [
     "AmpConvertError",
+    "AutoReport",
     "ConversionReport",
     "ConvertOptions",
     "InputError",
@@ -33,6 +35,7 @@ __all__ = [
     "ValidationReport",
     "VerificationError",
     "__version__",
+    "auto_convert",
     "convert",
     "convert_file",
     "convert_ir",

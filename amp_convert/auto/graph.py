@@ -168,7 +168,11 @@ def graph_facts(proto: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> Grap
         opsets={o.domain or "": o.version for o in proto.opset_import},
         ir_version=proto.ir_version,
     )
-    known = [int(np.prod(s, dtype=np.int64)) for s in shapes.values() if s and all(d for d in s)]
+    known = [  # activations only: a weight's size says nothing about a value's
+        int(np.prod(s, dtype=np.int64))
+        for v, s in shapes.items()
+        if v in producer and s and all(d for d in s)
+    ]
     facts.largest_elements = max([1, *known, *(int(a.size) for a in feeds.values())])
     return facts
 
