@@ -52,7 +52,8 @@ class ValueStats:
         r = np.asarray(ref, dtype=np.float32).ravel()
         if not r.size:
             return
-        r_ok = bool(np.isfinite(r.max() - r.min()))  # one pass tells whether all are finite
+        with np.errstate(invalid="ignore", over="ignore"):  # inf - inf is the NaN we test for
+            r_ok = bool(np.isfinite(r.max() - r.min()))  # all finite, without a mask
         fin = None if r_ok else np.isfinite(r)
         peak = np.abs(r if r_ok else r[fin])
         if peak.size:
@@ -63,7 +64,9 @@ class ValueStats:
         if np.shape(cand) != np.shape(ref):
             self.new_nonfinite += max(1, int(r.size))  # a shape change is as bad as it gets
             return
-        if r_ok and bool(np.isfinite(c.max() - c.min())):
+        with np.errstate(invalid="ignore", over="ignore"):
+            c_ok = bool(np.isfinite(c.max() - c.min()))
+        if r_ok and c_ok:
             d, rr = (c - r).astype(np.float64), r.astype(np.float64)
         else:
             fin = np.isfinite(r) if fin is None else fin
