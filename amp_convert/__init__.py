@@ -8,6 +8,7 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 from amp_convert.api import convert, convert_file, convert_ir  # noqa: E402
+from amp_convert.auto import AutoReport, auto_convert  # noqa: E402
 from amp_convert.errors import (  # noqa: E402
     AmpConvertError,
     InputError,
@@ -19,7 +20,6 @@ from amp_convert.errors import (  # noqa: E402
 from amp_convert.options import ConvertOptions, Level, make_options  # noqa: E402
 from amp_convert.report import ConversionReport, NodeDecision  # noqa: E402
 from amp_convert.validate import ValidationReport, validate  # noqa: E402
-from amp_convert.auto import AutoReport, auto_convert  # noqa: E402
 
 __all__ = [
     "AmpConvertError",
