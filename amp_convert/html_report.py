@@ -280,7 +280,7 @@ def _pinned(pinned: Sequence[PinnedNode]) -> str:
 
 
 def _traffic(traffic: Any) -> str:
-    if traffic is None:
+    if not traffic:
         return (
             "<p class='note'>Memory-traffic estimate: not in this report (the converter's "
             "ConversionReport carries no <code>traffic</code> figures in this build).</p>"
@@ -290,9 +290,18 @@ def _traffic(traffic: Any) -> str:
         from dataclasses import asdict
 
         data = asdict(data)
-    if isinstance(data, Mapping):
-        rows = [[html.escape(str(k)), html.escape(_fmt(v))] for k, v in data.items()]
-        return "<h3>Memory traffic per inference</h3>" + _table(["", ""], rows, cls="facts")
+    if isinstance(data, Mapping) and data:
+        base = data.get("original")
+        rows = []
+        for k, v in data.items():
+            share = (
+                f" ({v / base:.2f}x the original)" if base and isinstance(v, int | float) else ""
+            )
+            label = {"original": "original FP32", "result": "this model", "all_low": "all low"}
+            rows.append([html.escape(label.get(str(k), str(k))), html.escape(_bytes(v) + share)])
+        return "<h3>Memory traffic per inference (bytes read and written, estimated)</h3>" + _table(
+            ["", ""], rows, cls="facts"
+        )
     return f"<p>Memory traffic: {html.escape(str(data))}</p>"
 
 

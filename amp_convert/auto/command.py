@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from amp_convert import io
+from amp_convert import io, output_rules
 from amp_convert.auto.search import auto_convert
 from amp_convert.errors import OptionError
 from amp_convert.validate.command import thresholds_from_options
@@ -31,16 +31,23 @@ def run_auto(
     quiet: bool,
 ) -> int:
     """Run the search for the CLI and return its exit code."""
-    io.check_output_path(output, force, model)
+    files = validation.get("inputs") or ()
+    if isinstance(files, str | Path):
+        files = (files,)
+    inputs_read = output_rules.model_files(Path(model))
+    writes = [
+        ("output", Path(output)),
+        ("output data file", output_rules.data_file_name(Path(output))),
+        *((label, Path(p)) for label, p in (("report", report_path), ("HTML report", html_path))
+          if p is not None),
+    ]  # fmt: skip
+    output_rules.check_outputs(writes, [inputs_read, *([Path(f)] for f in files)], force)
     provider = validation.get("provider") or "auto"
     if provider == "cpu":
         raise OptionError(
             "--auto needs --provider emulate or cuda (ORT CPU runs FP16 nodes in FP32 and hides "
             "the errors the search looks for)"
         )
-    files = validation.get("inputs") or ()
-    if isinstance(files, str | Path):
-        files = (files,)
     dims = dict(options.pop("dims", None) or validation.get("dim") or {})
     result, report = auto_convert(
         model,
@@ -58,10 +65,10 @@ def run_auto(
     if html_path is not None:
         from amp_convert import html_report
 
-        page = html_report.auto_page(report, f"amp-convert --auto: {model.name}")
+        page = html_report.auto_page(report, f"amp-convert --auto: {Path(model).name}")
         html_report.write(page, html_path)
     if report.passed or force_write:
-        io.save_model(result, output)
+        io.save_model(result, output, keep=inputs_read)
         if not quiet:
             click.echo(f"wrote {output}")
     else:
