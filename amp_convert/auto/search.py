@@ -249,6 +249,8 @@ class _Search:
 
         # 1. range guard: one FP32 pass (also caches the reference when it fits the budget)
         ref_max = self._reference_pass(sum(sizes.values()))
+        if self.cache is not None:  # every reference value is held: free its weights now
+            self.ref.close()
         for name, feeds in samples[0].items():
             if facts.types.get(name) == FLOAT or feeds.dtype == np.float32:
                 ref_max[name] = max(
