@@ -8,6 +8,7 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 from amp_convert.api import convert, convert_file, convert_ir  # noqa: E402
+from amp_convert.auto import AutoReport, auto_convert  # noqa: E402
 from amp_convert.errors import (  # noqa: E402
     AmpConvertError,
     InputError,
@@ -22,6 +23,7 @@ from amp_convert.validate import ValidationReport, validate  # noqa: E402
 
 __all__ = [
     "AmpConvertError",
+    "AutoReport",
     "ConversionReport",
     "ConvertOptions",
     "InputError",
@@ -33,6 +35,7 @@ __all__ = [
     "ValidationReport",
     "VerificationError",
     "__version__",
+    "auto_convert",
     "convert",
     "convert_file",
     "convert_ir",

@@ -106,6 +106,25 @@ def _fail(error: BaseException, verbose: bool, code: int = EXIT_ERROR) -> None:
 )
 @click.option("--force", is_flag=True, help="Overwrite the output and report files if they exist.")
 @click.option(
+    "--auto",
+    "auto",
+    is_flag=True,
+    help="Accuracy-driven: start from --level (default O3 here) and keep FP32 only the nodes the "
+    "calibration --inputs show overflow or introduce the error, until the thresholds "
+    "(default --min-cosine 0.999) hold. Exit 1 and write nothing when they cannot be met.",
+)
+@click.option(
+    "--force-write",
+    is_flag=True,
+    help="With --auto: write the model even when the thresholds are not met (still exit 1).",
+)
+@click.option(
+    "--html",
+    "html_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="With --auto: write a self-contained HTML report (error along the graph, pinned nodes).",
+)
+@click.option(
     "--validate",
     "do_validate",
     is_flag=True,
@@ -134,6 +153,9 @@ def convert_command(
     junit: Path | None,
     quiet: bool,
     verbose: bool,
+    auto: bool,
+    force_write: bool,
+    html_path: Path | None,
     **kwargs: Any,
 ) -> None:
     """Convert MODEL to mixed precision (writes MODEL.fp16.onnx unless -o is given)."""
@@ -143,6 +165,26 @@ def convert_command(
     # one --dim serves both the cast-cost estimate and the validation inputs
     options["dims"] = validation.get("dim") or {}
     options["dtype"] = options["dtype"].lower()
+    if auto:
+        output = output or default_output_path(model or ".", options["dtype"])
+        from amp_convert.auto.command import run_auto
+
+        level_given = click.get_current_context().get_parameter_source("level")
+        if level_given == click.core.ParameterSource.DEFAULT:
+            options["level"] = "O3"
+        try:
+            code = run_auto(
+                model, output, options, validation, force=force, force_write=force_write,
+                report_path=report_path, html_path=html_path, quiet=quiet,
+            )  # fmt: skip
+        except AmpConvertError as e:
+            _fail(e, verbose)
+        except Exception as e:  # a bug: still one line, traceback with -v
+            _fail(e, verbose, code=3)
+        sys.exit(code)
+    if html_path is not None or force_write:
+        misplaced = AmpConvertError("--html and --force-write go with --auto (or validate --html)")
+        _fail(misplaced, verbose)
     try:
         if not model:
             raise InputError("empty model path ''")

@@ -115,7 +115,9 @@ def validation_options(f: F) -> F:
         ),
         click.option(
             "--inputs", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-            metavar="FILE.npz", help="Real inputs: one array per model input, by name.",
+            multiple=True, metavar="FILE.npz",
+            help="Real inputs: one array per model input, by name (--auto: repeatable, one "
+            "sample per file).",
         ),
         click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
                      help="Seed of the random inputs."),
@@ -199,7 +201,13 @@ def run_cli_validation(
     unknown = set(validation_option_values) - set(VALIDATION_OPTION_NAMES)
     if unknown:
         raise TypeError(f"run_cli_validation: unknown option(s) {', '.join(sorted(unknown))}")
-    v = validation_option_values
+    v = dict(validation_option_values)
+    files = v.get("inputs")
+    if isinstance(files, list | tuple):  # the option is repeatable for --auto's samples
+        if len(files) > 1:
+            click.echo("error: validate takes one --inputs file", err=True)
+            return 2
+        v["inputs"] = files[0] if files else None
     report_files = [
         (label, Path(p))
         for label, p in (("report", report_path), ("JUnit report", junit_path))
@@ -257,6 +265,9 @@ def run_cli_validation(
 @click.option("--junit", "junit_path", type=click.Path(dir_okay=False, path_type=Path),
               metavar="FILE.xml", help="Write JUnit XML (one testcase per output).")  # fmt: skip
 @click.option("--force", is_flag=True, help="Overwrite the report files if they exist.")
+@click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path),
+              metavar="FILE.html", help="Write a self-contained HTML report (error along the "
+              "graph, precision by op type).")  # fmt: skip
 @click.option("-q", "--quiet", is_flag=True, help="No table or progress; failures on stderr.")
 def validate_command(
     original: Path,
@@ -265,6 +276,7 @@ def validate_command(
     junit_path: Path | None,
     force: bool,
     quiet: bool,
+    html_path: Path | None = None,
     **values: Any,
 ) -> None:
     """Run ORIGINAL (FP32) and CONVERTED on the same inputs and compare every output.
@@ -282,4 +294,12 @@ def validate_command(
         quiet=quiet,
         **values,
     )
+    if html_path is not None and code != 2:
+        from amp_convert.html_report import write_validation_html
+
+        try:
+            write_validation_html(original, converted, html_path, **values)
+        except (AmpConvertError, OSError) as e:
+            click.echo(f"error: cannot write HTML report {html_path}: {e}", err=True)
+            code = 2
     click.get_current_context().exit(code)

@@ -1,0 +1,104 @@
+"""Range guard: nodes whose observed magnitudes, times a safety margin, would overflow the low type.
+
+From one FP32 run of the original on the calibration inputs (every float intermediate exposed),
+a node is kept FP32 when
+
+* one of its float outputs has max |value| x margin above the low type's largest finite value
+  (65504 for FP16): computed low it would overflow to Inf;
+* one of its float inputs does (a value produced out of range, or a graph input): read low, it
+  would be cast to Inf on the way in;
+* it is a reduction whose accumulated sum would: ReduceMean's sum is |mean| x the reduced count,
+  ReduceSumSquare/ReduceL2's is the sum of squares, ReduceLogSumExp's is exp(max input); a kernel
+  that accumulates in the low type overflows there even when the result is in range.
+
+The margin (default 2) covers inputs a little larger than the calibration data. The inference
+analogue of a training loss-scale overflow check; it needs no run of any candidate.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from amp_convert.auto.graph import GraphFacts
+
+DEFAULT_MARGIN = 2.0
+LIMITS = {"fp16": 65504.0, "bf16": float(np.finfo(np.float32).max) * (1 - 2**-8)}
+_REDUCE_COUNT = ("ReduceMean",)
+_REDUCE_SQUARES = ("ReduceSumSquare", "ReduceL2")
+
+
+@dataclass
+class RangeHit:
+    """Why the range guard keeps a node FP32."""
+
+    node: str
+    value: str
+    max_abs: float
+    kind: str  # "output", "input", "accumulator"
+
+    def describe(self, margin: float, limit: float) -> str:
+        what = {"output": "output", "input": "input", "accumulator": "accumulated sum of"}[
+            self.kind
+        ]
+        return f"{what} {self.value}: max |x| {self.max_abs:.4g} x margin {margin:g} > {limit:g}"
+
+
+def range_hits(
+    facts: GraphFacts, ref_max: Mapping[str, float], dtype: str, margin: float = DEFAULT_MARGIN
+) -> dict[str, RangeHit]:
+    """Node name → the first reason it must stay FP32 (nodes in range are absent)."""
+    limit = LIMITS[dtype]
+    hits: dict[str, RangeHit] = {}
+
+    def over(x: float) -> bool:
+        return x * margin > limit
+
+    for node in facts.nodes:
+        hit = None
+        for v in node.outputs:
+            if over(ref_max.get(v, 0.0)):
+                hit = RangeHit(node.name, v, ref_max[v], "output")
+                break
+        if hit is None:
+            for v in node.inputs:
+                if v not in facts.initializers and over(ref_max.get(v, 0.0)):
+                    hit = RangeHit(node.name, v, ref_max[v], "input")
+                    break
+        if hit is None and node.outputs:
+            acc = _accumulated(facts, node.op_type, node.inputs, node.outputs[0], ref_max)
+            if acc is not None and over(acc):
+                hit = RangeHit(node.name, node.inputs[0], acc, "accumulator")
+        if hit is not None:
+            hits[node.name] = hit
+    return hits
+
+
+def _accumulated(
+    facts: GraphFacts, op: str, inputs: list[str], out: str, ref_max: Mapping[str, float]
+) -> float | None:
+    if not inputs:
+        return None
+    if op in _REDUCE_COUNT:
+        count = _reduced_count(facts, inputs[0], out)
+        return None if count is None else ref_max.get(out, 0.0) * count
+    if op == "ReduceSumSquare":
+        return ref_max.get(out, 0.0)
+    if op == "ReduceL2":
+        return ref_max.get(out, 0.0) ** 2
+    if op == "ReduceLogSumExp":
+        x = ref_max.get(inputs[0], 0.0)
+        return math.inf if x > 700 else math.exp(x)
+    return None
+
+
+def _reduced_count(facts: GraphFacts, inp: str, out: str) -> int | None:
+    a, b = facts.shapes.get(inp), facts.shapes.get(out)
+    if not a or b is None or any(d is None for d in a) or any(d is None for d in b):
+        return None
+    n_in = int(np.prod(a, dtype=np.int64))
+    n_out = max(1, int(np.prod(b, dtype=np.int64)))
+    return max(1, n_in // n_out)

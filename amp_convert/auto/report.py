@@ -1,0 +1,132 @@
+"""AutoReport: what ``--auto`` kept FP32 and why, what it cost, and how accurate the result is."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from amp_convert.report import ConversionReport
+from amp_convert.validate.metrics import OutputResult
+
+SCHEMA_VERSION = 1
+
+
+@dataclass
+class PinnedNode:
+    """A node kept FP32 by the search, with the evidence that made it so."""
+
+    name: str
+    op_type: str
+    round: int  # 0: range guard; 1..: error localisation after that candidate
+    reason: str  # "range" or "error"
+    evidence: str
+    max_abs: float | None = None
+    introduced_error: float | None = None
+    body_nodes: int = 0
+
+
+@dataclass
+class TracePoint:
+    """One main-graph node along the graph (topological order), for the error plot."""
+
+    node: str
+    op_type: str
+    max_abs: float
+    first_error: float | None
+    final_error: float | None
+    precision: str
+
+
+@dataclass
+class AutoReport:
+    """The result of auto_convert (serialisable with to_dict / to_json)."""
+
+    level: str
+    dtype: str
+    provider: str
+    thresholds: dict[str, Any]
+    margin: float
+    samples: int
+    passed: bool = False
+    pinned: list[PinnedNode] = field(default_factory=list)
+    sessions: int = 0
+    runs: int = 0
+    rounds: int = 0
+    seconds: float = 0.0
+    outputs: list[OutputResult] = field(default_factory=list)
+    float_nodes: int = 0
+    low_nodes: int = 0
+    float_weight_bytes: int = 0
+    low_weight_bytes: int = 0
+    trace: list[TracePoint] = field(default_factory=list)
+    history: list[dict[str, Any]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    conversion: ConversionReport | None = None
+
+    @property
+    def low_node_percent(self) -> float:
+        return 100.0 * self.low_nodes / self.float_nodes if self.float_nodes else 0.0
+
+    @property
+    def low_weight_percent(self) -> float:
+        if not self.float_weight_bytes:
+            return 0.0
+        return 100.0 * self.low_weight_bytes / self.float_weight_bytes
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["conversion"] = None if self.conversion is None else self.conversion.to_dict()
+        data["outputs"] = [o.to_dict() for o in self.outputs]
+        data["schema_version"] = SCHEMA_VERSION
+        data["low_node_percent"] = round(self.low_node_percent, 2)
+        data["low_weight_percent"] = round(self.low_weight_percent, 2)
+        return _finite(data)
+
+    def to_json(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+
+    def summary(self) -> str:
+        """A few lines for the terminal."""
+        low = self.dtype.upper()
+        verdict = "met" if self.passed else "NOT met"
+        lines = [
+            f"auto from level {self.level}, {low}, provider {self.provider}: thresholds {verdict} "
+            f"({_thresholds(self.thresholds)}) on {self.samples} sample(s)",
+            f"{self.sessions} ONNX Runtime sessions, {self.runs} runs, {self.rounds} candidate "
+            f"round(s), {self.seconds:.2f} s",
+            f"nodes {low}: {self.low_nodes} of {self.float_nodes} float nodes "
+            f"({self.low_node_percent:.1f}%); weights {low}: {self.low_weight_percent:.1f}% "
+            f"of {self.float_weight_bytes / 1e6:.2f} MB",
+            f"kept FP32 by the search: {len(self.pinned)}",
+        ]
+        for p in self.pinned:
+            body = f" (+{p.body_nodes} body nodes)" if p.body_nodes else ""
+            lines.append(f"  {p.name} [{p.op_type}]{body}: {p.reason}, {p.evidence}")
+        for o in self.outputs:
+            mark = "ok " if o.passed else "FAIL"
+            cos = "n/a" if o.cosine is None else f"{o.cosine:.6f}"
+            mx = "n/a" if o.max_abs is None else f"{o.max_abs:.3g}"
+            lines.append(
+                f"  {mark} {o.name}: cosine {cos}, max_abs {mx}, new NaN/Inf {o.nonfinite}"
+                + (f" ({'; '.join(o.failures)})" if o.failures else "")
+            )
+        lines.extend(f"warning: {w}" for w in self.warnings)
+        return "\n".join(lines)
+
+
+def _thresholds(t: dict[str, Any]) -> str:
+    parts = [f"{k} {v:g}" for k, v in t.items() if k != "per_output" and v is not None]
+    return ", ".join(parts) or "none"
+
+
+def _finite(v: Any) -> Any:
+    if isinstance(v, float) and not math.isfinite(v):
+        return "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf")
+    if isinstance(v, dict):
+        return {k: _finite(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_finite(x) for x in v]
+    return v

@@ -1,0 +1,214 @@
+"""--auto: models where O3 fails come back meeting the thresholds with only the responsible nodes
+kept FP32; a model O3 already handles comes back as O3 after two ORT sessions."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from click.testing import CliRunner
+
+import amp_convert
+from amp_convert.auto import auto_convert
+from amp_convert.auto.graph import name_nodes, pin_patterns
+from amp_convert.cli import cli
+from models import overflow as ov
+from models.big import write_big_model
+from models.blocks import loop_rnn
+from tests.helpers import FLOAT16, node_by_name
+
+CASES = {
+    "reduce_sum": (ov.reduce_sum_overflow, "normal", None),
+    "matmul": (ov.matmul_overflow, "normal", None),
+    "exp": (ov.exp_overflow, "normal", None),
+    "variance_overflow": (ov.hand_variance, "wide", ov.VARIANCE_OVERFLOW),
+    "variance_cancellation": (ov.hand_variance, "offset", ov.VARIANCE_CANCELLATION),
+    "if_body": (ov.if_exp_overflow, "normal", None),
+}
+
+
+class SessionCounter:
+    """Counts onnxruntime.InferenceSession constructions (independent of the report's count)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.count = 0
+        real = ort.InferenceSession
+        counter = self
+
+        class Counted(real):  # type: ignore[misc, valid-type]
+            def __init__(self, *a, **k):
+                counter.count += 1
+                super().__init__(*a, **k)
+
+        monkeypatch.setattr(ort, "InferenceSession", Counted)
+
+
+def _validate(reference, candidate, feeds) -> amp_convert.ValidationReport:
+    return amp_convert.validate(
+        reference, candidate, provider="emulate", inputs=feeds, runs=0,
+        thresholds={"min_cosine": 0.999, "max_nan": 0},
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_pins_only_the_responsible_nodes(case: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    builder, kind, expected = CASES[case]
+    model, responsible = builder()
+    expected = expected or responsible
+    feeds = ov.calibration(model, kind)
+    assert not _validate(model, amp_convert.convert(model, level="O3"), feeds).passed  # O3 fails
+    counter = SessionCounter(monkeypatch)
+    result, report = auto_convert(model, inputs=feeds)
+    assert report.passed
+    assert sorted(p.name for p in report.pinned) == sorted(expected)
+    assert report.sessions == counter.count <= 5
+    check = _validate(model, result, feeds)
+    assert check.passed, check.outputs
+    for name in expected:  # the pinned nodes compute in FP32 ...
+        node = node_by_name(result, name)
+        assert not any(a.name == "to" and a.i == FLOAT16 for a in node.attribute)
+    conv = report.conversion
+    assert conv is not None
+    for d in conv.nodes:  # ... and every other float node is low
+        if d.name not in expected and d.precision != "n/a" and not d.graph:
+            assert d.precision == "low", d
+
+
+def test_evidence_names_range_and_introduced_error() -> None:
+    model, _ = ov.hand_variance()
+    _, wide = auto_convert(model, inputs=ov.calibration(model, "wide"))
+    mul = next(p for p in wide.pinned if p.name == "var/Mul")
+    assert mul.reason == "range" and mul.round == 0 and mul.max_abs > 65504 / 2
+    assert "margin 2" in mul.evidence
+    _, offset = auto_convert(model, inputs=ov.calibration(model, "offset"))
+    sub = next(p for p in offset.pinned if p.name == "center/Sub")
+    assert sub.reason == "error" and sub.round == 1 and sub.introduced_error > 0.1
+    mean = next(p for p in offset.pinned if p.name == "mean/ReduceMean")
+    assert mean.round == 2 and "via center/Sub" in mean.evidence
+    assert offset.sessions == 4 and offset.rounds == 3
+
+
+def test_model_that_passes_at_o3_comes_back_as_o3_in_two_sessions(monkeypatch) -> None:
+    model, _ = ov.mlp_ok()
+    counter = SessionCounter(monkeypatch)
+    result, report = auto_convert(model, inputs=ov.calibration(model))
+    assert report.passed and report.pinned == [] and report.rounds == 1
+    assert report.sessions == counter.count == 2
+    o3 = amp_convert.convert(model, level="O3")
+    assert result.SerializeToString() == o3.SerializeToString()
+    assert report.low_nodes == report.float_nodes > 0
+    assert report.low_weight_percent == 100.0
+
+
+def test_loop_model_is_searched_through_its_body() -> None:
+    model = loop_rnn()
+    result, report = auto_convert(model)
+    assert report.passed and report.sessions == 2
+    loop = next(d for d in report.conversion.nodes if d.op_type == "MatMul" and d.graph)
+    assert loop.precision == "low"  # a node inside the Loop body went low
+    assert any(t.op_type == "Loop" for t in report.trace)
+
+
+def test_if_body_is_pinned_as_a_whole_and_the_rest_stays_low() -> None:
+    model, _ = ov.if_exp_overflow()
+    _, report = auto_convert(model, inputs=ov.calibration(model))
+    pin = report.pinned[0]
+    assert pin.name == "branch/If" and pin.body_nodes == 4 and pin.reason == "error"
+    decisions = {d.name: d.precision for d in report.conversion.nodes}
+    assert decisions["head/MatMul"] == "low" and decisions["then/Exp"] == "fp32"
+
+
+def test_several_samples_all_must_pass() -> None:
+    model, _ = ov.exp_overflow()
+    samples = [ov.calibration(model, seed=s) for s in range(3)]
+    _, report = auto_convert(model, inputs=samples)
+    assert report.samples == 3 and report.passed
+    assert report.runs == 6  # one reference and one candidate run per sample (one batch each)
+
+
+def test_unmeetable_thresholds_are_reported(monkeypatch) -> None:
+    model, _ = ov.mlp_ok()
+    _, report = auto_convert(model, inputs=ov.calibration(model), atol=0.0, rtol=0.0, max_rounds=2)
+    assert not report.passed
+    assert any("not met" in w or "cannot be met" in w for w in report.warnings)
+    assert "NOT met" in report.summary()
+
+
+def test_external_data_model(tmp_path) -> None:
+    info = write_big_model(tmp_path / "big.onnx", target_bytes=12_000_000, width=256)
+    result, report = auto_convert(info.path, inputs={"x": np.ones((2, 256), np.float32)})
+    assert report.passed and report.sessions == 2
+    assert report.low_weight_percent == 100.0
+    out = tmp_path / "out.onnx"
+    amp_convert.io.save_model(result, out, external=True)
+    proto = onnx.load(str(out), load_external_data=False)
+    assert proto.graph.initializer[0].data_type == FLOAT16
+    assert proto.graph.initializer[0].data_location == onnx.TensorProto.EXTERNAL
+
+
+def test_memory_budget_splits_fetches_into_batches() -> None:
+    model, _ = ov.hand_variance()
+    feeds = ov.calibration(model, "offset")
+    _, small = auto_convert(model, inputs=feeds, memory_budget=4096)
+    _, big = auto_convert(model, inputs=feeds)
+    assert [p.name for p in small.pinned] == [p.name for p in big.pinned]
+    assert small.runs > big.runs and small.sessions == big.sessions
+
+
+def test_unnamed_nodes_get_unique_names_and_exact_patterns() -> None:
+    import onnx_ir as ir
+
+    model, _ = ov.mlp_ok()
+    for n in model.graph.node[:2]:
+        n.name = ""
+    work = ir.serde.deserialize_model(model)
+    assert name_nodes(work) == 2
+    names = [n.name for n in work.graph]
+    assert len(set(names)) == len(names) and all(names)
+    assert pin_patterns(["a.b[1]"]) == [r"^a\.b\[1\]$"]
+
+
+def test_cli_auto_writes_model_report_and_html(tmp_path) -> None:
+    model, _ = ov.exp_overflow()
+    src = tmp_path / "m.onnx"
+    onnx.save(model, src)
+    np.savez(tmp_path / "a.npz", **ov.calibration(model, seed=0))
+    np.savez(tmp_path / "b.npz", **ov.calibration(model, seed=1))
+    args = [str(src), "--auto", "--inputs", str(tmp_path / "a.npz"), "--inputs",
+            str(tmp_path / "b.npz"), "--provider", "emulate", "--report", str(tmp_path / "r.json"),
+            "--html", str(tmp_path / "r.html")]  # fmt: skip
+    res = CliRunner().invoke(cli, args)
+    assert res.exit_code == 0, res.output
+    assert "thresholds met" in res.output and "softmax/Exp [Exp]: range" in res.output
+    data = json.loads((tmp_path / "r.json").read_text())
+    assert data["passed"] and data["samples"] == 2 and data["sessions"] == 2
+    assert {p["name"] for p in data["pinned"]} == {
+        "softmax/Exp",
+        "softmax/ReduceSum",
+        "softmax/Div",
+    }
+    assert data["level"] == "O3"
+    assert (tmp_path / "m.fp16.onnx").exists()
+    assert "<svg" in (tmp_path / "r.html").read_text()
+
+
+def test_cli_auto_unmet_writes_nothing_unless_forced(tmp_path) -> None:
+    model, _ = ov.mlp_ok()
+    src = tmp_path / "m.onnx"
+    onnx.save(model, src)
+    base = [str(src), "--auto", "--provider", "emulate", "--atol", "0", "--no-keep-io-types"]
+    res = CliRunner().invoke(cli, base)
+    assert res.exit_code == 1
+    assert "cannot be met" in res.output and not (tmp_path / "m.fp16.onnx").exists()
+    res = CliRunner().invoke(cli, [*base, "--force-write"])
+    assert res.exit_code == 1 and (tmp_path / "m.fp16.onnx").exists()
+
+
+def test_cli_auto_rejects_cpu_provider(tmp_path) -> None:
+    model, _ = ov.mlp_ok()
+    onnx.save(model, tmp_path / "m.onnx")
+    res = CliRunner().invoke(cli, [str(tmp_path / "m.onnx"), "--auto", "--provider", "cpu"])
+    assert res.exit_code == 2 and "--auto needs --provider emulate or cuda" in res.output
