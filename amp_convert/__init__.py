@@ -19,7 +19,7 @@ from amp_convert.errors import (  # noqa: E402
 )
 from amp_convert.options import ConvertOptions, Level, make_options  # noqa: E402
 from amp_convert.report import ConversionReport, NodeDecision  # noqa: E402
-from amp_convert.validate import ValidationReport, validate  # noqa: E402
+from amp_convert.validation import ValidationReport, validate  # noqa: E402
 
 __all__ = [
     "AmpConvertError",

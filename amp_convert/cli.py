@@ -22,7 +22,7 @@ from amp_convert.api import convert_file
 from amp_convert.errors import AmpConvertError, InputError
 from amp_convert.io import default_output_path
 from amp_convert.options import option_names, user_fields
-from amp_convert.validate.command import run_cli_validation, validate_command, validation_options
+from amp_convert.validation.command import run_cli_validation, validate_command, validation_options
 
 EXIT_ERROR = 2
 F = TypeVar("F", bound=Callable[..., Any])

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from amp_convert.auto.report import AutoReport, PinnedNode, TracePoint
-from amp_convert.validate.metrics import OutputResult
+from amp_convert.validation.metrics import OutputResult
 
 _LOG_MIN, _LOG_MAX = -8.0, 1.0
 _COLORS = {"low": "#2e9d5b", "fp32": "#c0392b", "fp32 (pinned)": "#c0392b", "n/a": "#b8b8b8"}
@@ -100,7 +100,7 @@ def write_validation_html(
 ) -> None:
     """``validate --html``: per-node trace of ``converted`` vs ``original`` (two more sessions)."""
     from amp_convert.auto.trace import validation_page
-    from amp_convert.validate.command import thresholds_from_options
+    from amp_convert.validation.command import thresholds_from_options
 
     files = values.get("inputs") or ()
     if isinstance(files, str | Path):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from amp_convert.validate import Thresholds, ValidationReport, validate
+from amp_convert.validation import Thresholds, ValidationReport, validate
 
 
 def assert_converted_close(
@@ -26,7 +26,7 @@ def assert_converted_close(
     """Validate ``candidate`` against ``reference`` and raise AssertionError with the table.
 
     Defaults are loose enough for FP16 (BF16 usually needs ``rtol`` around 5e-2). Extra keyword
-    arguments go to ``amp_convert.validate.validate`` (``inputs``, ``dims``, ``seed``, ``runs``,
+    arguments go to ``amp_convert.validation.validate`` (``inputs``, ``dims``, ``seed``, ``runs``,
     ``warmup``, ``thresholds`` for per-output overrides). Timing is skipped unless ``runs`` is
     given. Returns the report when everything passes.
     """

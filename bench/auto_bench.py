@@ -28,8 +28,8 @@ import onnxruntime as ort
 
 import amp_convert
 from amp_convert.auto import auto_convert
-from amp_convert.validate.emulate import build_emulated_model
-from amp_convert.validate.metrics import Thresholds, compare_output
+from amp_convert.validation.emulate import build_emulated_model
+from amp_convert.validation.metrics import Thresholds, compare_output
 from models import overflow as ov
 
 THRESHOLDS = Thresholds(min_cosine=0.999, max_nan=0)

@@ -243,7 +243,7 @@ def test_window_ops_follow_the_node_precision(op: str) -> None:
 
 def test_infinite_max_nan_is_a_validation_error() -> None:
     from amp_convert.errors import ValidationError
-    from amp_convert.validate.metrics import Thresholds
+    from amp_convert.validation.metrics import Thresholds
 
     with pytest.raises(ValidationError, match="max_nan must be a number"):
         Thresholds.coerce({"max_nan": float("inf")})
@@ -257,3 +257,12 @@ def test_assert_converted_close_refuses_to_judge_nothing() -> None:
         assert_converted_close(
             model, model, atol=None, rtol=None, min_cosine=None, max_nan=None, provider="emulate"
         )
+
+
+def test_validate_function_does_not_hide_its_package() -> None:
+    """`amp_convert.validate` is the function; the package is `amp_convert.validation`."""
+    import importlib
+
+    core = importlib.import_module("amp_convert.validation.core")
+    assert amp_convert.validate is core.validate
+    exec("import amp_convert.validation.core as c", {})  # the plain import statement works

@@ -19,15 +19,15 @@ from models import validation_models as vm  # noqa: E402
 pytest.importorskip("onnxruntime")
 
 from amp_convert.errors import ValidationError  # noqa: E402
-from amp_convert.validate import validate  # noqa: E402
-from amp_convert.validate.command import (  # noqa: E402
+from amp_convert.validation import validate  # noqa: E402
+from amp_convert.validation.command import (  # noqa: E402
     VALIDATION_OPTION_NAMES,
     parse_threshold,
     run_cli_validation,
     validate_command,
     validation_options,
 )
-from amp_convert.validate.runtime import MISSING_ORT  # noqa: E402
+from amp_convert.validation.runtime import MISSING_ORT  # noqa: E402
 
 
 @pytest.fixture
@@ -55,7 +55,7 @@ def _run(*args: str):
 @pytest.fixture
 def no_cuda(monkeypatch):
     """Make `auto` see an onnxruntime without the CUDA provider, whatever is installed."""
-    from amp_convert.validate import core
+    from amp_convert.validation import core
 
     monkeypatch.setattr(core, "cuda_available", lambda: False)
 
@@ -67,8 +67,8 @@ def cuda_fails_to_start(monkeypatch):
     Patched at the session factory, so the fallback decision is exercised whatever the machine
     has; ``test_make_session_reports_cuda_start_failure_by_type`` covers the real detection.
     """
-    from amp_convert.validate import core
-    from amp_convert.validate.runtime import CudaStartError
+    from amp_convert.validation import core
+    from amp_convert.validation.runtime import CudaStartError
 
     real = core.make_session
 
@@ -127,7 +127,7 @@ def test_make_session_reports_cuda_start_failure_by_type(pairs, monkeypatch) -> 
     """The fallback is decided by type: ORT's EPFail, or a session that came up without CUDA."""
     import onnxruntime as ort
 
-    from amp_convert.validate.runtime import CudaStartError, load_source, make_session
+    from amp_convert.validation.runtime import CudaStartError, load_source, make_session
 
     src = load_source(pairs["mlp"][0], "reference")
     if "CUDAExecutionProvider" not in ort.get_available_providers():
@@ -306,7 +306,7 @@ def test_conversion_modules_do_not_import_onnxruntime() -> None:
     import subprocess
 
     code = (
-        "import sys, amp_convert.validate, amp_convert.validate.command, amp_convert.testing; "
+        "import sys, amp_convert.validation, amp_convert.validation.command, amp_convert.testing; "
         "sys.exit(1 if 'onnxruntime' in sys.modules else 0)"
     )
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
@@ -330,7 +330,7 @@ def test_cuda_provider(pairs) -> None:
 
 
 def test_progress_only_on_a_terminal_outside_ci(monkeypatch, pairs, capsys) -> None:
-    from amp_convert.validate import core, progress
+    from amp_convert.validation import core, progress
 
     monkeypatch.delenv("CI", raising=False)
     assert progress.progress_wanted() is False  # pytest's streams are not a TTY

@@ -15,7 +15,7 @@ from models import validation_models as vm  # noqa: E402
 ort = pytest.importorskip("onnxruntime")
 
 from amp_convert.errors import ValidationError  # noqa: E402
-from amp_convert.validate import build_emulated_model, validate  # noqa: E402
+from amp_convert.validation import build_emulated_model, validate  # noqa: E402
 
 
 def _tricky_values() -> np.ndarray:
@@ -284,7 +284,7 @@ def test_unknown_op_types_are_reported() -> None:
 
 def test_models_over_the_protobuf_limit_go_through_a_temporary_folder(monkeypatch) -> None:
     """Above 2 GiB a model cannot be handed to ORT as bytes; the same numbers come out."""
-    from amp_convert.validate import runtime
+    from amp_convert.validation import runtime
 
     ref, cand = vm.mlp_pair(TensorProto.FLOAT16)
     before = cand.SerializeToString()
@@ -511,7 +511,7 @@ def test_detector_rounds_each_low_value_once_and_nothing_else(tmp_path: Path) ->
     FP16); no value the candidate keeps in FP32 (BatchNormalization, its Relu) is rounded, and
     element moves (Concat) are not rounded again."""
     import amp_convert
-    from amp_convert.validate.emulate import EXACT_OPS
+    from amp_convert.validation.emulate import EXACT_OPS
     from models.detector import dbnet_detector
 
     onnx.save(dbnet_detector(), tmp_path / "det.onnx")

@@ -14,8 +14,8 @@ from models import validation_models as vm
 pytest.importorskip("onnxruntime")
 
 from amp_convert.errors import ValidationError  # noqa: E402
-from amp_convert.validate import validate  # noqa: E402
-from amp_convert.validate.inputs import (  # noqa: E402
+from amp_convert.validation import validate  # noqa: E402
+from amp_convert.validation.inputs import (  # noqa: E402
     InputSpec,
     dims_attempts,
     load_inputs,

@@ -17,8 +17,8 @@ pytest.importorskip("onnxruntime")
 
 from amp_convert.errors import ValidationError  # noqa: E402
 from amp_convert.testing import assert_converted_close  # noqa: E402
-from amp_convert.validate import REL_FLOOR, SCHEMA_VERSION, Thresholds, validate  # noqa: E402
-from amp_convert.validate.metrics import compare_output  # noqa: E402
+from amp_convert.validation import REL_FLOOR, SCHEMA_VERSION, Thresholds, validate  # noqa: E402
+from amp_convert.validation.metrics import compare_output  # noqa: E402
 
 
 def _argmin_candidate():

@@ -15,7 +15,7 @@ import click
 from amp_convert import io, output_rules
 from amp_convert.auto.search import auto_convert
 from amp_convert.errors import OptionError
-from amp_convert.validate.command import thresholds_from_options
+from amp_convert.validation.command import thresholds_from_options
 
 
 def run_auto(

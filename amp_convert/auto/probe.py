@@ -16,7 +16,7 @@ import onnx
 from onnx import helper
 
 from amp_convert.errors import ValidationError
-from amp_convert.validate.runtime import (
+from amp_convert.validation.runtime import (
     ModelSource,
     Runner,
     from_ortvalue,

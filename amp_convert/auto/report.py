@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from amp_convert.report import ConversionReport
-from amp_convert.validate.metrics import OutputResult
+from amp_convert.validation.metrics import OutputResult
 
 SCHEMA_VERSION = 1
 

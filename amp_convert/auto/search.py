@@ -34,10 +34,10 @@ from amp_convert.auto.report import AutoReport, PinnedNode, TracePoint
 from amp_convert.errors import ValidationError
 from amp_convert.options import make_options
 from amp_convert.report import ConversionReport
-from amp_convert.validate.emulate import build_emulated_model
-from amp_convert.validate.inputs import InputSpec, load_inputs, random_inputs
-from amp_convert.validate.metrics import OutputResult, Thresholds, check_names, compare_output
-from amp_convert.validate.runtime import ModelSource, cuda_available, import_ort, load_source
+from amp_convert.validation.emulate import build_emulated_model
+from amp_convert.validation.inputs import InputSpec, load_inputs, random_inputs
+from amp_convert.validation.metrics import OutputResult, Thresholds, check_names, compare_output
+from amp_convert.validation.runtime import ModelSource, cuda_available, import_ort, load_source
 
 DEFAULT_MIN_COSINE = 0.999
 PROVIDERS = ("emulate", "cuda", "auto")

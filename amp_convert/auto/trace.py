@@ -18,10 +18,10 @@ from amp_convert.auto.localise import ValueStats
 from amp_convert.auto.probe import DEFAULT_BUDGET, expose, open_probe, plan_batches
 from amp_convert.auto.report import TracePoint
 from amp_convert.html_report import Page
-from amp_convert.validate.emulate import build_emulated_model
-from amp_convert.validate.inputs import InputSpec, load_inputs, random_inputs
-from amp_convert.validate.metrics import Thresholds, compare_output
-from amp_convert.validate.runtime import cuda_available, load_source
+from amp_convert.validation.emulate import build_emulated_model
+from amp_convert.validation.inputs import InputSpec, load_inputs, random_inputs
+from amp_convert.validation.metrics import Thresholds, compare_output
+from amp_convert.validation.runtime import cuda_available, load_source
 
 _LOW = {onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16}
 

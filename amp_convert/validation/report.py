@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from amp_convert import safe_write
-from amp_convert.validate.metrics import OutputResult, _json_number
+from amp_convert.validation.metrics import OutputResult, _json_number
 
 SCHEMA_VERSION = 2
 

@@ -11,18 +11,18 @@ import ml_dtypes
 import numpy as np
 
 from amp_convert.errors import ValidationError
-from amp_convert.validate.emulate import build_emulated_model, low_dtype_names
-from amp_convert.validate.inputs import (
+from amp_convert.validation.emulate import build_emulated_model, low_dtype_names
+from amp_convert.validation.inputs import (
     Inputs,
     InputSpec,
     dims_attempts,
     load_inputs,
     random_inputs,
 )
-from amp_convert.validate.metrics import Thresholds, check_names, compare_output
-from amp_convert.validate.progress import progress_bar, progress_wanted
-from amp_convert.validate.report import LatencyStats, ValidationReport
-from amp_convert.validate.runtime import (
+from amp_convert.validation.metrics import Thresholds, check_names, compare_output
+from amp_convert.validation.progress import progress_bar, progress_wanted
+from amp_convert.validation.report import LatencyStats, ValidationReport
+from amp_convert.validation.runtime import (
     CudaStartError,
     ModelSource,
     RunError,

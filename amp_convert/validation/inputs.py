@@ -39,7 +39,7 @@ import numpy as np
 import onnx
 
 from amp_convert.errors import ValidationError
-from amp_convert.validate.runtime import NP_DTYPES
+from amp_convert.validation.runtime import NP_DTYPES
 
 INPUT_RANGE_KEY = "input_range:"
 DEFAULT_INT_RANGE = (0, 100)

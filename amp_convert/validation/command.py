@@ -31,9 +31,9 @@ import click
 
 from amp_convert.errors import AmpConvertError, ValidationError
 from amp_convert.output_rules import check_outputs, model_files
-from amp_convert.validate.core import PROVIDERS, validate
-from amp_convert.validate.inputs import parse_dims
-from amp_convert.validate.metrics import Thresholds
+from amp_convert.validation.core import PROVIDERS, validate
+from amp_convert.validation.inputs import parse_dims
+from amp_convert.validation.metrics import Thresholds
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -30,7 +30,7 @@ bodies, with names from ``precision.UniqueNames``:
 * every other FP16/BF16 type (graph inputs and outputs, values, sequences, optionals) becomes FLOAT.
 
 The session running the copy must not optimise the Cast pairs away: see
-``amp_convert.validate.runtime`` (graph optimisations disabled; the pair survives, proven by the
+``amp_convert.validation.runtime`` (graph optimisations disabled; the pair survives, proven by the
 overflow test).
 """
 
@@ -57,7 +57,7 @@ from amp_convert.precision import (
     UniqueNames,
     is_default_domain,
 )
-from amp_convert.validate.sparse import densified
+from amp_convert.validation.sparse import densified
 
 #: element type → the name the report and the input feeder use
 LOW_NAMES: dict[ir.DataType, str] = {FLOAT16: "float16", BFLOAT16: "bfloat16"}

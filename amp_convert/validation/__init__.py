@@ -9,10 +9,10 @@ rounding reproduced on CPU). onnxruntime is imported only when validation runs.
 
 from __future__ import annotations
 
-from amp_convert.validate.core import CPU_WARNING, EMULATE_WARNING, PROVIDERS, validate
-from amp_convert.validate.emulate import EmulatedModel, build_emulated_model
-from amp_convert.validate.metrics import REL_FLOOR, OutputResult, Thresholds
-from amp_convert.validate.report import SCHEMA_VERSION, LatencyStats, ValidationReport
+from amp_convert.validation.core import CPU_WARNING, EMULATE_WARNING, PROVIDERS, validate
+from amp_convert.validation.emulate import EmulatedModel, build_emulated_model
+from amp_convert.validation.metrics import REL_FLOOR, OutputResult, Thresholds
+from amp_convert.validation.report import SCHEMA_VERSION, LatencyStats, ValidationReport
 
 __all__ = [
     "CPU_WARNING",
