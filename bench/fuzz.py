@@ -180,6 +180,8 @@ def run(
                         if verbose:
                             print(f"seed {seed} {level} {dtype}: {f}\n  {case.describe()}")
         passed += ok
+        if ran % 100 == 0:
+            print(f"... {ran} graphs, {passed} passed, {len(findings)} findings", file=sys.stderr)
         if verbose and ok:
             print(f"seed {seed}: ok ({case.describe()})")
     return {

@@ -68,7 +68,7 @@ class FuzzCase:
 
     def describe(self) -> str:
         ops: dict[str, int] = {}
-        for g in _graphs(self.model.graph):
+        for g in all_graphs(self.model.graph):
             for n in g.node:
                 ops[n.op_type] = ops.get(n.op_type, 0) + 1
         opset = self.model.opset_import[0].version
@@ -79,12 +79,12 @@ class FuzzCase:
         return f"opset {opset}{extra}: {listing}"
 
 
-def _graphs(g: onnx.GraphProto):
+def all_graphs(g: onnx.GraphProto):
     yield g
     for n in g.node:
         for a in n.attribute:
             if a.type == onnx.AttributeProto.GRAPH:
-                yield from _graphs(a.g)
+                yield from all_graphs(a.g)
 
 
 def build_case(ch: Chooser) -> FuzzCase:
@@ -130,7 +130,7 @@ def _external_candidates(model: onnx.ModelProto) -> list[onnx.TensorProto]:
     makes the *original* model unloadable."""
     return [
         t
-        for g in _graphs(model.graph)
+        for g in all_graphs(model.graph)
         for t in g.initializer
         if t.data_type == FLOAT and math.prod(t.dims) >= 8
     ]

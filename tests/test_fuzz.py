@@ -36,7 +36,7 @@ from hypothesis import HealthCheck, given, settings
 from onnx import numpy_helper
 
 from bench.fuzz import DTYPES, LEVELS, FuzzFailure, check_conversion
-from models.random_graphs import FuzzCase, case_from_seed, check_case, fuzz_cases
+from models.random_graphs import FuzzCase, all_graphs, case_from_seed, check_case, fuzz_cases
 
 _CI = {
     "deadline": None,
@@ -65,6 +65,35 @@ def test_random_graph_converts_and_stays_within_bound(case: FuzzCase) -> None:
                     check_conversion(case, level, dtype, Path(tmp))
                 except FuzzFailure as e:
                     raise AssertionError(f"{level} {dtype}: {e}\n{case.describe()}") from None
+
+
+#: Seed-driven graphs (what bench/fuzz.py runs) are larger than hypothesis's first examples;
+#: these seeds cover If, Loop, a nested If/Loop body, external data and no keep_io_types.
+SEEDS = range(12)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_seeded_graph_converts_and_stays_within_bound(seed: int) -> None:
+    case = case_from_seed(seed)
+    with tempfile.TemporaryDirectory(prefix="ampfuzz") as tmp:
+        for dtype in DTYPES:
+            for level in LEVELS:
+                try:
+                    check_conversion(case, level, dtype, Path(tmp))
+                except FuzzFailure as e:
+                    raise AssertionError(f"seed {seed} {level} {dtype}: {e}") from None
+
+
+def test_seeds_cover_subgraphs_and_external_data() -> None:
+    cases = [case_from_seed(s) for s in SEEDS]
+    ops = {n.op_type for c in cases for g in all_graphs(c.model.graph) for n in g.node}
+    assert {"If", "Loop", "LayerNormalization", "Conv", "Resize", "TopK"} <= ops
+    nested = any(
+        n.op_type in ("If", "Loop") for c in cases for g in list(all_graphs(c.model.graph))[1:]
+        for n in g.node
+    )  # fmt: skip
+    assert nested
+    assert any(c.external for c in cases) and any(not c.keep_io_types for c in cases)
 
 
 def _matmul_case() -> tuple[FuzzCase, str]:
