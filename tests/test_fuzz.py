@@ -70,9 +70,22 @@ def test_random_graph_converts_and_stays_within_bound(case: FuzzCase) -> None:
 #: Seed-driven graphs (what bench/fuzz.py runs) are larger than hypothesis's first examples;
 #: these seeds cover If, Loop, a nested If/Loop body, external data and no keep_io_types.
 SEEDS = range(12)
+#: Seeds bench/fuzz.py found failing, kept until fixed (strict: a fix makes them fail here).
+KNOWN_FAILING_SEEDS = {
+    2954: "MatMul -> BatchNormalization (opset >= 15) at O3 FP16: scale/bias stay FP32 while "
+    "mean/var go FP16, and ORT CPU's MatMul+BN fusion then fails to load the model "
+    "(Initializer::div: Expecting the same data type)",
+}
 
 
-@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize(
+    "seed",
+    [*SEEDS]
+    + [
+        pytest.param(seed, marks=pytest.mark.xfail(strict=True, reason=why))
+        for seed, why in KNOWN_FAILING_SEEDS.items()
+    ],
+)
 def test_seeded_graph_converts_and_stays_within_bound(seed: int) -> None:
     case = case_from_seed(seed)
     with tempfile.TemporaryDirectory(prefix="ampfuzz") as tmp:
