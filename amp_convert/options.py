@@ -37,94 +37,75 @@ TARGETS = ("ort-cuda", "none")
 _DTYPE_ALIASES = {"float16": "fp16", "half": "fp16", "bfloat16": "bf16"}
 
 
-def _opt(flags: tuple[str, ...], help: str, kind: str = "value", **extra: Any) -> dict:
-    """Field metadata: how the option appears on the command line."""
-    return {"flags": flags, "help": help, "kind": kind, **extra}
+def _option(default: Any, flags: tuple[str, ...], help: str, kind: str, **extra: Any) -> Any:
+    """A ConvertOptions field whose metadata says how it appears on the command line."""
+    meta = {"flags": flags, "help": help, "kind": kind, **extra}
+    return field(default=default, metadata=meta)
 
 
 @dataclass(frozen=True)
 class ConvertOptions:
     """Everything that changes what the converter does (and nothing else)."""
 
-    level: Level = field(
-        default=Level.O2,
-        metadata=_opt(
-            ("--level",),
-            "O0 nothing, O1 allow-list ops only, O2 all but the deny list, O3 all the target "
-            "can run low.",
-            "choice",
-            choices=tuple(lv.value for lv in Level),
-        ),
+    level: Level = _option(
+        Level.O2,
+        ("--level",),
+        "O0 nothing, O1 allow-list ops only, O2 all but the deny list, O3 all the target can run "
+        "low.",
+        "choice",
+        choices=tuple(lv.value for lv in Level),
     )
-    dtype: str = field(
-        default="fp16",
-        metadata=_opt(("--dtype",), "Low-precision type.", "choice", choices=tuple(DTYPES)),
+    dtype: str = _option(
+        "fp16", ("--dtype",), "Low-precision type.", "choice", choices=tuple(DTYPES)
     )
-    keep_io_types: bool = field(
-        default=True,
-        metadata=_opt(
-            ("--keep-io-types/--no-keep-io-types",),
-            "Keep FP32 model inputs/outputs (casts at the boundary).",
-            "switch",
-        ),
+    keep_io_types: bool = _option(
+        True,
+        ("--keep-io-types/--no-keep-io-types",),
+        "Keep FP32 model inputs/outputs (casts at the boundary).",
+        "switch",
     )
-    fp32_ops: tuple[str, ...] = field(
-        default=(),
-        metadata=_opt(
-            ("--fp32-ops",), "Ops to keep FP32 (added to the deny list; repeatable).", "ops"
-        ),
+    fp32_ops: tuple[str, ...] = _option(
+        (), ("--fp32-ops",), "Ops to keep FP32 (added to the deny list; repeatable).", "ops"
     )
-    fp16_ops: tuple[str, ...] = field(
-        default=(),
-        metadata=_opt(
-            ("--fp16-ops",),
-            "Ops to run in low precision (added to the allow list; repeatable).",
-            "ops",
-        ),
+    fp16_ops: tuple[str, ...] = _option(
+        (),
+        ("--fp16-ops",),
+        "Ops to run in low precision (added to the allow list; repeatable).",
+        "ops",
     )
-    exclude_nodes: tuple[str, ...] = field(
-        default=(),
-        metadata=_opt(
-            ("--exclude-nodes",),
-            "Keep nodes whose name matches REGEX in FP32 (repeatable).",
-            "multiple",
-            metavar="REGEX",
-        ),
+    exclude_nodes: tuple[str, ...] = _option(
+        (),
+        ("--exclude-nodes",),
+        "Keep nodes whose name matches REGEX in FP32 (repeatable).",
+        "multiple",
+        metavar="REGEX",
     )
-    cast_optional_params: bool = field(
-        default=False,
-        metadata=_opt(
-            ("--cast-optional-params",),
-            "Store weights low even where an FP32 reader then needs a runtime cast (MXNet style).",
-            "flag",
-        ),
+    cast_optional_params: bool = _option(
+        False,
+        ("--cast-optional-params",),
+        "Store weights low even where an FP32 reader then needs a runtime cast (MXNet style).",
+        "flag",
     )
-    op_lists: Path | None = field(
-        default=None,
-        metadata=_opt(
-            ("--op-lists",),
-            "Op list file with [allow]/[infer]/[clear]/[deny]/[rules] sections.",
-            "path",
-        ),
+    op_lists: Path | None = _option(
+        None,
+        ("--op-lists",),
+        "Op list file with [allow]/[infer]/[clear]/[deny]/[rules] sections.",
+        "path",
     )
-    dims: tuple[tuple[str, int], ...] = field(
-        default=(),
-        metadata=_opt(
-            ("--dim",),
-            "NAME=VALUE for a symbolic dim: sizes the cast-cost estimate (and validation inputs).",
-            "dims",
-            metavar="NAME=VALUE",
-        ),
+    dims: tuple[tuple[str, int], ...] = _option(
+        (),
+        ("--dim",),
+        "NAME=VALUE for a symbolic dim: sizes the cast-cost estimate (and validation inputs).",
+        "dims",
+        metavar="NAME=VALUE",
     )
-    target: str = field(
-        default="ort-cuda",
-        metadata=_opt(
-            ("--target",),
-            "Runtime the result is for: ort-cuda keeps low only what ONNX Runtime's CUDA provider "
-            "has low-precision kernels for; none follows the ONNX schemas only.",
-            "choice",
-            choices=TARGETS,
-        ),
+    target: str = _option(
+        "ort-cuda",
+        ("--target",),
+        "Runtime the result is for: ort-cuda keeps low only what ONNX Runtime's CUDA provider has "
+        "low-precision kernels for; none follows the ONNX schemas only.",
+        "choice",
+        choices=TARGETS,
     )
     exclude_patterns: tuple[re.Pattern[str], ...] = field(
         default=(), compare=False, repr=False, metadata={"derived": True}

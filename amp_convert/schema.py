@@ -7,10 +7,20 @@ model's opset which type variable each slot uses and which element types that va
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol, TypeVar
 
 import onnx.defs
 import onnx_ir as ir
+
+
+class _Param(Protocol):
+    @property
+    def variadic(self) -> bool: ...
+
+
+P = TypeVar("P", bound=_Param)
 
 _TYPE_NAMES = {
     ir.DataType.FLOAT: "tensor(float)",
@@ -39,10 +49,10 @@ class OpSignature:
     outputs: tuple[Slot, ...]
 
     def input_slot(self, index: int) -> Slot | None:
-        return _slot_at(self.inputs, index)
+        return param_at(self.inputs, index)
 
     def output_slot(self, index: int) -> Slot | None:
-        return _slot_at(self.outputs, index)
+        return param_at(self.outputs, index)
 
     @functools.cached_property
     def output_type_vars(self) -> frozenset[str]:
@@ -50,11 +60,12 @@ class OpSignature:
         return frozenset(s.type_str for s in self.outputs if s.is_type_var)
 
 
-def _slot_at(slots: tuple[Slot, ...], index: int) -> Slot | None:
-    if index < len(slots):
-        return slots[index]
-    if slots and slots[-1].variadic:
-        return slots[-1]
+def param_at(params: Sequence[P], index: int) -> P | None:
+    """The formal parameter that input/output `index` binds to (a variadic last one repeats)."""
+    if index < len(params):
+        return params[index]
+    if params and params[-1].variadic:
+        return params[-1]
     return None
 
 

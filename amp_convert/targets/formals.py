@@ -38,18 +38,10 @@ class Formals:
     source: str
 
     def input(self, index: int) -> Formal | None:
-        return _at(self.inputs, index)
+        return onnx_schema.param_at(self.inputs, index)
 
     def output(self, index: int) -> Formal | None:
-        return _at(self.outputs, index)
-
-
-def _at(formals: tuple[Formal, ...], index: int) -> Formal | None:
-    if index < len(formals):
-        return formals[index]
-    if formals and formals[-1].variadic:
-        return formals[-1]
-    return None
+        return onnx_schema.param_at(self.outputs, index)
 
 
 def _is_variadic(option: Any) -> bool:

@@ -103,6 +103,7 @@ class _OpEntry:
     constraints: tuple[Constraint, ...]
 
 
+Dtypes = Sequence[ir.DataType | None]
 Binding = dict[str, list[tuple[str, str]]]  # type var -> [(formal name, element type)]
 
 
@@ -186,12 +187,7 @@ class KernelTable:
         return reason
 
     def inlined(
-        self,
-        op_type: str,
-        domain: str,
-        opset: int,
-        input_dtypes: Sequence[ir.DataType | None],
-        output_dtypes: Sequence[ir.DataType | None] = (),
+        self, op_type: str, domain: str, opset: int, ins: Dtypes, outs: Dtypes = ()
     ) -> bool:
         """True when ORT would expand this node's function body instead of running a kernel.
 
@@ -201,14 +197,14 @@ class KernelTable:
         """
         if self.accept_all or not has_function_body(op_type, _domain(domain), opset):
             return False
-        if not schema_admits(op_type, domain, opset, input_dtypes, output_dtypes):
+        if not schema_admits(op_type, domain, opset, ins, outs):
             return False
-        if self._reason(op_type, domain, opset, input_dtypes, output_dtypes) is None:
+        if self._reason(op_type, domain, opset, ins, outs) is None:
             return False
         if self.fallback is None:
             return True
         cpu = load_target(self.fallback)
-        return cpu._reason(op_type, domain, opset, input_dtypes, output_dtypes) is not None
+        return cpu._reason(op_type, domain, opset, ins, outs) is not None
 
     def _reason(
         self,
