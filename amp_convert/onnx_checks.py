@@ -15,6 +15,7 @@ import onnx
 import onnx_ir as ir
 
 from amp_convert import proto_walk
+from amp_convert.errors import InputError
 
 logger = logging.getLogger(__name__)
 _R = TypeVar("_R")
@@ -24,15 +25,16 @@ _SMALL = 1024  # bytes of tensor data kept when stripping weights for the onnx C
 def call_on_stripped(model: ir.Model, func: Callable[[onnx.ModelProto], _R]) -> _R:
     """Run an onnx C-API function on the model serialised without its large weights.
 
-    Large initializers become typed graph inputs for the duration of the call; the model is left as
-    it was, whatever happens.
+    Large initializers, and every external one (the onnx checker would look for its file relative
+    to the working directory), become typed graph inputs for the duration of the call; the model
+    is left as it was, whatever happens.
     """
     graph = model.graph
     saved_inputs = list(graph.inputs)
     removed: list[ir.Value] = []
     for value in list(graph.initializers.values()):
         tensor = value.const_value
-        if tensor is None or tensor.nbytes > _SMALL:
+        if tensor is None or tensor.nbytes > _SMALL or isinstance(tensor, ir.ExternalTensor):
             if value.dtype is None and tensor is not None:
                 value.dtype = tensor.dtype
             if value.shape is None and tensor is not None:
@@ -74,12 +76,20 @@ def strict_check(proto: onnx.ModelProto) -> onnx.ModelProto:
 def analyse(model: ir.Model) -> tuple[str | None, dict[str, onnx.TypeProto]]:
     """One look at the original through ONNX: (strict check error or None, inferred types).
 
+    A model that fails ONNX's structural checker (dangling inputs, unknown ops or attributes, a
+    missing required attribute) or cannot be serialised is refused with an InputError: the
+    result could not pass the checker either.
+
     The strict check (checker + strict type inference) tells whether ONNX's own verification can
     be held against our result; its inference also types the values. Serialised once, stripped.
     """
 
     def look(proto: onnx.ModelProto) -> tuple[str | None, dict[str, onnx.TypeProto]]:
         error = None
+        try:
+            onnx.checker.check_model(proto, full_check=False)
+        except Exception as e:  # the structure itself is broken: no conversion can mend it
+            raise InputError(f"the input model fails the ONNX checker: {first_line(e)}") from None
         try:
             inferred = strict_check(proto)
         except Exception as e:  # onnx raises several error kinds
@@ -95,4 +105,14 @@ def analyse(model: ir.Model) -> tuple[str | None, dict[str, onnx.TypeProto]]:
         _proto_value_types(inferred.graph, types)
         return error, types
 
-    return call_on_stripped(model, look)
+    try:
+        return call_on_stripped(model, look)
+    except ir.serde.SerdeError as e:  # e.g. names that are not valid UTF-8
+        root: BaseException = e
+        while root.__cause__ is not None or root.__context__ is not None:
+            root = root.__cause__ or root.__context__  # type: ignore[assignment]
+        if isinstance(root, UnicodeError):
+            raise InputError(
+                f"the input model holds a name that is not valid UTF-8 ({root})"
+            ) from None
+        raise InputError(f"the input model cannot be serialised: {first_line(root)}") from None

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from amp_convert.errors import AmpConvertError
+from amp_convert.errors import AmpConvertError, InputError, VerificationError
 from amp_convert.onnx_checks import analyse
 from amp_convert.op_lists import OpLists, apply_user_file, apply_user_ops, load_builtin
 from amp_convert.options import ConvertOptions, Level
@@ -168,11 +168,20 @@ def run(model: ir.Model, options: ConvertOptions) -> ConversionReport:
         original_passed_strict=original_strict,
     )
     try:
-        pipeline(model)
-    except ir.passes.PostconditionError as e:
-        if isinstance(e.__cause__, AmpConvertError):
-            raise e.__cause__ from None
-        raise
+        try:
+            pipeline(model)
+        except ir.passes.PostconditionError as e:
+            if isinstance(e.__cause__, AmpConvertError):
+                raise e.__cause__ from None
+            raise
+    except VerificationError as e:
+        if original_strict:
+            raise
+        # the input was not type-correct to begin with: say so rather than blame the converter
+        raise InputError(
+            f"the input model fails ONNX's type inference ({strict_error}), and its converted "
+            f"form cannot be verified: {str(e).removeprefix('converter bug, model not written: ')}"
+        ) from None
     plan = assign.plan
     assert plan is not None
     report.nodes = _decisions(model, plan)

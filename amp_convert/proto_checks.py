@@ -74,6 +74,8 @@ def _tensors(graph: onnx.GraphProto) -> Iterator[tuple[str, onnx.TensorProto]]:
 def check_tensor_data(proto: onnx.ModelProto, where: str) -> None:
     """Refuse tensors whose in-file data does not match their dims (raw_data or typed fields)."""
     for what, t in _tensors(proto.graph):
+        if t.data_type == _T.UNDEFINED or t.data_type not in _T.DataType.values():
+            raise InputError(f"{where}: {what} has no valid element type ({t.data_type})")
         if t.data_location == _T.EXTERNAL:
             continue
         need = _tensor_nbytes(t)
@@ -96,7 +98,11 @@ def check_tensor_data(proto: onnx.ModelProto, where: str) -> None:
 
 
 def _external_entries(tensor: onnx.TensorProto) -> dict[str, str]:
-    return {e.key: e.value for e in tensor.external_data}
+    entries = {e.key: e.value for e in tensor.external_data}
+    if any(not isinstance(x, str) for item in entries.items() for x in item):
+        # protobuf hands back bytes for a string field that is not valid UTF-8
+        raise InputError(f"tensor {tensor.name!r}: an external-data entry is not valid UTF-8")
+    return entries
 
 
 def external_locations(proto: onnx.ModelProto) -> set[str]:

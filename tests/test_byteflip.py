@@ -93,43 +93,7 @@ SOURCES.update(
 #: What fails today -> the cases that show it (issue 9 item 14: one clear error, exit 2, instead
 #: of "internal error" or of writing a model the checker rejects). Regenerate after a fix by
 #: running this file and removing the ids that XPASS.
-_UTF8 = "issue 9 item 14: a name or producer string that is not UTF-8 exits 3 (SerdeError)"
-_UNDEFINED = "issue 9 item 14: a tensor of data_type UNDEFINED exits 3 (TypeError)"
-_NO_BRANCH = "issue 9 item 14: an If without else_branch exits 3 (PostconditionError)"
-_EXT_LOCATION = "issue 9 item 14: an external-data location that is not UTF-8 exits 3"
-_DANGLING = (
-    "issue 9 item 14: a read of a value nothing produces is written (exit 0); checker rejects it"
-)
-_UNKNOWN_SCHEMA = (
-    "issue 9 item 14: an unknown ai.onnx op/attribute is written (exit 0); checker rejects it"
-)
-KNOWN_FAILURES: dict[str, str] = {  # reason -> space-separated case ids
-    _UTF8: (
-        "linear-18 convtranspose-12 convtranspose-16 sequence-4 alexnet-10 "
-        "alexnet-15 alexnet-22 squeezenet-5 squeezenet-7 squeezenet-12 squeezenet-13 "
-        "squeezenet-16 squeezenet-20 squeezenet-22 if_capture-0 if_capture-18 if_capture-19 "
-        "loop_capture-5 loop_capture-8 loop_capture-13 loop_capture-14 loop_capture-17 "
-        "loop_capture-18 loop_capture-21 resize-1 resize-2 resize-4 resize-7 resize-8 resize-10 "
-        "resize-11 resize-15 resize-20 resize-23 nms-0 nms-2 nms-3 nms-8 nms-10 nms-14 nms-17 "
-        "nms-24 custom_domain-1 custom_domain-4 custom_domain-6 custom_domain-11 "
-        "custom_domain-12 custom_domain-14 custom_domain-15 custom_domain-21 bert-0 bert-4 "
-        "bert-5 bert-7 bert-10 bert-14 bert-17 bert-23 external-0 external-3 external-8 "
-        "external-11 external-15 external-16 external-20 "
-    ),
-    _UNDEFINED: "squeezenet-14",
-    _NO_BRANCH: "if_capture-11",
-    _EXT_LOCATION: "external-21",
-    _DANGLING: (
-        "linear-0 sequence-8 sequence-15 if_capture-3 if_capture-7 if_capture-20 loop_capture-7 "
-        "loop_capture-23 loop_capture-24 resize-21 nms-5 nms-6 nms-7 nms-9 custom_domain-3 "
-        "custom_domain-7 bert-11 bert-18 bert-20 bert-24 external-4 external-7 external-10 "
-        "external-24 "
-    ),
-    _UNKNOWN_SCHEMA: (
-        "linear-2 linear-19 sequence-3 alexnet-5 alexnet-8 squeezenet-19 loop_capture-16 nms-13 "
-        "external-9 "
-    ),
-}
+KNOWN_FAILURES: dict[str, str] = {}  # reason -> space-separated case ids (none left)
 KNOWN_BY_CASE = {case: why for why, cases in KNOWN_FAILURES.items() for case in cases.split()}
 
 
