@@ -63,6 +63,22 @@ class ConversionPipeline(ir.passes.Sequential):
         verify(model, self.original_passed_strict)
 
 
+def promote_constant_inputs(model: ir.Model) -> int:
+    """IR < 4 lists every initializer as a graph input; ONNX Runtime cannot override them there
+    (Graph::CanOverrideInitializer is IR >= 4), so they are constants. Make them plain
+    initializers so they fold, convert and store low like any weight; how many moved."""
+    if model.ir_version is None or model.ir_version >= 4:
+        return 0
+    graph = model.graph
+    keep = [v for v in graph.inputs if not v.is_initializer()]
+    moved = len(graph.inputs) - len(keep)
+    if moved:
+        graph.inputs.clear()
+        graph.inputs.extend(keep)
+    model.ir_version = 4
+    return moved
+
+
 def build_lists(options: ConvertOptions) -> OpLists:
     """The built-in op lists with the user's file and --fp32-ops / --fp16-ops applied."""
     lists = load_builtin()
@@ -143,6 +159,12 @@ def run(model: ir.Model, options: ConvertOptions) -> ConversionReport:
     if model.metadata_props.get(STAMP_KEY) == options.stamp():
         report.already_converted = True
         return report
+    promoted = promote_constant_inputs(model)
+    if promoted:
+        report.warnings.append(
+            f"IR version < 4: {promoted} initializers listed as graph inputs are constants (as "
+            "ONNX Runtime treats them); they left the inputs and the IR version is now 4"
+        )
     names = UniqueNames.of_model(model)
     strict_error, inferred_types = analyse(model)
     original_strict = strict_error is None
