@@ -129,8 +129,25 @@ def open_session(
     return Runner(sess, provider, inputs, outputs)
 
 
-def reference_outputs(path: Path, provider: str, feeds: dict[str, np.ndarray]) -> dict[str, Any]:
-    """FP32 outputs with TF32 off (on the CPU provider: plain FP32, which has no TF32)."""
+def reference_outputs(
+    path: Path, provider: str, feeds: dict[str, np.ndarray]
+) -> tuple[dict[str, Any], str]:
+    """FP32 outputs with TF32 off, and which reference that was.
+
+    CUDA with ``use_tf32=0``; should that session fail (an ORT without the option), the CPU
+    provider's FP32 instead — also free of TF32 — rather than no error figures at all.
+    """
+    if provider == "cuda":
+        try:
+            return _run_reference(path, "cuda", feeds), "FP32, CUDA provider, use_tf32=0"
+        except Exception as e:
+            note = f"FP32, CPU provider (CUDA with use_tf32=0 failed: {first_line(e)})"
+            print(f"{path.stem}: reference {note}", file=sys.stderr)
+            return _run_reference(path, "cpu", feeds), note
+    return _run_reference(path, provider, feeds), "FP32, CPU provider"
+
+
+def _run_reference(path: Path, provider: str, feeds: dict[str, np.ndarray]) -> dict[str, Any]:
     runner = open_session(path, provider, tf32=False)
     try:
         return run_once(runner, feeds, "FP32 reference")

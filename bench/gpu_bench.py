@@ -193,15 +193,17 @@ def _log(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
 
-def run_model(built: BuiltModel, folder: Path, args: argparse.Namespace) -> list[Measurement]:
-    """Every variant of one model, against one FP32 reference (TF32 off)."""
+def run_model(
+    built: BuiltModel, folder: Path, args: argparse.Namespace
+) -> tuple[list[Measurement], str]:
+    """Every variant of one model against one FP32 reference (TF32 off), and that reference."""
     key = built.spec.key
     try:
-        reference = reference_outputs(built.path, args.provider, built.feeds)
+        reference, label = reference_outputs(built.path, args.provider, built.feeds)
     except Exception as e:
         msg = f"FP32 reference failed: {first_line(e)}"
         _log(f"[{key}] {msg}")
-        return [Measurement(v, error=msg, stage="load") for v in args.variants]
+        return [Measurement(v, error=msg, stage="load") for v in args.variants], msg
     results = []
     for variant in args.variants:
         m = convert_and_measure(
@@ -220,7 +222,7 @@ def run_model(built: BuiltModel, folder: Path, args: argparse.Namespace) -> list
         else:
             _log(f"[{key}] {variant}: median {m.median_ms:.3f} ms, rel err {m.worst_rel:.3g}")
         results.append(m)
-    return results
+    return results, label
 
 
 def run_all(args: argparse.Namespace, workdir: Path) -> list[dict[str, Any]]:
@@ -238,7 +240,7 @@ def run_all(args: argparse.Namespace, workdir: Path) -> list[dict[str, Any]]:
             f"[{key}] built {built.spec.title}: {built.params / 1e6:.1f}M weights, "
             f"{built.nodes} nodes ({time.perf_counter() - t0:.1f} s)"
         )
-        results = run_model(built, folder, args)
+        results, reference = run_model(built, folder, args)
         out.append(
             {
                 "key": key,
@@ -246,6 +248,7 @@ def run_all(args: argparse.Namespace, workdir: Path) -> list[dict[str, Any]]:
                 "dims": built.spec.dims,
                 "params": built.params,
                 "nodes": built.nodes,
+                "reference": reference,
                 "variants": results,
             }
         )
@@ -328,6 +331,9 @@ def main(argv: list[str] | None = None) -> int:
     table_rows = rows(models)
     head = meta_lines(info)
     notes = cpu_placed_lines(models, args.provider)
+    notes += [
+        f"reference of {m['title']}: {m['reference']}" for m in models if "fail" in m["reference"]
+    ]
     print("\n".join(head))
     print()
     print(text_table(COLUMNS, table_rows, group_first=True))

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from bench import _gpu_run as gpu_run
 from bench._gpu_profile import CPU_EP, placement_from_events, read_profile
 from bench._gpu_run import VARIANTS, Measurement, output_errors
 from bench.gpu_bench import NO_GPU, cpu_placed_lines, parse_args, rows
@@ -175,3 +176,26 @@ def test_output_errors_are_scale_relative_and_count_nonfinite() -> None:
     assert ids.rel is None and ids.cosine is None  # integer outputs are compared exactly
     (bad,) = output_errors({"y": ref["y"]}, {"y": np.array([np.nan, -4.0, 0.001], np.float32)})
     assert bad.nonfinite == 1 and bad.rel == float("inf") and bad.cosine < 0.9
+
+
+def test_reference_falls_back_to_cpu_fp32_when_the_no_tf32_session_fails(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls: list[str] = []
+
+    def fake(path: Path, provider: str, feeds: dict) -> dict:
+        calls.append(provider)
+        if provider == "cuda":
+            raise RuntimeError("unknown provider option use_tf32")
+        return {"y": np.ones(2, np.float32)}
+
+    monkeypatch.setattr(gpu_run, "_run_reference", fake)
+    out, label = gpu_run.reference_outputs(Path("m.onnx"), "cuda", {})
+    assert calls == ["cuda", "cpu"] and list(out) == ["y"]
+    assert label == (
+        "FP32, CPU provider (CUDA with use_tf32=0 failed: "
+        "RuntimeError: unknown provider option use_tf32)"
+    )
+    calls.clear()
+    assert gpu_run.reference_outputs(Path("m.onnx"), "cpu", {})[1] == "FP32, CPU provider"
+    assert calls == ["cpu"]
