@@ -9,7 +9,7 @@ input, NonMaxSuppression, LSTM and Loop bodies reading outer-scope weights.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import onnx
@@ -306,29 +306,47 @@ def resnet_cnn(
     image: int = 32,
     classes: int = 10,
     seed: int = 2,
+    *,
+    depths: Sequence[int] | None = None,
+    bottleneck: bool = False,
+    stem_kernel: int = 3,
+    stem_stride: int = 1,
 ) -> onnx.ModelProto:
     """Small ResNet: Conv+bias, un-fused BatchNormalization with real running stats, residuals.
 
     Traps: BatchNormalization is DENY (its running variance/mean initializers must stay FP32 while
     Conv weights go low), residual Add joins a LOW and a HIGH path, a strided block has a 1x1
     projection shortcut, and the head is GlobalAveragePool→Flatten→Gemm.
+
+    ``depths`` (blocks per stage; default one block in each of ``blocks`` stages), ``bottleneck``
+    (1x1-3x3-1x1 blocks, 4x expansion) and the stem's kernel/stride scale it up to ResNet-50
+    (``depths=[3, 4, 6, 3], channels=64, bottleneck=True, stem_kernel=7, stem_stride=2``) for
+    GPU benchmarks; stage ``i`` is ``channels * 2**i`` wide (x4 at a bottleneck's output).
     """
     b = GraphBuilder("resnet_cnn", seed)
     x = b.input("pixel_values", FLOAT, ["batch", 3, image, image])
-    x = _conv_bn(b, x, "stem", 3, channels, 3)
+    x = _conv_bn(b, x, "stem", 3, channels, stem_kernel, stem_stride)
     x = b.op("MaxPool", [x], "stem/MaxPool", kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
     c = channels
-    for i in range(blocks):
-        p = f"layer{i}"
-        stride = 2 if i > 0 else 1
-        c_out = c * stride
-        y = _conv_bn(b, x, f"{p}/block/0", c, c_out, 3, stride)
-        y = _conv_bn(b, y, f"{p}/block/1", c_out, c_out, 3, relu=False)
-        if stride != 1 or c_out != c:
-            x = _conv_bn(b, x, f"{p}/downsample", c, c_out, 1, stride, relu=False)
-        y = b.op("Add", [y, x], f"{p}/residual/Add")
-        x = b.op("Relu", [y], f"{p}/Relu")
-        c = c_out
+    for i, depth in enumerate(depths if depths is not None else [1] * blocks):
+        width = channels * 2**i
+        for j in range(depth):
+            p = f"layer{i}" if j == 0 else f"layer{i}_{j}"
+            stride = 2 if i > 0 and j == 0 else 1
+            if bottleneck:
+                c_out = 4 * width
+                y = _conv_bn(b, x, f"{p}/block/0", c, width, 1)
+                y = _conv_bn(b, y, f"{p}/block/1", width, width, 3, stride)
+                y = _conv_bn(b, y, f"{p}/block/2", width, c_out, 1, relu=False)
+            else:
+                c_out = width
+                y = _conv_bn(b, x, f"{p}/block/0", c, c_out, 3, stride)
+                y = _conv_bn(b, y, f"{p}/block/1", c_out, c_out, 3, relu=False)
+            if stride != 1 or c_out != c:
+                x = _conv_bn(b, x, f"{p}/downsample", c, c_out, 1, stride, relu=False)
+            y = b.op("Add", [y, x], f"{p}/residual/Add")
+            x = b.op("Relu", [y], f"{p}/Relu")
+            c = c_out
     x = b.op("GlobalAveragePool", [x], "head/GlobalAveragePool")
     x = b.op("Flatten", [x], "head/Flatten", axis=1)
     w = b.weight("head/fc/weight", [classes, c], std=1.0 / math.sqrt(c))

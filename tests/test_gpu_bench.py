@@ -1,0 +1,201 @@
+"""bench/gpu_bench.py: the no-GPU exit, the whole pipeline on the CPU provider, profile parsing."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bench import _gpu_run as gpu_run
+from bench._gpu_profile import CPU_EP, placement_from_events, read_profile
+from bench._gpu_run import VARIANTS, Measurement, output_errors
+from bench.gpu_bench import NO_GPU, cpu_placed_lines, parse_args, rows
+
+REPO = Path(__file__).resolve().parent.parent
+SCRIPT = REPO / "bench" / "gpu_bench.py"
+CUDA_EP = "CUDAExecutionProvider"
+
+
+def _bench(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    full_env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=full_env,
+        timeout=300,
+    )
+
+
+def test_without_a_gpu_it_says_so_in_one_line_and_exits_0() -> None:
+    # No visible device: a CPU build lacks the provider, a GPU build's provider cannot start.
+    res = _bench("--runs", "1", env={"CUDA_VISIBLE_DEVICES": ""})
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert len(lines) == 1, res.stdout
+    assert lines[0].startswith(NO_GPU + ": ")
+    assert lines[0].endswith("; nothing measured (--provider cpu runs it on the CPU).")
+
+
+def test_bad_option_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    for argv, message in [
+        (["--only", "vit"], "unknown model vit (choose from cnn, bert, gpt)"),
+        (["--only", "cnn", "--dim", "seq=8"], "--dim seq: no selected model has it (dims: batch)"),
+        (["--variants", "O4"], "unknown variant O4 (choose from FP32, O1, O2, O3, OCC)"),
+    ]:
+        with pytest.raises(SystemExit) as exc:
+            parse_args(argv)
+        assert exc.value.code == 2
+        assert message in capsys.readouterr().err
+
+
+def _table_rows(stdout: str) -> list[tuple[str, str, list[str]]]:
+    """(model, variant, cells) of the printed table (the model cell is blank under its first)."""
+    lines = stdout.splitlines()
+    head = next(i for i, ln in enumerate(lines) if ln.startswith("model "))
+    starts = [
+        i
+        for i, ch in enumerate(lines[head + 1])
+        if ch == "-" and (i == 0 or lines[head + 1][i - 1] == " ")
+    ]
+    out, model = [], ""
+    for ln in lines[head + 2 :]:
+        if not ln.strip():
+            break
+        model = ln[: starts[1]].strip() or model
+        cells = ln[starts[1] :].split()
+        out.append((model, cells[0], cells[1:]))
+    return out
+
+
+def test_cpu_provider_runs_every_variant_end_to_end(tmp_path: Path) -> None:
+    js, md = tmp_path / "gpu.json", tmp_path / "gpu.md"
+    res = _bench(
+        "--provider", "cpu", "--small", "--runs", "2", "--warmup", "1", "--only", "cnn,gpt",
+        "--dim", "batch=3", "--json", str(js), "--markdown", str(md),
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert "onnxruntime" in res.stdout and "(cpu provider)" in res.stdout
+    table = _table_rows(res.stdout)
+    titles = ["ResNet BN-in-graph (small) b3", "GPT-2 (small) b3 s16"]
+    assert [(m, v) for m, v, _ in table] == [(t, v) for t in titles for v in VARIANTS]
+
+    data = json.loads(js.read_text())
+    assert data["meta"]["provider"] == "cpu" and data["meta"]["target"] == "ort-cuda"
+    assert [m["key"] for m in data["models"]] == ["cnn", "gpt"]
+    for mod in data["models"]:
+        assert mod["dims"]["batch"] == 3
+        variants = {v["variant"]: v for v in mod["variants"]}
+        assert list(variants) == list(VARIANTS)
+        for name, v in variants.items():
+            if name == "OCC" and v["error"]:  # the peer's failures are reported, not raised
+                continue
+            assert v["error"] is None, v
+            assert len(v["times_ms"]) == 2 and 0 < v["median_ms"] <= v["p90_ms"]
+            assert [o["name"] for o in v["outputs"]] == ["logits"]
+            pl = v["placement"]
+            assert pl["nodes"] > 0 and pl["by_provider"] == {CPU_EP: pl["nodes"]}
+            assert pl["memcpy"] == 0
+            if name == "FP32":  # against itself (the CPU has no TF32)
+                assert v["max_rel_err"] <= 1e-6 and v["min_cosine"] > 0.999999
+            else:  # FP16 weights: a real, small error
+                assert 1e-5 < v["max_rel_err"] < 1e-2, (mod["key"], name, v["max_rel_err"])
+                assert v["min_cosine"] > 0.9999
+    text = md.read_text()
+    assert "| model | variant | median ms |" in text
+    assert (
+        sum(line.startswith("| ResNet") or line.startswith("| GPT") for line in text.splitlines())
+        == 10
+    )
+
+
+def test_placement_counts_a_cuda_profile() -> None:
+    def node(name: str, op: str, ep: str, types: list[str]) -> dict:
+        args = {"op_name": op, "provider": ep, "input_type_shape": [{t: [2]} for t in types]}
+        return {"cat": "Node", "name": f"{name}_kernel_time", "args": args}
+
+    events = [
+        {"cat": "Session", "name": "model_run", "args": {}},
+        node("conv", "FusedConv", CUDA_EP, ["float16"]),
+        {"cat": "Node", "name": "conv_fence_before", "args": {"op_name": "FusedConv"}},
+        node("to_host", "MemcpyToHost", CUDA_EP, ["float16"]),
+        node("bn", "BatchNormalization", CPU_EP, ["float16", "float"]),
+        node("cast", "Cast", CPU_EP, ["float16"]),
+        node("cast2", "Cast", CPU_EP, ["float"]),
+        node("shape", "Shape", CPU_EP, ["int64"]),
+        node("from_host", "MemcpyFromHost", CUDA_EP, ["float16"]),
+    ]
+    pl = placement_from_events(events)
+    assert pl.nodes == 7
+    assert pl.by_provider == {CUDA_EP: 3, CPU_EP: 4}
+    assert pl.cpu_nodes == 4 and pl.cpu_float_nodes == 3 and pl.memcpy == 2
+    assert pl.cpu_ops_text() == "Cast×2, BatchNormalization×1, Shape×1"
+
+    mod = {
+        "title": "ResNet-50 b128",
+        "variants": [
+            Measurement("FP32", median_ms=20.0, p90_ms=21.0, placement=placement_from_events([])),
+            Measurement("O3", median_ms=80.0, p90_ms=90.0, placement=pl),
+            Measurement("OCC", error="Fail: Load model failed: Type Error", stage="load"),
+        ],
+    }
+    out = rows([mod])
+    assert out[1][:5] == ["ResNet-50 b128", "O3", "80.000", "90.000", "0.25x"]
+    assert out[1][7:] == ["7", "4", "2"]
+    assert out[2][2] == "fails (load): Fail: Load model failed: Type Error"
+    assert cpu_placed_lines([mod], "cuda") == [
+        "CPU-placed nodes:",
+        "- ResNet-50 b128 O3: 4 on CPU (3 with float tensors): "
+        "Cast×2, BatchNormalization×1, Shape×1",
+    ]
+    assert cpu_placed_lines([mod], "cpu") == []
+
+
+def test_read_profile_accepts_both_trace_layouts(tmp_path: Path) -> None:
+    ev = [{"cat": "Node", "name": "a_kernel_time", "args": {"op_name": "Relu", "provider": CPU_EP}}]
+    (tmp_path / "list.json").write_text(json.dumps(ev))
+    (tmp_path / "dict.json").write_text(json.dumps({"traceEvents": ev}))
+    for name in ("list.json", "dict.json"):
+        pl = read_profile(tmp_path / name)
+        assert (pl.nodes, pl.cpu_ops, pl.cpu_float_nodes) == (1, {"Relu": 1}, 0)
+
+
+def test_output_errors_are_scale_relative_and_count_nonfinite() -> None:
+    ref = {"y": np.array([10.0, -4.0, 0.001], np.float32), "ids": np.array([1, 2], np.int64)}
+    cand = {"y": np.array([10.5, -4.0, 0.002], np.float32), "ids": np.array([1, 2], np.int64)}
+    y, ids = output_errors(ref, cand)
+    assert y.rel == pytest.approx(0.05, rel=1e-6)  # max|Δ| 0.5 over max|ref| 10
+    assert y.max_rel_elementwise == pytest.approx(1.0, rel=1e-3)  # the 0.001 element doubled
+    assert 0.99 < y.cosine < 1.0 and y.nonfinite == 0
+    assert ids.rel is None and ids.cosine is None  # integer outputs are compared exactly
+    (bad,) = output_errors({"y": ref["y"]}, {"y": np.array([np.nan, -4.0, 0.001], np.float32)})
+    assert bad.nonfinite == 1 and bad.rel == float("inf") and bad.cosine < 0.9
+
+
+def test_reference_falls_back_to_cpu_fp32_when_the_no_tf32_session_fails(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls: list[str] = []
+
+    def fake(path: Path, provider: str, feeds: dict) -> dict:
+        calls.append(provider)
+        if provider == "cuda":
+            raise RuntimeError("unknown provider option use_tf32")
+        return {"y": np.ones(2, np.float32)}
+
+    monkeypatch.setattr(gpu_run, "_run_reference", fake)
+    out, label = gpu_run.reference_outputs(Path("m.onnx"), "cuda", {})
+    assert calls == ["cuda", "cpu"] and list(out) == ["y"]
+    assert label == (
+        "FP32, CPU provider (CUDA with use_tf32=0 failed: "
+        "RuntimeError: unknown provider option use_tf32)"
+    )
+    calls.clear()
+    assert gpu_run.reference_outputs(Path("m.onnx"), "cpu", {})[1] == "FP32, CPU provider"
+    assert calls == ["cpu"]
