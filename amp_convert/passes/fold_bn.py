@@ -1,4 +1,4 @@
-"""Pass 2: fold inference BatchNormalization offline, in float64, before precision is chosen.
+"""Fold inference BatchNormalization offline, in float64, before precision is chosen.
 
 BatchNormalization is on the deny list because ``rsqrt(var + eps)`` and large running variances
 are unsafe in FP16. Done once at conversion in float64 instead, nothing at runtime needs FP32:
