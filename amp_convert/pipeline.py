@@ -40,15 +40,16 @@ STAMP_KEY = "amp_convert"
 class MeasureTrafficPass(ir.passes.InPlacePass):
     """Estimate the original's bytes per inference, and the same graph all in low precision."""
 
-    def __init__(self, shapes: ShapeBook, low: ir.DataType) -> None:
+    def __init__(self, shapes: ShapeBook, low: ir.DataType, keep_io_types: bool) -> None:
         super().__init__()
         self.shapes = shapes
         self.low = low
+        self.keep_io_types = keep_io_types
         self.original = self.all_low = 0
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         self.original = model_traffic(model, self.shapes)
-        self.all_low = model_traffic(model, self.shapes, low=self.low)
+        self.all_low = model_traffic(model, self.shapes, self.low, self.keep_io_types)
         return ir.passes.PassResult(model, modified=False)
 
 
@@ -174,7 +175,7 @@ def run(model: ir.Model, options: ConvertOptions) -> ConversionReport:
             "check verified the result"
         )
     shapes = ShapeBook(inferred_types, options.dim_values)
-    measure = MeasureTrafficPass(shapes, options.low_dtype)
+    measure = MeasureTrafficPass(shapes, options.low_dtype, options.keep_io_types)
     fold = FoldBatchNormPass(options.low_dtype, inferred_types, names)
     classify = ClassifyPass(options, lists)
     assign = AssignPrecisionPass(options, classify, shapes)

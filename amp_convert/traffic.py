@@ -92,7 +92,7 @@ class ShapeBook:
 
 @dataclass(frozen=True)
 class Traffic:
-    """Bytes read and written per inference; `low` is the all-low estimate of the original."""
+    """Bytes read and written per inference; `all_low` is the all-low estimate of the original."""
 
     original: int
     result: int
@@ -120,12 +120,24 @@ def _itemsize(value: ir.Value) -> float:
         return 0
 
 
-def model_traffic(model: ir.Model, shapes: ShapeBook, low: ir.DataType | None = None) -> int:
+def model_traffic(
+    model: ir.Model,
+    shapes: ShapeBook,
+    low: ir.DataType | None = None,
+    keep_io_types: bool = True,
+) -> int:
     """Bytes every node reads and writes; with `low`, as if every FP32 tensor were `low`.
 
-    Constant nodes move nothing at run time (their tensor is read by their readers).
+    The all-low figure (`low` given) includes the Casts an FP32 interface needs with
+    `keep_io_types`: it is the best any placement can do for that interface. Constant nodes move
+    nothing at run time (their tensor is read by their readers).
     """
     total = 0.0
+    if low is not None and keep_io_types:
+        graph = model.graph
+        for value in (*graph.inputs, *graph.outputs):
+            if is_float_tensor(value):
+                total += shapes.elements(value) * (FLOAT.itemsize + low.itemsize)
     for node in model.graph.all_nodes():
         if node.op_type == "Constant":
             continue

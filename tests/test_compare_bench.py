@@ -144,7 +144,8 @@ def test_traffic_figure_is_the_converters_own_estimate(tmp_path: Path, build: st
     t = analyze.traffic(str(src), str(dst))
     assert {k: t[k] for k in ("original", "result", "all_low")} == report.traffic
     assert t["ratio"] == pytest.approx(report.traffic["result"] / report.traffic["original"])
-    assert t["all_low_ratio"] == pytest.approx(0.5, abs=0.01)  # every float tensor halves
+    # every float tensor halves; the FP32 interface adds its casts (a few % on these blocks)
+    assert t["all_low_ratio"] == pytest.approx(0.5, abs=0.03)
     assert t["ratio"] < 1.0
 
 
