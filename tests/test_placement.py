@@ -88,3 +88,20 @@ def test_dims_change_the_estimate_not_the_graph() -> None:
     large, r2 = _converted(model, level="O2", dims={"batch": 64, "seq": 128})
     assert r2.traffic["original"] > 20 * r1.traffic["original"]
     assert casts(small) == casts(large)
+
+
+@pytest.mark.parametrize("opset", [11, 17])
+def test_conv_bn_hardswish_cnn_needs_only_interface_casts(opset: int) -> None:
+    """Issue 7: a Paddle/MobileNet-style CNN (Conv→BN→decomposed HardSwish) at O2: its BNs fold
+    into the Convs, so nothing stays FP32 and only the input and the logits are cast."""
+    from models.cnn import mobilenet_cnn
+
+    model = mobilenet_cnn(opset=opset)
+    out, report = _converted(model, level="O2")
+    assert report.casts_inserted == 2
+    assert report.nodes_fp32 == 0
+    assert not [n for n in out.graph.node if n.op_type == "BatchNormalization"]
+    assert report.traffic["result"] <= 1.10 * report.traffic["all_low"]
+    feeds = sample_inputs(model, seed=0)
+    result = amp_convert.validate(model, out, provider="emulate", inputs=feeds, runs=0)
+    assert all(o.cosine > 0.9999 for o in result.outputs)

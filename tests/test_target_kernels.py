@@ -13,7 +13,7 @@ import amp_convert
 from amp_convert.targets import load_target, uncovered_nodes
 from models.build import BUILDERS
 from models.cnn import bn_fp16_overflow, mobilenet_cnn
-from tests.helpers import FLOAT, FLOAT16, all_nodes, value_types
+from tests.helpers import FLOAT, FLOAT16, all_nodes, run, value_types
 from tests.test_backend_corpus import _case_id, _cases
 
 LEVELS = ["O1", "O2", "O3"]
@@ -54,7 +54,16 @@ def test_kept_batchnorm_never_mixes_float_types(level: str) -> None:
     assert uncovered_nodes(_typed(out), load_target("ort-cuda")) == []
 
 
-def _clip11() -> onnx.ModelProto:
+def _clip11(bounds_as_inputs: bool = False) -> onnx.ModelProto:
+    inits = [numpy_helper.from_array(np.eye(4, dtype=np.float32), "w")]
+    inputs = [helper.make_tensor_value_info("x", FLOAT, [2, 4])]
+    if bounds_as_inputs:
+        inputs += [helper.make_tensor_value_info(n, FLOAT, []) for n in ("lo", "hi")]
+    else:
+        inits += [
+            numpy_helper.from_array(np.array(0.0, np.float32), "lo"),
+            numpy_helper.from_array(np.array(6.0, np.float32), "hi"),
+        ]
     graph = helper.make_graph(
         [
             helper.make_node("MatMul", ["x", "w"], ["m"], name="mm"),
@@ -62,24 +71,34 @@ def _clip11() -> onnx.ModelProto:
             helper.make_node("MatMul", ["c", "w"], ["y"], name="mm2"),
         ],
         "g",
-        [helper.make_tensor_value_info("x", FLOAT, [2, 4])],
+        inputs,
         [helper.make_tensor_value_info("y", FLOAT, [2, 4])],
-        [
-            numpy_helper.from_array(np.eye(4, dtype=np.float32), "w"),
-            numpy_helper.from_array(np.array(0.0, np.float32), "lo"),
-            numpy_helper.from_array(np.array(6.0, np.float32), "hi"),
-        ],
+        inits,
     )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)], ir_version=7)
 
 
-def test_clip11_keeps_fp32_with_the_tables_reason_even_at_o3() -> None:
-    out, report = amp_convert.convert(_clip11(), level="O3", return_report=True)
+def test_clip11_with_runtime_bounds_keeps_fp32_with_the_tables_reason_even_at_o3() -> None:
+    out, report = amp_convert.convert(_clip11(True), level="O3", return_report=True)
     decision = report.decision("clip")
     assert decision.precision == "fp32"
     assert "no FP16 kernel in ORT CUDA for Clip-11" in decision.reason
     assert report.decision("mm").precision == "low"
     assert "ort-cuda" in report.target and "ONNX Runtime" in report.target
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_clip11_with_constant_bounds_runs_low_as_min_max(level: str) -> None:
+    original = _clip11()
+    out, report = amp_convert.convert(original, level=level, return_report=True)
+    onnx.checker.check_model(out, full_check=True)
+    ops = [n.op_type for n in all_nodes(out.graph)]
+    assert "Clip" not in ops and ops.count("Min") == ops.count("Max") == 1
+    assert "runs as Min/Max" in report.decision("clip").reason
+    assert report.casts_inserted == 2  # x in, y out
+    x = {"x": np.linspace(-8, 8, 8, dtype=np.float32).reshape(2, 4)}
+    ref = run(original, x)[0]
+    np.testing.assert_allclose(run(out, x)[0], ref, atol=1e-2)
 
 
 def test_target_none_follows_the_schema_only() -> None:

@@ -146,6 +146,18 @@ def _proposed(values: Sequence[ir.Value | None], low_slots: frozenset[int], low:
     ]
 
 
+def _clip_as_min_max(node: ir.Node, ctx: ClassifyPass, opset: int) -> bool:
+    """Clip before opset 12 has no FP16 CUDA kernel; Max(Min(x, hi), lo) does the same exactly.
+
+    Only with constant (or absent) bounds, so the rewrite needs no new runtime values.
+    """
+    bounds = node.inputs[1:3]
+    if any(b is not None and constant_tensor(b) is None for b in bounds):
+        return False
+    low = ctx.low
+    return all(ctx.table.accepts(op, "", opset, [low, low], [low]) is None for op in ("Min", "Max"))
+
+
 def _fit_kernels(
     node: ir.Node, info: NodeInfo, sig: schema.OpSignature, ctx: ClassifyPass, opset: int
 ) -> None:
@@ -164,6 +176,10 @@ def _fit_kernels(
         _proposed(node.outputs, info.low_outputs, low),
     )
     if problem is None:
+        return
+    if node.op_type == "Clip" and _clip_as_min_max(node, ctx, opset):
+        info.rewrite_as = "minmax"
+        info.reason += f"; runs as Min/Max when low ({problem})"
         return
     extra = frozenset(
         i

@@ -30,6 +30,8 @@ class NodeInfo:
     user: bool = False  # the class came from the user (--fp32-ops, op list file, exclusions)
     #: low only between low neighbours: the kernel accumulates in FP32, casts around it buy nothing
     low_between_low: bool = False
+    #: when LOW, rewrite runs the node as other ops the target has low kernels for ("minmax")
+    rewrite_as: str = ""
     precision: Precision = FP32
     forced: bool = False  # decided by a hard rule; placement must not flip it
 

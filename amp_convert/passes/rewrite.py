@@ -68,7 +68,60 @@ class RewritePass(ir.passes.InPlacePass):
             if home == LOW:
                 value.type = ir.TensorType(self.plan.low)  # a new object: clones share types
         self._retarget_attributes(model)
+        for node in [n for n in model.graph.all_nodes() if self._rewritten_as(n) == "minmax"]:
+            self._clip_as_min_max(node)
         return ir.passes.PassResult(model, modified=True)
+
+    def _rewritten_as(self, node: ir.Node) -> str:
+        info = self.plan.info.get(node)
+        return info.rewrite_as if info is not None and info.precision == LOW else ""
+
+    def _clip_as_min_max(self, clip: ir.Node) -> None:
+        """A low Clip the target has no kernel for becomes Max(Min(x, hi), lo): the same values."""
+        low, graph = self.plan.low, clip.graph
+        x = clip.inputs[0]
+        bounds: list[tuple[str, ir.Value | None]] = [("Min", None), ("Max", None)]
+        if len(clip.inputs) > 1:  # opset 11: bounds are (already low) inputs
+            bounds = [("Min", _input(clip, 2)), ("Max", _input(clip, 1))]
+        else:  # opset 6-10: float attributes
+            for i, (op, attr) in enumerate((("Min", "max"), ("Max", "min"))):
+                if attr in clip.attributes:
+                    data = low_array(np.array(clip.attributes[attr].value, np.float32), low, True)
+                    value = ir.Value(
+                        name=self.names.take(f"{clip.name or 'clip'}/{attr}_{SUFFIX[low]}"),
+                        type=ir.TensorType(low),
+                        shape=ir.Shape([]),
+                        const_value=ir.Tensor(data, dtype=low),
+                    )
+                    graph.register_initializer(value)
+                    bounds[i] = (op, value)
+        nodes, current = [], x
+        for op, bound in bounds:
+            if bound is None:
+                continue
+            out = ir.Value(name=self.names.take(f"{clip.name or 'clip'}/{op}_out"))
+            nodes.append(
+                ir.Node(
+                    "",
+                    op,
+                    [current, bound],
+                    outputs=[out],
+                    name=self.names.take(f"{clip.name}/{op}"),
+                )
+            )
+            current = out
+        if not nodes:  # no bounds at all: an identity
+            nodes.append(
+                ir.Node("", "Identity", [x], name=self.names.take(f"{clip.name}/Identity"))
+            )
+        nodes[-1].outputs[0].type = clip.outputs[0].type
+        nodes[-1].outputs[0].shape = clip.outputs[0].shape
+        nodes[-1].name = clip.name  # the report speaks of the node the user knows
+        for new in nodes:
+            self.plan.info[new] = self.plan.info[clip]
+        ir.convenience.replace_nodes_and_values(
+            graph, clip, [clip], nodes, [clip.outputs[0]], [nodes[-1].outputs[0]]
+        )
 
     def _home(self, value: ir.Value) -> Precision:
         plan = self.plan
@@ -195,6 +248,10 @@ class RewritePass(ir.passes.InPlacePass):
                 attr = node.attributes.get("value")
                 base = attr.value if attr is not None else ir.Tensor(np.zeros(1, np.float32))
                 node.attributes["value"] = ir.AttrTensor("value", to_low(base, low, False))
+
+
+def _input(node: ir.Node, index: int) -> ir.Value | None:
+    return node.inputs[index] if index < len(node.inputs) else None
 
 
 def _float_values(model: ir.Model) -> list[ir.Value]:
