@@ -152,8 +152,8 @@ def _clip_as_min_max(node: ir.Node, ctx: ClassifyPass, opset: int) -> bool:
     Only with constant (or absent) bounds, so the rewrite needs no new runtime values.
     """
     bounds = node.inputs[1:3]
-    if any(b is not None and constant_tensor(b) is None for b in bounds):
-        return False
+    if opset < 8 or any(b is not None and constant_tensor(b) is None for b in bounds):
+        return False  # Min/Max broadcast a scalar bound only from opset 8
     low = ctx.low
     return all(ctx.table.accepts(op, "", opset, [low, low], [low]) is None for op in ("Min", "Max"))
 
