@@ -4,6 +4,7 @@ kept FP32; a model O3 already handles comes back as O3 after two ORT sessions.""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -156,6 +157,44 @@ def test_memory_budget_splits_fetches_into_batches() -> None:
     _, big = auto_convert(model, inputs=feeds)
     assert [p.name for p in small.pinned] == [p.name for p in big.pinned]
     assert small.runs > big.runs and small.sessions == big.sessions
+    # over the budget the reference values are cached on disk, read back identical
+    assert [t.first_error for t in small.trace] == [t.first_error for t in big.trace]
+
+
+def test_large_weights_reach_ort_memory_mapped(tmp_path, monkeypatch) -> None:
+    """No in-memory copy of the weights: the reference uses the model's own data file, the
+    candidate is written to a temporary one, and ORT maps both without prepacked copies."""
+    from amp_convert.auto import search as search_module
+    from amp_convert.auto import staging
+
+    info = write_big_model(tmp_path / "big.onnx", target_bytes=12_000_000, width=256)
+    monkeypatch.setattr(staging, "SPILL_BYTES", 1 << 20)
+    staged: list[staging.Staged] = []
+
+    def spy(model, label, **kw):
+        staged.append(staging.stage(model, label, **kw))
+        return staged[-1]
+
+    monkeypatch.setattr(search_module, "stage", spy)
+    options: list[tuple[str, bool]] = []
+    real = ort.InferenceSession
+
+    class Recording(real):  # type: ignore[misc, valid-type]
+        def __init__(self, model, so, **k):
+            options.append((so.get_session_config_entry("session.disable_prepacking"),
+                            so.enable_cpu_mem_arena))  # fmt: skip
+            super().__init__(model, so, **k)
+
+    monkeypatch.setattr(ort, "InferenceSession", Recording)
+    _, report = auto_convert(info.path, inputs={"x": np.ones((2, 256), np.float32)})
+    assert report.passed and report.sessions == 2 and len(staged) == 2
+    ref, cand = staged
+    assert ref.mapped and ref.source.base_dir == str(tmp_path.resolve())
+    assert ref.proto.ByteSize() < 100_000  # the graph only: weights stay in big.onnx.data
+    assert cand.mapped and cand.proto.ByteSize() < 100_000
+    assert cand.proto.graph.initializer[0].data_type == FLOAT16
+    assert not Path(cand.source.base_dir).exists()  # its temporary folder is gone
+    assert options == [("1", False), ("1", True)]  # no prepacking; arena for the candidate only
 
 
 def test_unnamed_nodes_get_unique_names_and_exact_patterns() -> None:
