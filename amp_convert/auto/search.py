@@ -23,9 +23,17 @@ import onnx_ir as ir
 
 from amp_convert import io
 from amp_convert.api import convert
+from amp_convert.auto.bodies import BodyJudge
 from amp_convert.auto.cache import ValueCache
-from amp_convert.auto.graph import FLOAT, GraphFacts, graph_facts, name_nodes, pin_patterns
-from amp_convert.auto.localise import Localiser, ValueStats
+from amp_convert.auto.graph import (
+    FLOAT,
+    GraphFacts,
+    NodeFacts,
+    graph_facts,
+    name_nodes,
+    pin_patterns,
+)
+from amp_convert.auto.localise import Blame, Localiser, ValueStats
 from amp_convert.auto.probe import DEFAULT_BUDGET, Probe, expose, open_probe, plan_batches
 from amp_convert.auto.ranges import DEFAULT_MARGIN, LIMITS, range_hits
 from amp_convert.auto.report import AutoReport, PinnedNode, TracePoint
@@ -181,6 +189,7 @@ class _Search:
         exposed = onnx.ModelProto()
         exposed.CopyFrom(self.ref_proto)  # weight-free (or small): see staging
         expose(exposed, facts0.float_values, {v: FLOAT for v in facts0.float_values})
+        expose(exposed, facts0.control_inputs, facts0.types)  # for the body localisation
         probe = open_probe(
             self.ref_staged.source, exposed, "reference", device=self.device,
             disable_optimizations=self.provider == "emulate",
@@ -246,7 +255,7 @@ class _Search:
         facts.types.update({k: v for k, v in facts0.types.items() if k not in facts.types})
         self.facts = facts
         check_names(self.limits, facts.graph_outputs)
-        values = facts.float_values
+        values = [*facts.float_values, *facts.control_inputs]
         sizes = {v: facts.estimated_bytes(v) for v in values}
         self.batches = plan_batches(values, sizes, self.budget, first=facts.graph_outputs)
         self.samples = samples
@@ -302,7 +311,7 @@ class _Search:
                 )
                 break
             failing = [o.name for o in outputs if not o.passed]
-            new = self._localise(stats, conv, cand_feeds, failing, pinned)
+            new, whole = self._localise(stats, conv, cand_feeds, failing, pinned)
             if not new:
                 report.warnings.append(
                     "thresholds cannot be met: no node still in low precision introduces the "
@@ -310,19 +319,34 @@ class _Search:
                 )
                 break
             for b in new:
-                node = facts.node(b.node)
-                pinned[b.node] = PinnedNode(
-                    b.node, node.op_type, round_no, "error",
-                    f"introduces error {b.score:.3g} ({b.how}; output error "
-                    f"{b.output_error:.3g}, inputs {b.input_error:.3g})",
-                    introduced_error=b.score, body_nodes=len(node.body_nodes),
-                )  # fmt: skip
+                pinned[b.node] = self._pin(b, round_no, whole.get(b.node))
         assert cand_model is not None and first_stats is not None
-        report.pinned = sorted(pinned.values(), key=lambda p: facts.node(p.name).index)
+        report.pinned = sorted(pinned.values(), key=lambda p: facts.order(p.name))
         report.sessions = self.sessions
         report.runs = self.runs
         self._figures(report, cand_model, ref_max, first_stats, pinned)
         return cand_model
+
+    def _pin(self, b: Blame, round_no: int, whole: str | None) -> PinnedNode:
+        """The report entry of a node pinned after candidate ``round_no``."""
+        facts = self.facts
+        inside = facts.inner[b.node].parent if b.node in facts.inner else ""
+        if b.kind == "range":
+            evidence = b.how
+        elif inside:
+            evidence = f"introduces error {b.score:.3g} ({b.how})"
+        else:
+            evidence = (
+                f"introduces error {b.score:.3g} ({b.how}; output error {b.output_error:.3g}, "
+                f"inputs {b.input_error:.3g})"
+            )
+        if whole is not None:
+            evidence += f"; whole body pinned: {whole}"
+        return PinnedNode(
+            b.node, facts.op_type(b.node), round_no, b.kind, evidence,
+            max_abs=b.max_abs, introduced_error=b.score,
+            body_nodes=len(facts.body_of(b.node)), inside=inside,
+        )  # fmt: skip
 
     def _samples(self, inputs: Any, specs, dims, seed) -> list[dict[str, np.ndarray]]:
         if inputs is None:
@@ -399,7 +423,7 @@ class _Search:
         names: list[str] = []
         for name in pinned:
             names.append(name)
-            names.extend(self.facts.node(name).body_nodes)
+            names.extend(self.facts.body_of(name))
         excludes = [*self.options["exclude_nodes"], *pin_patterns(names)]
         opts = {**self.options, "exclude_nodes": excludes}
         result, conv = convert(
@@ -414,8 +438,7 @@ class _Search:
         def is_low(name: str) -> bool:
             if precision.get(name) == "low":
                 return True
-            node = facts.node(name) if name in facts._by_name else None
-            return node is not None and any(precision.get(b) == "low" for b in node.body_nodes)
+            return any(precision.get(b) == "low" for b in facts.body_of(name))
 
         def ref_values(names: Sequence[str]) -> list[dict[str, np.ndarray]]:
             out = []
@@ -443,11 +466,29 @@ class _Search:
                 return None
             return np.asarray(value.const_value.numpy())
 
+        protos = {n.name: n for n in self.ref_proto.graph.node}
+        judge = BodyJudge(
+            facts.opsets, facts.ir_version, self.dtype, self.margin, is_low,
+            weights=facts.initializers,
+        )  # fmt: skip
+
+        def in_body(node: NodeFacts, exclude: set[str]) -> tuple[list[Blame], str | None]:
+            envs = ref_values(node.inputs)
+            for env in envs:
+                for v in node.inputs:
+                    if v not in env and v in facts.initializers:
+                        arr = initializer(v)
+                        if arr is not None:
+                            env[v] = arr
+            verdict = judge.judge(protos[node.name], envs, exclude)
+            return verdict.blames, verdict.fallback
+
         localiser = Localiser(
             facts, stats, is_low, self.dtype, ref_values, cand_values, initializer,
-            node_protos={n.name: n for n in self.ref_proto.graph.node},
+            node_protos=protos, body_judge=in_body,
         )  # fmt: skip
-        return localiser.blame(failing, exclude=set(pinned))
+        blames = localiser.blame(failing, exclude=set(pinned))
+        return blames, localiser.whole_bodies
 
     def _figures(self, report, cand: ir.Model, ref_max, first_stats, pinned) -> None:
         conv = report.conversion
