@@ -200,6 +200,7 @@ def main(argv: list[str] | None = None) -> int:
         ("Exp of large logits", ov.exp_overflow, "normal"),
         ("hand variance (wide)", ov.hand_variance, "wide"),
         ("hand variance (offset)", ov.hand_variance, "offset"),
+        ("Exp inside an If branch", ov.if_exp_overflow, "normal"),
     ):
         model, _ = builder()
         cases.append((name, model, ov.calibration(model, kind)))

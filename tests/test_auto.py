@@ -131,6 +131,15 @@ def test_if_body_nodes_are_pinned_one_by_one_and_the_rest_stays_low() -> None:
     assert _validate(model, result, ov.calibration(model)).passed
 
 
+def test_if_branches_taken_per_sample_are_all_analysed() -> None:
+    model, _ = ov.if_exp_overflow()
+    other = {**ov.calibration(model, seed=1), "use_softmax": np.array(False)}
+    _, report = auto_convert(model, inputs=[ov.calibration(model), other])
+    assert report.passed and [p.name for p in report.pinned] == CASES["if_body"][2]
+    note = "(else_branch taken in 1 of 2 sample(s), then_branch taken in 1 of 2 sample(s))"
+    assert note in report.pinned[0].evidence
+
+
 def test_if_body_falls_back_to_the_whole_body_and_says_why(monkeypatch) -> None:
     from amp_convert.auto import bodies
 
