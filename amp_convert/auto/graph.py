@@ -1,8 +1,10 @@
 """What the search needs to know about the model's main graph: nodes, float values, who reads what.
 
-Built once from the weight-free reference proto. Nodes inside If/Loop/Scan bodies are not probed
-one by one: their control-flow node stands for them (its outputs are exposed, its captured outer
-values count as its inputs), and pinning it pins every node of its bodies.
+Built once from the weight-free reference proto. Nodes inside If/Loop/Scan bodies cannot be
+graph outputs, so the main graph's control-flow node stands for them in the probes (its outputs
+are exposed, its captured outer values count as its inputs); ``inner`` indexes the body nodes so
+that the body localisation (bodies.py) can pin them one by one, and pinning a control-flow node
+itself pins every node of its bodies.
 """
 
 from __future__ import annotations
@@ -89,6 +91,17 @@ class NodeFacts:
 
 
 @dataclass
+class InnerNode:
+    """A node inside a body: the main-graph node it sits in, its order, its own nested nodes."""
+
+    name: str
+    op_type: str
+    parent: str
+    order: int
+    body_nodes: list[str] = field(default_factory=list)
+
+
+@dataclass
 class GraphFacts:
     """Main-graph structure and the element type and shape of each value."""
 
@@ -115,6 +128,40 @@ class GraphFacts:
 
     def __post_init__(self) -> None:
         self._by_name = {n.name: n.index for n in self.nodes}
+
+    #: body nodes by name (nested bodies included)
+    inner: dict[str, InnerNode] = field(default_factory=dict)
+
+    def op_type(self, name: str) -> str:
+        return self.inner[name].op_type if name in self.inner else self.node(name).op_type
+
+    def body_of(self, name: str) -> list[str]:
+        """Names of the nodes in ``name``'s bodies (a main-graph or a body node)."""
+        if name in self.inner:
+            return self.inner[name].body_nodes
+        return self.node(name).body_nodes if name in self._by_name else []
+
+    def order(self, name: str) -> tuple[int, int]:
+        """Topological position: a body node sits at its main-graph node, in body order."""
+        if name in self.inner:
+            return self._by_name[self.inner[name].parent], 1 + self.inner[name].order
+        return self._by_name[name], 0
+
+    @property
+    def control_inputs(self) -> list[str]:
+        """Non-float values read by control-flow nodes (If conditions, trip counts, captured
+        indices): the body localisation re-runs bodies on them, so the reference records them."""
+        out: list[str] = []
+        seen: set[str] = set()
+        for n in self.nodes:
+            if not n.body_nodes:
+                continue
+            for v in n.inputs:
+                skip = v in seen or v in self.initializers or v in self.graph_inputs
+                if not skip and v in self.types and self.types[v] != FLOAT:
+                    out.append(v)
+                    seen.add(v)
+        return out
 
     def estimated_bytes(self, value: str) -> int:
         """Bytes of one FP32 value; a partly unknown shape counts as the largest known value."""
@@ -157,6 +204,17 @@ def graph_facts(proto: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> Grap
         for v in outs:
             producer[v] = i
     inits = {t.name for t in graph.initializer}
+    inner: dict[str, InnerNode] = {}
+    for node in graph.node:
+        k = 0
+        for sub in _bodies(node):
+            for g in proto_walk.graphs(sub):
+                for n in g.node:
+                    nested = [
+                        m.name for b in _bodies(n) for h in proto_walk.graphs(b) for m in h.node
+                    ]
+                    inner[n.name] = InnerNode(n.name, n.op_type, node.name, k, nested)
+                    k += 1
     facts = GraphFacts(
         nodes=nodes,
         producer=producer,
@@ -167,6 +225,7 @@ def graph_facts(proto: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> Grap
         initializers=inits,
         opsets={o.domain or "": o.version for o in proto.opset_import},
         ir_version=proto.ir_version,
+        inner=inner,
     )
     known = [  # activations only: a weight's size says nothing about a value's
         int(np.prod(s, dtype=np.int64))

@@ -115,6 +115,8 @@ class Blame:
     output_error: float
     input_error: float
     how: str  # "isolated", "difference", "via <node>"
+    kind: str = "error"  # "range" for a body node whose values exceed the low type's range
+    max_abs: float | None = None
 
 
 @dataclass
@@ -132,8 +134,14 @@ class Localiser:
     per_round: int = 4
     notes: list[str] = field(default_factory=list)
 
+    #: node → blames inside its bodies, or the reason its whole body must be pinned
+    body_judge: Callable[[NodeFacts, set[str]], tuple[list[Blame], str | None]] | None = None
+    #: control-flow nodes blamed whole, with why their bodies could not be narrowed
+    whole_bodies: dict[str, str] = field(default_factory=dict)
+
     def blame(self, failing_outputs: Sequence[str], exclude: set[str]) -> list[Blame]:
         """The few nodes to pin next (none when nothing low can be blamed)."""
+        self._exclude = exclude
         relevant = self.facts.ancestors(failing_outputs)
         ranked: list[tuple[float, float, float, NodeFacts]] = []
         for node in self.facts.nodes:
@@ -167,7 +175,9 @@ class Localiser:
 
     def _judge(self, node: NodeFacts, diff: float, e_out: float, e_in: float) -> list[Blame]:
         if self.is_low(node.name):
-            isolated = None if node.body_nodes else self._isolated(node)
+            if node.body_nodes:
+                return self._in_body(node, Blame(node.name, diff, e_out, e_in, "difference"))
+            isolated = self._isolated(node)
             if isolated is None:
                 return [Blame(node.name, diff, e_out, e_in, "difference")]
             return [Blame(node.name, isolated, e_out, e_in, "isolated")]
@@ -184,9 +194,21 @@ class Localiser:
                 return []
             seen.add(src.name)
             if self.is_low(src.name):
-                return [Blame(src.name, score, e_out, e_in, f"via {node.name}")]
+                blame = Blame(src.name, score, e_out, e_in, f"via {node.name}")
+                return self._in_body(src, blame) if src.body_nodes else [blame]
             culprit = self._worst_input(src, score)
         return []
+
+    def _in_body(self, node: NodeFacts, whole: Blame) -> list[Blame]:
+        """Blames for the body nodes of ``node`` when they can be narrowed, else ``whole``."""
+        if self.body_judge is None:
+            self.whole_bodies[node.name] = "body localisation not available"
+            return [whole]
+        blames, why = self.body_judge(node, getattr(self, "_exclude", set()))
+        if blames:
+            return blames
+        self.whole_bodies[node.name] = why or "no body node to blame"
+        return [whole]
 
     def _worst_input(self, node: NodeFacts, score: float | None = None) -> tuple[str, float] | None:
         """The float input whose candidate value hurts ``node``'s output most, with that error."""

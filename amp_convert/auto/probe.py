@@ -7,7 +7,7 @@ under a budget however big the model. Sessions are counted: the search reports h
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,7 +70,7 @@ class Probe:
         return {n: from_ortvalue(v) for n, v in zip(names, values, strict=True)}
 
     def close(self) -> None:
-        self.runner.session = None
+        self.runner.close()
 
 
 def open_probe(
@@ -80,11 +80,12 @@ def open_probe(
     *,
     device: str,
     disable_optimizations: bool,
+    configure: Callable[[Any], None] | None = None,
 ) -> Probe:
     """Open a session on ``model`` (``src``'s graph, or a rewritten copy of it)."""
     runner = make_session(
         src, role, device=device, disable_optimizations=disable_optimizations,
-        model_override=model,
+        model_override=model, configure=configure,
     )  # fmt: skip
     return Probe(runner, {n for n, _ in runner.outputs})
 

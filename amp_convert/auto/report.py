@@ -26,6 +26,8 @@ class PinnedNode:
     max_abs: float | None = None
     introduced_error: float | None = None
     body_nodes: int = 0
+    #: the main-graph If/Loop/Scan whose body holds this node ("" in the main graph)
+    inside: str = ""
 
 
 @dataclass
@@ -104,7 +106,8 @@ class AutoReport:
         ]
         for p in self.pinned:
             body = f" (+{p.body_nodes} body nodes)" if p.body_nodes else ""
-            lines.append(f"  {p.name} [{p.op_type}]{body}: {p.reason}, {p.evidence}")
+            where = f" in {p.inside}" if p.inside else ""
+            lines.append(f"  {p.name} [{p.op_type}]{where}{body}: {p.reason}, {p.evidence}")
         for o in self.outputs:
             mark = "ok " if o.passed else "FAIL"
             cos = "n/a" if o.cosine is None else f"{o.cosine:.6f}"

@@ -13,11 +13,8 @@ A model that meets the thresholds at the level comes back after two sessions.
 from __future__ import annotations
 
 import math
-import os
-import tempfile
 import time
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -26,18 +23,28 @@ import onnx_ir as ir
 
 from amp_convert import io
 from amp_convert.api import convert
-from amp_convert.auto.graph import FLOAT, GraphFacts, graph_facts, name_nodes, pin_patterns
-from amp_convert.auto.localise import Localiser, ValueStats
+from amp_convert.auto.bodies import BodyJudge
+from amp_convert.auto.cache import ValueCache
+from amp_convert.auto.graph import (
+    FLOAT,
+    GraphFacts,
+    NodeFacts,
+    graph_facts,
+    name_nodes,
+    pin_patterns,
+)
+from amp_convert.auto.localise import Blame, Localiser, ValueStats
 from amp_convert.auto.probe import DEFAULT_BUDGET, Probe, expose, open_probe, plan_batches
 from amp_convert.auto.ranges import DEFAULT_MARGIN, LIMITS, range_hits
 from amp_convert.auto.report import AutoReport, PinnedNode, TracePoint
+from amp_convert.auto.staging import Staged, lean_options, stage
 from amp_convert.errors import ValidationError
 from amp_convert.options import make_options
 from amp_convert.report import ConversionReport
 from amp_convert.validation.emulate import build_emulated_model
 from amp_convert.validation.inputs import InputSpec, load_inputs, random_inputs
 from amp_convert.validation.metrics import OutputResult, Thresholds, check_names, compare_output
-from amp_convert.validation.runtime import ModelSource, cuda_available, import_ort, load_source
+from amp_convert.validation.runtime import cuda_available, import_ort
 
 DEFAULT_MIN_COSINE = 0.999
 PROVIDERS = ("emulate", "cuda", "auto")
@@ -95,10 +102,9 @@ def auto_convert(
 
     work = io.load_model(model)
     renamed = name_nodes(work)
-    base_dir = _base_dir(model)
-    ref_proto = ir.serde.serialize_model(work)
     search = _Search(
-        work, ref_proto, base_dir, provider=provider, dtype=dtype, level=level, limits=limits,
+        work, stage(work, "<reference>"),
+        provider=provider, dtype=dtype, level=level, limits=limits,
         margin=margin, budget=memory_budget, options={**options, "exclude_nodes": user_excludes},
     )  # fmt: skip
     report = AutoReport(
@@ -125,12 +131,6 @@ def _limits(thresholds: Any, **flat: Any) -> Thresholds:
     return base
 
 
-def _base_dir(model: Any) -> str | None:
-    if isinstance(model, str | os.PathLike):
-        return str(Path(model).resolve().parent)
-    return None
-
-
 def _as_kind(model: Any, result: ir.Model) -> Any:
     if isinstance(model, onnx.ModelProto):
         return ir.serde.serialize_model(result)
@@ -145,8 +145,7 @@ class _Search:
     def __init__(
         self,
         work: ir.Model,
-        ref_proto: onnx.ModelProto,
-        base_dir: str | None,
+        ref_staged: Staged,
         *,
         provider: str,
         dtype: str,
@@ -157,8 +156,7 @@ class _Search:
         options: dict[str, Any],
     ) -> None:
         self.work = work
-        self.ref_proto = ref_proto
-        self.base_dir = base_dir
+        self.ref_proto = ref_staged.proto
         self.provider = provider
         self.device = "cuda" if provider == "cuda" else "cpu"
         self.dtype = dtype
@@ -169,58 +167,73 @@ class _Search:
         self.options = options
         self.sessions = 0
         self.runs = 0
-        self.tmp: list[tempfile.TemporaryDirectory] = []
+        self.ref_staged = ref_staged
+        self.cand_staged: Staged | None = None
         self.ref: Probe | None = None
         self.cand: Probe | None = None
-        self.cache: list[dict[str, np.ndarray]] | None = None
+        self.cache: ValueCache | None = None
 
     # -- sessions ------------------------------------------------------------------------------
     def close(self) -> None:
         for probe in (self.cand, self.ref):
             if probe is not None:
                 probe.close()
-        for t in self.tmp:
-            t.cleanup()
+        for staged in (self.cand_staged, self.ref_staged):
+            if staged is not None:
+                staged.close()
+        if self.cache is not None:
+            self.cache.close()
 
     def _open_reference(self) -> tuple[Probe, GraphFacts]:
         facts0 = graph_facts(self.ref_proto, {})
         exposed = onnx.ModelProto()
-        exposed.CopyFrom(self.ref_proto)
+        exposed.CopyFrom(self.ref_proto)  # weight-free (or small): see staging
         expose(exposed, facts0.float_values, {v: FLOAT for v in facts0.float_values})
-        src = ModelSource("<reference>", b"", self.ref_proto, self.base_dir)
+        expose(exposed, facts0.control_inputs, facts0.types)  # for the body localisation
         probe = open_probe(
-            src, exposed, "reference", device=self.device,
+            self.ref_staged.source, exposed, "reference", device=self.device,
             disable_optimizations=self.provider == "emulate",
+            configure=lean_options(self.ref_staged.mapped),
         )  # fmt: skip
         del exposed
         self.sessions += 1
         return probe, facts0
 
+    @property
+    def _small_activations(self) -> bool:
+        """Every reference value fits the budget in memory (so may a pooled candidate's)."""
+        return self.cache is not None and self.cache.mode == "memory"
+
+    def _close_reference(self) -> None:
+        """Every reference value is cached: the session (and its weights) can go."""
+        if self.ref is not None:
+            self.ref.close()
+            self.ref = None
+        self.ref_staged.close()
+
     def _open_candidate(self, cand: ir.Model, facts: GraphFacts) -> tuple[Probe, dict[str, str]]:
-        if io.uses_external_data(cand) or io.tensor_bytes(cand) > io.EXTERNAL_DATA_THRESHOLD:
-            tmp = tempfile.TemporaryDirectory(prefix="amp-auto-")
-            self.tmp.append(tmp)
-            path = os.path.join(tmp.name, "candidate.onnx")
-            io.save_model(cand, path, external=True)
-            src = load_source(path, "candidate")
-        else:
-            proto = ir.serde.serialize_model(cand)
-            src = ModelSource("<candidate>", b"", proto, None)
+        if self.cand is not None:  # one candidate session at a time, its files with it
+            self.cand.close()
+            self.cand = None
+        if self.cand_staged is not None:
+            self.cand_staged.close()
+        self.cand_staged = staged = stage(cand, "<candidate>")
         values = facts.float_values
         if self.provider == "emulate":
-            emulated = build_emulated_model(src.proto)
+            emulated = build_emulated_model(staged.proto)
             model = emulated.model
             expose(model, values, {v: FLOAT for v in values})
             low_inputs = dict(emulated.low_inputs)
         else:
             model = onnx.ModelProto()
-            model.CopyFrom(src.proto)
-            types = graph_facts(src.proto, {}).types
+            model.CopyFrom(staged.proto)
+            types = graph_facts(staged.proto, {}).types
             expose(model, values, types)
             low_inputs = {}
         probe = open_probe(
-            src, model, "candidate", device=self.device,
+            staged.source, model, "candidate", device=self.device,
             disable_optimizations=self.provider == "emulate",
+            configure=lean_options(staged.mapped, arena=self._small_activations),
         )  # fmt: skip
         self.sessions += 1
         return probe, low_inputs
@@ -242,7 +255,7 @@ class _Search:
         facts.types.update({k: v for k, v in facts0.types.items() if k not in facts.types})
         self.facts = facts
         check_names(self.limits, facts.graph_outputs)
-        values = facts.float_values
+        values = [*facts.float_values, *facts.control_inputs]
         sizes = {v: facts.estimated_bytes(v) for v in values}
         self.batches = plan_batches(values, sizes, self.budget, first=facts.graph_outputs)
         self.samples = samples
@@ -250,7 +263,7 @@ class _Search:
         # 1. range guard: one FP32 pass (also caches the reference when it fits the budget)
         ref_max = self._reference_pass(sum(sizes.values()))
         if self.cache is not None:  # every reference value is held: free its weights now
-            self.ref.close()
+            self._close_reference()
         for name, feeds in samples[0].items():
             if facts.types.get(name) == FLOAT or feeds.dtype == np.float32:
                 ref_max[name] = max(
@@ -271,8 +284,6 @@ class _Search:
         for round_no in range(1, max_rounds + 1):
             report.rounds = round_no
             cand_model, conv = self._convert(pinned)
-            if self.cand is not None:
-                self.cand.close()
             self.cand, low_inputs = self._open_candidate(cand_model, facts)
             cand_feeds = [self._round_inputs(s, low_inputs) for s in samples]
             stats, outputs = self._compare(cand_feeds)
@@ -300,7 +311,7 @@ class _Search:
                 )
                 break
             failing = [o.name for o in outputs if not o.passed]
-            new = self._localise(stats, conv, cand_feeds, failing, pinned)
+            new, whole = self._localise(stats, conv, cand_feeds, failing, pinned)
             if not new:
                 report.warnings.append(
                     "thresholds cannot be met: no node still in low precision introduces the "
@@ -308,19 +319,34 @@ class _Search:
                 )
                 break
             for b in new:
-                node = facts.node(b.node)
-                pinned[b.node] = PinnedNode(
-                    b.node, node.op_type, round_no, "error",
-                    f"introduces error {b.score:.3g} ({b.how}; output error "
-                    f"{b.output_error:.3g}, inputs {b.input_error:.3g})",
-                    introduced_error=b.score, body_nodes=len(node.body_nodes),
-                )  # fmt: skip
+                pinned[b.node] = self._pin(b, round_no, whole.get(b.node))
         assert cand_model is not None and first_stats is not None
-        report.pinned = sorted(pinned.values(), key=lambda p: facts.node(p.name).index)
+        report.pinned = sorted(pinned.values(), key=lambda p: facts.order(p.name))
         report.sessions = self.sessions
         report.runs = self.runs
         self._figures(report, cand_model, ref_max, first_stats, pinned)
         return cand_model
+
+    def _pin(self, b: Blame, round_no: int, whole: str | None) -> PinnedNode:
+        """The report entry of a node pinned after candidate ``round_no``."""
+        facts = self.facts
+        inside = facts.inner[b.node].parent if b.node in facts.inner else ""
+        if b.kind == "range":
+            evidence = b.how
+        elif inside:
+            evidence = f"introduces error {b.score:.3g} ({b.how})"
+        else:
+            evidence = (
+                f"introduces error {b.score:.3g} ({b.how}; output error {b.output_error:.3g}, "
+                f"inputs {b.input_error:.3g})"
+            )
+        if whole is not None:
+            evidence += f"; whole body pinned: {whole}"
+        return PinnedNode(
+            b.node, facts.op_type(b.node), round_no, b.kind, evidence,
+            max_abs=b.max_abs, introduced_error=b.score,
+            body_nodes=len(facts.body_of(b.node)), inside=inside,
+        )  # fmt: skip
 
     def _samples(self, inputs: Any, specs, dims, seed) -> list[dict[str, np.ndarray]]:
         if inputs is None:
@@ -344,31 +370,28 @@ class _Search:
 
     def _reference_pass(self, total_bytes: int) -> dict[str, float]:
         assert self.ref is not None
-        keep = total_bytes * len(self.samples) <= self.budget
-        self.cache = [] if keep else None
+        self.cache = ValueCache.plan(
+            len(self.samples), total_bytes * len(self.samples), self.budget
+        )
         ref_max: dict[str, float] = {}
-        for feeds in self.samples:
-            kept: dict[str, np.ndarray] = {}
+        for s, feeds in enumerate(self.samples):
             for batch in self.batches:
                 got = self.ref.fetch(feeds, batch)
                 self.runs += 1
                 for name, arr in got.items():
+                    if arr is not None and self.cache is not None:
+                        self.cache.put(s, name, arr)
                     if arr is None or not _is_float(arr):
-                        if keep and arr is not None:
-                            kept[name] = arr
                         continue
                     fin = np.isfinite(arr)
                     peak = float(np.abs(arr[fin]).max()) if fin.any() else 0.0
                     ref_max[name] = max(ref_max.get(name, 0.0), peak)
-                    if keep:
-                        kept[name] = arr
-            if self.cache is not None:
-                self.cache.append(kept)
+                del got
         return ref_max
 
     def _ref_batch(self, s: int, batch: Sequence[str]) -> dict[str, np.ndarray]:
         if self.cache is not None:
-            return {n: self.cache[s][n] for n in batch if n in self.cache[s]}
+            return self.cache.get(s, batch)
         assert self.ref is not None
         self.runs += 1
         return self.ref.fetch(self.samples[s], batch)
@@ -400,7 +423,7 @@ class _Search:
         names: list[str] = []
         for name in pinned:
             names.append(name)
-            names.extend(self.facts.node(name).body_nodes)
+            names.extend(self.facts.body_of(name))
         excludes = [*self.options["exclude_nodes"], *pin_patterns(names)]
         opts = {**self.options, "exclude_nodes": excludes}
         result, conv = convert(
@@ -415,8 +438,7 @@ class _Search:
         def is_low(name: str) -> bool:
             if precision.get(name) == "low":
                 return True
-            node = facts.node(name) if name in facts._by_name else None
-            return node is not None and any(precision.get(b) == "low" for b in node.body_nodes)
+            return any(precision.get(b) == "low" for b in facts.body_of(name))
 
         def ref_values(names: Sequence[str]) -> list[dict[str, np.ndarray]]:
             out = []
@@ -444,11 +466,29 @@ class _Search:
                 return None
             return np.asarray(value.const_value.numpy())
 
+        protos = {n.name: n for n in self.ref_proto.graph.node}
+        judge = BodyJudge(
+            facts.opsets, facts.ir_version, self.dtype, self.margin, is_low,
+            weights=facts.initializers,
+        )  # fmt: skip
+
+        def in_body(node: NodeFacts, exclude: set[str]) -> tuple[list[Blame], str | None]:
+            envs = ref_values(node.inputs)
+            for env in envs:
+                for v in node.inputs:
+                    if v not in env and v in facts.initializers:
+                        arr = initializer(v)
+                        if arr is not None:
+                            env[v] = arr
+            verdict = judge.judge(protos[node.name], envs, exclude)
+            return verdict.blames, verdict.fallback
+
         localiser = Localiser(
             facts, stats, is_low, self.dtype, ref_values, cand_values, initializer,
-            node_protos={n.name: n for n in self.ref_proto.graph.node},
+            node_protos=protos, body_judge=in_body,
         )  # fmt: skip
-        return localiser.blame(failing, exclude=set(pinned))
+        blames = localiser.blame(failing, exclude=set(pinned))
+        return blames, localiser.whole_bodies
 
     def _figures(self, report, cand: ir.Model, ref_max, first_stats, pinned) -> None:
         conv = report.conversion

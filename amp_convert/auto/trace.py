@@ -17,6 +17,7 @@ from amp_convert.auto.graph import FLOAT, graph_facts
 from amp_convert.auto.localise import ValueStats
 from amp_convert.auto.probe import DEFAULT_BUDGET, expose, open_probe, plan_batches
 from amp_convert.auto.report import TracePoint
+from amp_convert.auto.staging import lean_options
 from amp_convert.html_report import Page
 from amp_convert.validation.emulate import build_emulated_model
 from amp_convert.validation.inputs import InputSpec, load_inputs, random_inputs
@@ -50,7 +51,10 @@ def validation_page(
     exposed = onnx.ModelProto()
     exposed.CopyFrom(ref_src.proto)
     expose(exposed, values, {v: FLOAT for v in values})
-    ref = open_probe(ref_src, exposed, "reference", device=device, disable_optimizations=emulate)
+    ref = open_probe(
+        ref_src, exposed, "reference", device=device, disable_optimizations=emulate,
+        configure=lean_options(ref_src.has_external_data),
+    )  # fmt: skip
     specs = [InputSpec(n, t, s) for n, (t, s) in ref.runner.inputs.items()]
     if inputs is None:
         feeds = random_inputs(specs, ref_src.proto, dims=dims, seed=seed).arrays
@@ -73,7 +77,10 @@ def validation_page(
         model.CopyFrom(cand_src.proto)
         expose(model, values, cand_types)
         cand_feeds = dict(feeds)
-    cand = open_probe(cand_src, model, "candidate", device=device, disable_optimizations=emulate)
+    cand = open_probe(
+        cand_src, model, "candidate", device=device, disable_optimizations=emulate,
+        configure=lean_options(cand_src.has_external_data),
+    )  # fmt: skip
     sizes = {v: facts.estimated_bytes(v) for v in values}
     stats: dict[str, ValueStats] = {}
     outputs = []

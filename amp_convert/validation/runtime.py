@@ -215,19 +215,23 @@ def make_session(
     device: str,
     disable_optimizations: bool,
     model_override: onnx.ModelProto | None = None,
+    configure: Callable[[Any], None] | None = None,
 ) -> Runner:
     """Open an ORT session for ``src`` (or for ``model_override``, a rewritten copy of it).
 
     ``disable_optimizations`` sets ORT_DISABLE_ALL: the emulate mode needs it so that no graph
     optimiser may ever fold the rounding Cast pairs (ORT 1.31 keeps them even at ORT_ENABLE_ALL,
     but that is an implementation detail we do not want to depend on), and the reference then runs
-    the same way, like with like.
+    the same way, like with like. ``configure`` may adjust the SessionOptions last (--auto's
+    probes trade ORT's arena and weight prepacking for a smaller memory footprint).
     """
     ort = import_ort()
     so = ort.SessionOptions()
     so.log_severity_level = 4  # errors come back as exceptions; retried runs stay quiet
     if disable_optimizations:
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    if configure is not None:
+        configure(so)
     model_input: str | bytes = src.ort_input
     owned: ModelSource | None = None
     if model_override is not None:
