@@ -29,10 +29,10 @@ from amp_convert.passes.infer_dtypes import InferDtypesPass
 from amp_convert.passes.plan import PrecisionPlan
 from amp_convert.passes.rewrite import RewritePass
 from amp_convert.passes.verify import verify
-from amp_convert.precision import NodeClass, UniqueNames, is_default_domain
-from amp_convert.report import CastNote, ConversionReport, NodeDecision
+from amp_convert.precision import NodeClass, UniqueNames
+from amp_convert.report import ConversionReport, NodeDecision
 from amp_convert.targets import uncovered_nodes
-from amp_convert.traffic import ShapeBook, model_traffic
+from amp_convert.traffic import ShapeBook, cast_notes, model_traffic
 
 STAMP_KEY = "amp_convert"
 
@@ -108,27 +108,6 @@ def _decisions(model: ir.Model, plan: PrecisionPlan) -> list[NodeDecision]:
             )
         )
     return out
-
-
-def _cast_notes(model: ir.Model, shapes: ShapeBook) -> list[CastNote]:
-    notes = []
-    for node in model.graph.all_nodes():
-        if node.op_type != "Cast" or not is_default_domain(node.domain) or not node.inputs:
-            continue
-        source = node.inputs[0]
-        to = ir.DataType(node.attributes["to"].value)
-        if source is None or source.dtype is None:
-            continue
-        moved = shapes.elements(source) * (_itemsize(source.dtype) + _itemsize(to))
-        notes.append(CastNote(source.name or "", to.name, int(moved)))
-    return sorted(notes, key=lambda n: -n.bytes)
-
-
-def _itemsize(dtype: ir.DataType) -> float:
-    try:
-        return dtype.itemsize
-    except (TypeError, ValueError):
-        return 0
 
 
 def _unknown_user_ops(options: ConvertOptions, model: ir.Model) -> list[str]:
@@ -224,7 +203,7 @@ def run(model: ir.Model, options: ConvertOptions) -> ConversionReport:
     else:
         report.target = "none (ONNX schemas only)"
     report.casts_after = count_casts(model)
-    report.casts = _cast_notes(model, shapes)
+    report.casts = cast_notes(model, shapes)
     report.traffic = {
         "original": measure.original,
         "result": model_traffic(model, shapes),

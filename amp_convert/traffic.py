@@ -21,7 +21,8 @@ from dataclasses import dataclass
 import onnx
 import onnx_ir as ir
 
-from amp_convert.precision import FLOAT, is_float_tensor
+from amp_convert.precision import FLOAT, is_default_domain, is_float_tensor
+from amp_convert.report import CastNote
 
 BATCH_DIM = 1
 OTHER_DIM = 128
@@ -110,14 +111,32 @@ class Traffic:
         return f"traffic: 1.00 → {self.ratio:.2f} (all-low {self.all_low_ratio:.2f})"
 
 
-def _itemsize(value: ir.Value) -> float:
-    dtype = value.dtype
-    if dtype is None or (value.type is not None and not isinstance(value.type, ir.TensorType)):
-        return 0
+def _dtype_size(dtype: ir.DataType | None) -> float:
     try:
-        return dtype.itemsize
+        return dtype.itemsize if dtype is not None else 0
     except (TypeError, ValueError):  # string tensors and the like carry no fixed size
         return 0
+
+
+def _itemsize(value: ir.Value) -> float:
+    if value.type is not None and not isinstance(value.type, ir.TensorType):
+        return 0
+    return _dtype_size(value.dtype)
+
+
+def cast_notes(model: ir.Model, shapes: ShapeBook) -> list[CastNote]:
+    """Every Cast in `model` with the bytes it moves per inference, largest first."""
+    notes = []
+    for node in model.graph.all_nodes():
+        if node.op_type != "Cast" or not is_default_domain(node.domain) or not node.inputs:
+            continue
+        source = node.inputs[0]
+        if source is None or source.dtype is None:
+            continue
+        to = ir.DataType(node.attributes["to"].value)
+        moved = shapes.elements(source) * (_dtype_size(source.dtype) + _dtype_size(to))
+        notes.append(CastNote(source.name or "", to.name, int(moved)))
+    return sorted(notes, key=lambda n: -n.bytes)
 
 
 def model_traffic(
