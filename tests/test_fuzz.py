@@ -58,13 +58,18 @@ def test_generator_makes_valid_models(case: FuzzCase) -> None:
 @settings(max_examples=30, **_CI)
 @given(case=fuzz_cases())
 def test_random_graph_converts_and_stays_within_bound(case: FuzzCase) -> None:
+    _check_every_level_and_dtype(case, "", f"\n{case.describe()}")
+
+
+def _check_every_level_and_dtype(case: FuzzCase, label: str, detail: str = "") -> None:
+    """check_conversion at O1/O2/O3 x fp16/bf16; a FuzzFailure becomes one AssertionError."""
     with tempfile.TemporaryDirectory(prefix="ampfuzz") as tmp:
         for dtype in DTYPES:
             for level in LEVELS:
                 try:
                     check_conversion(case, level, dtype, Path(tmp))
                 except FuzzFailure as e:
-                    raise AssertionError(f"{level} {dtype}: {e}\n{case.describe()}") from None
+                    raise AssertionError(f"{label}{level} {dtype}: {e}{detail}") from None
 
 
 #: Seed-driven graphs (what bench/fuzz.py runs) are larger than hypothesis's first examples;
@@ -87,14 +92,7 @@ KNOWN_FAILING_SEEDS: dict[int, str] = {}
     ],
 )
 def test_seeded_graph_converts_and_stays_within_bound(seed: int) -> None:
-    case = case_from_seed(seed)
-    with tempfile.TemporaryDirectory(prefix="ampfuzz") as tmp:
-        for dtype in DTYPES:
-            for level in LEVELS:
-                try:
-                    check_conversion(case, level, dtype, Path(tmp))
-                except FuzzFailure as e:
-                    raise AssertionError(f"seed {seed} {level} {dtype}: {e}") from None
+    _check_every_level_and_dtype(case_from_seed(seed), f"seed {seed} ")
 
 
 def test_seeds_cover_subgraphs_and_external_data() -> None:
