@@ -168,13 +168,13 @@ def _fit_kernels(
     weight's. Otherwise the node keeps FP32 with the kernel table's reason.
     """
     table, low = ctx.table, ctx.low
-    problem = table.accepts(
-        node.op_type,
-        node.domain,
-        opset,
-        _proposed(node.inputs, info.low_inputs, low),
-        _proposed(node.outputs, info.low_outputs, low),
-    )
+
+    def refusal(low_inputs: frozenset[int]) -> str | None:
+        ins = _proposed(node.inputs, low_inputs, low)
+        outs = _proposed(node.outputs, info.low_outputs, low)
+        return table.accepts(node.op_type, node.domain, opset, ins, outs)
+
+    problem = refusal(info.low_inputs)
     if problem is None:
         return
     if node.op_type == "Clip" and _clip_as_min_max(node, ctx, opset):
@@ -191,16 +191,7 @@ def _fit_kernels(
         and (slot := sig.input_slot(i)) is not None
         and schema.type_name(low) in slot.allowed
     )
-    if extra and (
-        table.accepts(
-            node.op_type,
-            node.domain,
-            opset,
-            _proposed(node.inputs, info.low_inputs | extra, low),
-            _proposed(node.outputs, info.low_outputs, low),
-        )
-        is None
-    ):
+    if extra and refusal(info.low_inputs | extra) is None:
         info.low_inputs = info.low_inputs | extra
         return
     info.pin(NodeClass.FIXED, f"target {table.name}: {problem}")

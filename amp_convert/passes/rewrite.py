@@ -13,9 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 import onnx_ir as ir
 
-from amp_convert import schema
 from amp_convert.passes.assign import AssignPrecisionPass
-from amp_convert.passes.classify import STASH_NORMS
+from amp_convert.passes.classify import sig_has_stash
 from amp_convert.passes.plan import ANY, FREE, LOW, PrecisionPlan
 from amp_convert.precision import (
     DTYPE_ATTRIBUTES,
@@ -242,7 +241,7 @@ class RewritePass(ir.passes.InPlacePass):
             elif op in DTYPE_ATTRIBUTES:
                 for name in DTYPE_ATTRIBUTES[op]:
                     node.attributes[name] = ir.AttrInt64(name, low)
-            elif op in STASH_NORMS and schema.has_attribute(op, "", self.opset, "stash_type"):
+            elif sig_has_stash(op, self.opset):
                 node.attributes["stash_type"] = ir.AttrInt64("stash_type", 1)
             elif op == "ConstantOfShape":
                 attr = node.attributes.get("value")
