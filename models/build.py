@@ -1,9 +1,10 @@
 """Write the test models to a folder: ``python -m models.build OUTDIR [--only NAME ...] [--big]``.
 
-Without ``--only`` every block, focused and CNN builder is written as ``OUTDIR/NAME.onnx``. The tiny
-committed samples (``sample_bert``, ``sample_resnet``) are written with ``--samples`` or by
-naming them, e.g. ``python -m models.build models --only sample_bert sample_resnet``. ``--big``
-(or ``--only big``) also writes ``OUTDIR/big.onnx`` + ``big.onnx.data`` (> 2 GB by default).
+Without ``--only`` every block, focused, CNN and decoder builder is written as
+``OUTDIR/NAME.onnx``. The tiny committed samples (``sample_bert``, ``sample_resnet``) are written
+with ``--samples`` or by naming them, e.g.
+``python -m models.build models --only sample_bert sample_resnet``. ``--big`` (or ``--only big``)
+also writes ``OUTDIR/big.onnx`` + ``big.onnx.data`` (> 2 GB by default).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import onnx
 from models.big import write_big_model
 from models.blocks import ALL_BLOCKS, bert_encoder, resnet_cnn
 from models.cnn import ALL_CNN
+from models.decoders import ALL_DECODERS
 from models.focused import ALL_FOCUSED
 
 #: Small variants committed to the repository for README's first-use line (< 300 KB each).
@@ -35,6 +37,7 @@ BUILDERS: dict[str, Callable[[], onnx.ModelProto]] = {
     **ALL_BLOCKS,
     **ALL_FOCUSED,
     **ALL_CNN,
+    **ALL_DECODERS,
     **SAMPLES,
 }
 
@@ -66,7 +69,7 @@ def build(
         if unknown:
             raise ValueError(f"unknown model(s): {', '.join(unknown)}")
     else:
-        names = [*ALL_BLOCKS, *ALL_FOCUSED, *ALL_CNN, *(SAMPLES if samples else ())]
+        names = [*ALL_BLOCKS, *ALL_FOCUSED, *ALL_CNN, *ALL_DECODERS, *(SAMPLES if samples else ())]
     written = []
     for name in names:
         path = out / f"{name}.onnx"

@@ -1,6 +1,8 @@
 """Seeded sample inputs for the test models (used by tests and handy for quick runs).
 
-Symbolic dims take values from ``dims`` (defaults: batch=2, seq=8, anything else 4). Integer
+Symbolic dims take values from ``dims`` (defaults: batch=2, seq=8, anything else 4); a dim named
+with a sum, as decoder exporters write (``past_sequence_length + sequence_length``), is the sum of
+its terms. Integer
 inputs draw from the ``input_range:<name>`` metadata the builders record (default [0, 2)), bools
 are fair coin flips, floats are standard normal. Graph inputs that are also initializers (old IR
 version 3 models) are left out so the stored weights are used.
@@ -26,8 +28,11 @@ def input_shape(vi: onnx.ValueInfoProto, dims: Mapping[str, int] | None = None) 
     for d in vi.type.tensor_type.shape.dim:
         if d.HasField("dim_value"):
             shape.append(d.dim_value)
+        elif d.dim_param in resolved:
+            shape.append(resolved[d.dim_param])
         else:
-            shape.append(resolved.get(d.dim_param, 4))
+            terms = [t.strip() for t in d.dim_param.split("+")]
+            shape.append(sum(int(t) if t.isdigit() else resolved.get(t, 4) for t in terms))
     return shape
 
 

@@ -12,13 +12,16 @@ from onnx import helper
 from models import build as build_mod  # noqa: E402
 from models.big import write_big_model  # noqa: E402
 from models.blocks import ALL_BLOCKS  # noqa: E402
+from models.decoders import ALL_DECODERS  # noqa: E402
 from models.focused import ALL_FOCUSED, if_outer_capture  # noqa: E402
 from models.inputs import DEFAULT_DIMS, sample_inputs  # noqa: E402
 
 ort = pytest.importorskip("onnxruntime")
 
 MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
-ALL = {**ALL_BLOCKS, **ALL_FOCUSED, **build_mod.SAMPLES}
+ALL = {**ALL_BLOCKS, **ALL_FOCUSED, **ALL_DECODERS, **build_mod.SAMPLES}
+#: Models whose If branches reuse names, as optimum's merged decoders do (unique per graph scope).
+BRANCH_LOCAL_NAMES = {"decoder_model_merged"}
 
 
 def _session(model: onnx.ModelProto | str) -> ort.InferenceSession:
@@ -34,6 +37,14 @@ def _all_nodes(graph: onnx.GraphProto):
         for attr in node.attribute:
             if attr.type == onnx.AttributeProto.GRAPH:
                 yield from _all_nodes(attr.g)
+
+
+def _graphs(graph: onnx.GraphProto):
+    yield graph
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                yield from _graphs(attr.g)
 
 
 def _check_outputs(model: onnx.ModelProto, feeds: dict, outputs: list) -> None:
@@ -66,6 +77,64 @@ EXPECTED_FOCUSED = [
 def test_registry_names() -> None:
     assert list(ALL_BLOCKS) == EXPECTED_BLOCKS
     assert list(ALL_FOCUSED) == EXPECTED_FOCUSED
+    assert list(ALL_DECODERS) == ["decoder_with_past", "decoder_model_merged"]
+    assert set(ALL_DECODERS) <= set(build_mod.BUILDERS)
+
+
+def _value_types(graph: onnx.GraphProto) -> dict[str, set[int]]:
+    """Value name -> element types it has in ``graph`` (after shape inference)."""
+    types: dict[str, set[int]] = {}
+    for vi in [*graph.value_info, *graph.output]:
+        types.setdefault(vi.name, set()).add(vi.type.tensor_type.elem_type)
+    return types
+
+
+def test_merged_decoder_branches_reuse_names_with_other_dtypes() -> None:
+    merged = ALL_DECODERS["decoder_model_merged"]()
+    model = onnx.shape_inference.infer_shapes(merged, strict_mode=True)
+    (if_node,) = model.graph.node
+    assert (if_node.op_type, list(if_node.input)) == ("If", ["use_cache_branch"])
+    branches = {a.name: a.g for a in if_node.attribute}
+    then_t, else_t = (_value_types(branches[k]) for k in ("then_branch", "else_branch"))
+    assert then_t["t"] == {onnx.TensorProto.INT64} and else_t["t"] == {onnx.TensorProto.FLOAT}
+    add = "/transformer/Add_output_0"
+    assert then_t[add] == {onnx.TensorProto.INT64} and else_t[add] == {onnx.TensorProto.FLOAT}
+    outs = [o.name for o in model.graph.output]
+    assert [o.name for o in branches["then_branch"].output] == outs == list(if_node.output)
+    assert not branches["then_branch"].initializer and len(model.graph.initializer) > 10
+
+
+def _run_decoder(sess, feeds: dict, names: list[str]) -> dict[str, np.ndarray]:
+    return dict(zip(names, sess.run(None, feeds), strict=True))
+
+
+def test_decoders_agree_step_by_step() -> None:
+    """Prefix without past + one step with past == the whole sequence without past."""
+    with_past, merged = (ALL_DECODERS[n]() for n in ("decoder_with_past", "decoder_model_merged"))
+    names = [o.name for o in merged.graph.output]
+    assert names[1:] == [f"present.{i}.{kv}" for i in range(2) for kv in ("key", "value")]
+    rng = np.random.default_rng(1)
+    ids = rng.integers(0, 64, (2, 6))
+    pos, mask = np.tile(np.arange(6), (2, 1)), np.ones((2, 6), np.int64)
+    empty = {f"past_key_values.{i}.{kv}": np.zeros((2, 4, 0, 8), np.float32)
+             for i in range(2) for kv in ("key", "value")}  # fmt: skip
+    sm, sp = _session(merged), _session(with_past)
+
+    def merged_run(n: int) -> dict[str, np.ndarray]:
+        feeds = {"input_ids": ids[:, :n], "attention_mask": mask[:, :n], "position_ids": pos[:, :n]}
+        return _run_decoder(sm, {**feeds, **empty, "use_cache_branch": np.array([False])}, names)
+
+    full, prefix = merged_run(6), merged_run(4)
+    past = {k.replace("present", "past_key_values"): v for k, v in prefix.items() if k != "logits"}
+    feeds = {"input_ids": ids[:, 4:], "attention_mask": mask, "position_ids": pos[:, 4:]}
+    step = _run_decoder(sp, {**feeds, **past}, names)
+    np.testing.assert_allclose(step["logits"], full["logits"][:, 4:], atol=1e-5)
+    assert step["present.1.value"].shape == (2, 4, 6, 8)
+    np.testing.assert_allclose(step["present.1.value"], full["present.1.value"], atol=1e-5)
+    cached = _run_decoder(sm, {**feeds, **past, "use_cache_branch": np.array([True])}, names)
+    for k, v in step.items():
+        np.testing.assert_array_equal(cached[k], v)
+    assert full["logits"].std() > 1.0  # top-1 margins well above FP16 rounding
 
 
 @pytest.mark.parametrize("name", sorted(ALL))
@@ -78,11 +147,14 @@ def test_builder_valid_and_runs(name: str) -> None:
     else:
         assert model.ir_version == 9
         assert {o.domain: o.version for o in model.opset_import}[""] == 17
-    nodes = list(_all_nodes(model.graph))
-    names = [n.name for n in nodes]
-    assert all(names) and len(set(names)) == len(names), "node names must be unique, non-empty"
-    produced = [o for n in nodes for o in n.output if o]
-    assert len(set(produced)) == len(produced), "value names must be unique across subgraphs"
+    scopes = [g.node for g in _graphs(model.graph)]
+    if name not in BRANCH_LOCAL_NAMES:
+        scopes = [list(_all_nodes(model.graph))]
+    for nodes in scopes:
+        names = [n.name for n in nodes]
+        assert all(names) and len(set(names)) == len(names), "node names unique, non-empty"
+        produced = [o for n in nodes for o in n.output if o]
+        assert len(set(produced)) == len(produced), "value names must be unique"
     assert model.doc_string, "the model says which trap it exercises"
 
     feeds = sample_inputs(model, seed=0)
