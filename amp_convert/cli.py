@@ -160,6 +160,8 @@ def convert_command(
 ) -> None:
     """Convert MODEL to mixed precision (writes MODEL.fp16.onnx unless -o is given)."""
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(message)s")
+    if verbose:  # each conversion step and node decision (pipeline.run and the passes log them)
+        logging.getLogger("amp_convert").setLevel(logging.DEBUG)
     options = {name: kwargs.pop(name) for name in option_names() if name in kwargs}
     validation = kwargs
     # one --dim serves both the cast-cost estimate and the validation inputs

@@ -1,83 +1,155 @@
-"""Builds the pass list from the options and runs it over one ir.Model, in place.
+"""The conversion of one ir.Model, in place: a numbered sequence of steps, each a function.
 
-The passes, in order, each in its own file under passes/ and handing its result to the next
-explicitly (through the constructor of the pass that reads it):
+Every step takes what it reads as arguments and returns one frozen result that later steps receive
+explicitly; no step reads another step's object, and every graph edit happens inside a step.
 
-    InferDtypesPass      every float value gets an element type
-    MeasureTrafficPass   → original / all-low bytes per inference (for the report)
-    FoldBatchNormPass    → records: inference BatchNormalization folded or decomposed in float64
-    ClassifyPass         → classes: dict[Node, NodeInfo] (op lists, schema slots, user rules)
-    AssignPrecisionPass  → plan: PrecisionPlan (reads classify.classes)
-    RewritePass          applies assign.plan: retyped values, low weights, one Cast per value/type
-    CleanupPass          folds redundant casts
-  postcondition: verify (strict type check); a failure is a converter bug, never written
+    1. prepare         passes/prepare.py       -> Prepared (IR < 4 initializers, constants, names)
+    2. analyse         onnx_checks.py          -> (strict check error, inferred types)
+    3. infer dtypes    passes/infer_dtypes.py  -> DtypeResult
+    4. measure         traffic.py              -> OriginalTraffic (bytes per inference, before)
+    5. fold BN         passes/fold_bn.py       -> FoldResult
+    6. classify        passes/classify.py      -> Classes (a frozen ClassInfo per node)
+    7. assign          passes/assign.py        -> PrecisionPlan (a frozen Placement per node)
+    8. rewrite         passes/rewrite.py       -> RewriteResult
+    9. cleanup         passes/cleanup.py       -> CleanupResult
+   10. verify          passes/verify.py        -> Verified (or VerificationError: never written)
+   11. report          report.py               -> ConversionReport
+
+Each step logs its result (and classify/assign each node's decision) at DEBUG (`amp-convert -v`).
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable, Mapping
+from typing import TypeVar
+
+import onnx.defs
 import onnx_ir as ir
 
-from amp_convert.errors import AmpConvertError, InputError, VerificationError
+from amp_convert.errors import InputError, VerificationError
 from amp_convert.onnx_checks import analyse
 from amp_convert.op_lists import OpLists, apply_user_file, apply_user_ops, load_builtin
 from amp_convert.options import ConvertOptions, Level
-from amp_convert.passes.assign import AssignPrecisionPass
-from amp_convert.passes.classify import ClassifyPass
-from amp_convert.passes.cleanup import CleanupPass, count_casts
-from amp_convert.passes.fold_bn import FoldBatchNormPass
-from amp_convert.passes.infer_dtypes import InferDtypesPass
+from amp_convert.passes.assign import assign
+from amp_convert.passes.classify import classify
+from amp_convert.passes.cleanup import cleanup, count_casts
+from amp_convert.passes.fold_bn import fold_batch_norm
+from amp_convert.passes.infer_dtypes import infer_dtypes
 from amp_convert.passes.plan import PrecisionPlan
-from amp_convert.passes.rewrite import RewritePass
-from amp_convert.passes.verify import verify
-from amp_convert.precision import NodeClass, UniqueNames
+from amp_convert.passes.prepare import prepare
+from amp_convert.passes.rewrite import RewriteResult, rewrite
+from amp_convert.passes.verify import Verified, verify
+from amp_convert.precision import NodeClass, Precision
+from amp_convert.reasons import render
 from amp_convert.report import ConversionReport, NodeDecision
-from amp_convert.targets import uncovered_nodes
-from amp_convert.traffic import ShapeBook, cast_notes, model_traffic
+from amp_convert.targets import KernelTable, load_target, uncovered_nodes
+from amp_convert.traffic import ShapeBook, cast_notes, measure_original, model_traffic
 
+log = logging.getLogger(__name__)
 STAMP_KEY = "amp_convert"
+_R = TypeVar("_R")
 
 
-class MeasureTrafficPass(ir.passes.InPlacePass):
-    """Estimate the original's bytes per inference, and the same graph all in low precision."""
+def run(model: ir.Model, options: ConvertOptions) -> ConversionReport:
+    """Convert `model` in place; the report says what happened."""
+    report = ConversionReport(
+        level=options.level.value, dtype=options.dtype, keep_io_types=options.keep_io_types
+    )
+    report.casts_before = report.casts_after = count_casts(model)
+    lists = build_lists(options)  # validates op list files even at O0
+    report.warnings.extend(_unknown_user_ops(options, model))
+    if _nothing_to_do(model, options, report):
+        return report
+    table = load_target(options.target) if options.target != "none" else None
+    low, keep_io = options.low_dtype, options.keep_io_types
 
-    def __init__(self, shapes: ShapeBook, low: ir.DataType, keep_io_types: bool) -> None:
-        super().__init__()
-        self.shapes = shapes
-        self.low = low
-        self.keep_io_types = keep_io_types
-        self.original = self.all_low = 0
+    prepared = _step(1, "prepare", prepare, model)
+    strict_error, inferred = _step(2, "analyse", analyse, model)
+    shapes = ShapeBook(inferred, options.dim_values)
+    _step(3, "infer dtypes", infer_dtypes, model, inferred)
+    before = _step(4, "measure", measure_original, model, shapes, low, keep_io)
+    folded = _step(5, "fold BN", fold_batch_norm, model, low, inferred, prepared.names)
+    classes = _step(6, "classify", classify, model, options, lists, table)
+    plan = _step(7, "assign", assign, model, classes, shapes, options)
+    rewritten = _step(
+        8, "rewrite", rewrite, model, plan, prepared.names,
+        cast_optional_params=options.cast_optional_params,
+    )  # fmt: skip
+    _step(9, "cleanup", cleanup, model)
+    _step(10, "verify", _verify, model, strict_error)
 
-    def call(self, model: ir.Model) -> ir.passes.PassResult:
-        self.original = model_traffic(model, self.shapes)
-        self.all_low = model_traffic(model, self.shapes, self.low, self.keep_io_types)
-        return ir.passes.PassResult(model, modified=False)
+    if prepared.promoted:
+        report.warnings.append(
+            f"IR version < 4: {prepared.promoted} initializers listed as graph inputs are "
+            "constants (as ONNX Runtime treats them); they left the inputs and the IR version is "
+            "now 4"
+        )
+    if strict_error is not None:
+        report.warnings.append(
+            "the input model fails ONNX's strict type inference; only amp-convert's own type "
+            "check verified the result"
+        )
+    report.nodes = decisions(model, plan, rewritten)
+    report.tensors.extend(plan.tensor_notes)
+    report.initializers_converted = rewritten.initializers_converted
+    report.initializers_kept = rewritten.initializers_kept
+    report.folds = list(folded.records)
+    _describe_target(report, model, table)
+    report.casts_after = count_casts(model)
+    report.casts = cast_notes(model, shapes)
+    report.traffic = {
+        "original": before.original,
+        "result": model_traffic(model, shapes),
+        "all_low": before.all_low,
+    }
+    model.metadata_props[STAMP_KEY] = options.stamp()
+    return report
 
 
-class ConversionPipeline(ir.passes.Sequential):
-    """The conversion passes; verification is the sequence's postcondition."""
-
-    def __init__(self, *passes: ir.passes.PassBase, original_passed_strict: bool) -> None:
-        super().__init__(*passes)
-        self.original_passed_strict = original_passed_strict
-
-    def ensures(self, model: ir.Model) -> None:
-        verify(model, self.original_passed_strict)
+def _step(number: int, name: str, func: Callable[..., _R], *args: object, **kwargs: object) -> _R:
+    """Run one step, logging its name and a line about its result at DEBUG."""
+    log.debug("step %d: %s", number, name)
+    result = func(*args, **kwargs)
+    if log.isEnabledFor(logging.DEBUG):
+        log.debug("step %d: %s -> %s", number, name, _summary(result))
+    return result
 
 
-def promote_constant_inputs(model: ir.Model) -> int:
-    """IR < 4 lists every initializer as a graph input; ONNX Runtime cannot override them there
-    (Graph::CanOverrideInitializer is IR >= 4), so they are constants. Make them plain
-    initializers so they fold, convert and store low like any weight; how many moved."""
-    if model.ir_version is None or model.ir_version >= 4:
-        return 0
-    graph = model.graph
-    keep = [v for v in graph.inputs if not v.is_initializer()]
-    moved = len(graph.inputs) - len(keep)
-    if moved:
-        graph.inputs.clear()
-        graph.inputs.extend(keep)
-    model.ir_version = 4
-    return moved
+def _summary(result: object) -> str:
+    """A result in one line: per-node mappings and plans by their counts, the rest by repr."""
+    if isinstance(result, PrecisionPlan):
+        low = sum(1 for p in result.nodes.values() if p.precision == Precision.LOW)
+        return f"PrecisionPlan: {low} of {len(result.nodes)} nodes low"
+    if isinstance(result, Mapping):
+        return f"{len(result)} nodes classified"
+    if isinstance(result, tuple):  # analyse: (strict error, inferred types)
+        return f"strict check error: {result[0]}, {len(result[1])} inferred types"
+    return repr(result)
+
+
+def _nothing_to_do(model: ir.Model, options: ConvertOptions, report: ConversionReport) -> bool:
+    """O0 (re-save unchanged), or a model this very conversion already produced."""
+    if options.level == Level.O0:
+        report.warnings.append("level O0: the model is re-saved unchanged")
+        return True
+    if model.metadata_props.get(STAMP_KEY) == options.stamp():
+        report.already_converted = True
+        return True
+    return False
+
+
+def _verify(model: ir.Model, strict_error: str | None) -> Verified:
+    """The postcondition; on an input that was not type-correct, say so rather than blame us."""
+    try:
+        return verify(model, original_passed_strict=strict_error is None)
+    except VerificationError as e:
+        if strict_error is None:
+            raise
+        raise InputError(
+            f"the input model fails ONNX's type inference ({strict_error}), and its converted "
+            f"form cannot be verified: {str(e).removeprefix('converter bug, model not written: ')}"
+        ) from None
 
 
 def build_lists(options: ConvertOptions) -> OpLists:
@@ -89,31 +161,44 @@ def build_lists(options: ConvertOptions) -> OpLists:
     return apply_user_ops(lists, "allow", options.fp16_ops, "user: --fp16-ops")
 
 
-def _decisions(model: ir.Model, plan: PrecisionPlan) -> list[NodeDecision]:
+def decisions(model: ir.Model, plan: PrecisionPlan, rewritten: RewriteResult) -> list[NodeDecision]:
+    """One NodeDecision per node of the result the plan decided (inserted Casts are not)."""
     out = []
     for i, node in enumerate(model.graph.all_nodes()):
-        info = plan.info.get(node)
-        if info is None:  # a Cast we inserted
+        placement = plan.placement(rewritten.replaced.get(node, node))
+        if placement is None:  # a Cast we inserted
             continue
-        precision = "n/a" if info.op_class == NodeClass.NONE else info.precision.value
+        op_class = placement.op_class
+        precision = "n/a" if op_class == NodeClass.NONE else placement.precision.value
         out.append(
             NodeDecision(
                 name=node.name or f"{node.op_type}_{i}",
                 op_type=node.op_type,
                 domain=node.domain,
                 graph=node.graph.name if node.graph is not None and node.graph.name else "",
-                op_class=info.op_class.value,
+                op_class=op_class.value,
                 precision=precision,
-                reason=info.reason,
+                reason=render(placement.reasons),
             )
         )
     return out
 
 
+def _describe_target(report: ConversionReport, model: ir.Model, table: KernelTable | None) -> None:
+    if table is None:
+        report.target = "none (ONNX schemas only)"
+        return
+    report.target = f"{table.name} (kernel table from ONNX Runtime {table.ort_version})"
+    uncovered = uncovered_nodes(model, table)
+    if uncovered:  # nodes that were low precision already, or a table gap: say so
+        report.warnings.append(
+            f"{len(uncovered)} low-precision node(s) without a {table.name} kernel in their "
+            f"types, e.g. {uncovered[0]}"
+        )
+
+
 def _unknown_user_ops(options: ConvertOptions, model: ir.Model) -> list[str]:
     """--fp32-ops / --fp16-ops names that are neither ONNX ops nor in the model: likely typos."""
-    import onnx.defs
-
     present = {node.op_type for node in model.graph.all_nodes()}
     warnings = []
     for flag, ops in (("--fp32-ops", options.fp32_ops), ("--fp16-ops", options.fp16_ops)):
@@ -123,91 +208,3 @@ def _unknown_user_ops(options: ConvertOptions, model: ir.Model) -> list[str]:
             if not onnx.defs.has(op):
                 warnings.append(f"{flag} {op}: no ONNX op of that name (misspelt?); ignored")
     return warnings
-
-
-def run(model: ir.Model, options: ConvertOptions) -> ConversionReport:
-    """Convert `model` in place; the report says what happened."""
-    report = ConversionReport(
-        level=options.level.value, dtype=options.dtype, keep_io_types=options.keep_io_types
-    )
-    report.casts_before = report.casts_after = count_casts(model)
-    lists = build_lists(options)  # validates op list files even at O0
-    report.warnings.extend(_unknown_user_ops(options, model))
-    if options.level == Level.O0:
-        report.warnings.append("level O0: the model is re-saved unchanged")
-        return report
-    if model.metadata_props.get(STAMP_KEY) == options.stamp():
-        report.already_converted = True
-        return report
-    promoted = promote_constant_inputs(model)
-    if promoted:
-        report.warnings.append(
-            f"IR version < 4: {promoted} initializers listed as graph inputs are constants (as "
-            "ONNX Runtime treats them); they left the inputs and the IR version is now 4"
-        )
-    names = UniqueNames.of_model(model)
-    strict_error, inferred_types = analyse(model)
-    original_strict = strict_error is None
-    if not original_strict:
-        report.warnings.append(
-            "the input model fails ONNX's strict type inference; only amp-convert's own type "
-            "check verified the result"
-        )
-    shapes = ShapeBook(inferred_types, options.dim_values)
-    measure = MeasureTrafficPass(shapes, options.low_dtype, options.keep_io_types)
-    fold = FoldBatchNormPass(options.low_dtype, inferred_types, names)
-    classify = ClassifyPass(options, lists)
-    assign = AssignPrecisionPass(options, classify, shapes)
-    rewrite = RewritePass(options.cast_optional_params, assign, names)
-    pipeline = ConversionPipeline(
-        InferDtypesPass(inferred_types),
-        measure,
-        fold,
-        classify,
-        assign,
-        rewrite,
-        CleanupPass(),
-        original_passed_strict=original_strict,
-    )
-    try:
-        try:
-            pipeline(model)
-        except ir.passes.PostconditionError as e:
-            if isinstance(e.__cause__, AmpConvertError):
-                raise e.__cause__ from None
-            raise
-    except VerificationError as e:
-        if original_strict:
-            raise
-        # the input was not type-correct to begin with: say so rather than blame the converter
-        raise InputError(
-            f"the input model fails ONNX's type inference ({strict_error}), and its converted "
-            f"form cannot be verified: {str(e).removeprefix('converter bug, model not written: ')}"
-        ) from None
-    plan = assign.plan
-    assert plan is not None
-    report.nodes = _decisions(model, plan)
-    report.tensors.extend(plan.tensor_notes)
-    report.initializers_converted = rewrite.stats.initializers_converted
-    report.initializers_kept = rewrite.stats.initializers_kept
-    report.folds = fold.records
-    if classify.table is not None:
-        table = classify.table
-        report.target = f"{table.name} (kernel table from ONNX Runtime {table.ort_version})"
-        uncovered = uncovered_nodes(model, table)
-        if uncovered:  # nodes that were low precision already, or a table gap: say so
-            report.warnings.append(
-                f"{len(uncovered)} low-precision node(s) without a {table.name} kernel in their "
-                f"types, e.g. {uncovered[0]}"
-            )
-    else:
-        report.target = "none (ONNX schemas only)"
-    report.casts_after = count_casts(model)
-    report.casts = cast_notes(model, shapes)
-    report.traffic = {
-        "original": measure.original,
-        "result": model_traffic(model, shapes),
-        "all_low": measure.all_low,
-    }
-    model.metadata_props[STAMP_KEY] = options.stamp()
-    return report

@@ -11,22 +11,47 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable
 
-import ml_dtypes
 import numpy as np
 import onnx_ir as ir
 
-FLOAT = ir.DataType.FLOAT
-FLOAT16 = ir.DataType.FLOAT16
-BFLOAT16 = ir.DataType.BFLOAT16
-LOW_TYPES = (FLOAT16, BFLOAT16)
-FP16_MAX = 65504.0
-#: smallest positive normal FP16 value; below it values lose bits (subnormals) or flush to zero
-FP16_MIN_NORMAL = 6.103515625e-05
-DEFAULT_DOMAINS = ("", "ai.onnx")
-CONTROL_FLOW = frozenset({"If", "Loop", "Scan", "SequenceMap"})
+from amp_convert import domains, schema
+from amp_convert.dtypes import (  # re-exported: the precision vocabulary's element types
+    BFLOAT16,
+    FLOAT,
+    FLOAT16,
+    FP16_MAX,
+    FP16_MIN_NORMAL,
+    LOW_TYPES,
+    NUMPY_TYPES,
+    SUFFIX,
+    numpy_type,
+)
 
-NUMPY_TYPES = {FLOAT16: np.float16, BFLOAT16: ml_dtypes.bfloat16, FLOAT: np.float32}
-SUFFIX = {FLOAT16: "fp16", BFLOAT16: "bf16", FLOAT: "fp32"}
+__all__ = [
+    "BFLOAT16",
+    "CONTROL_FLOW",
+    "DTYPE_ATTRIBUTES",
+    "FLOAT",
+    "FLOAT16",
+    "FP16_MAX",
+    "FP16_MIN_NORMAL",
+    "LOW_TYPES",
+    "NUMPY_TYPES",
+    "STASH_NORMS",
+    "SUFFIX",
+    "NodeClass",
+    "Precision",
+    "UniqueNames",
+    "constant_tensor",
+    "has_stash_type",
+    "is_default_domain",
+    "is_float_tensor",
+    "low_array",
+]
+
+CONTROL_FLOW = frozenset({"If", "Loop", "Scan", "SequenceMap"})
+#: normalizations whose schema can fix FP32 statistics through `stash_type`
+STASH_NORMS = frozenset({"LayerNormalization", "GroupNormalization", "RMSNormalization"})
 
 #: Integer attributes that name a node's float output type, per default-domain op. When the node
 #: changes precision, these follow (Cast `to` is handled by each side on its own: it *is* the
@@ -44,6 +69,11 @@ DTYPE_ATTRIBUTES: dict[str, tuple[str, ...]] = {
     "BlackmanWindow": ("output_datatype",),
     "MelWeightMatrix": ("output_datatype",),
 }
+
+
+def has_stash_type(op_type: str, opset: int) -> bool:
+    """Whether the op's schema at `opset` has `stash_type` (statistics type independent of I/O)."""
+    return op_type in STASH_NORMS and schema.has_attribute(op_type, "", opset, "stash_type")
 
 
 class NodeClass(str, enum.Enum):
@@ -73,7 +103,7 @@ class Precision(str, enum.Enum):
 
 
 def is_default_domain(domain: str) -> bool:
-    return domain in DEFAULT_DOMAINS
+    return domains.is_default(domain)
 
 
 def is_float_tensor(value: ir.Value | None) -> bool:
@@ -106,7 +136,7 @@ def low_array(array: np.ndarray, dtype: ir.DataType, saturate: bool = False) -> 
     """`array` in `dtype`; `saturate` clips a reported sentinel to the FP16 range first."""
     if saturate and dtype == FLOAT16:
         array = np.clip(array, -FP16_MAX, FP16_MAX)
-    return array.astype(NUMPY_TYPES.get(dtype, np.float32))
+    return array.astype(numpy_type(dtype) if dtype in NUMPY_TYPES else np.float32)
 
 
 class UniqueNames:

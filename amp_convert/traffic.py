@@ -168,3 +168,20 @@ def model_traffic(
                 size = low.itemsize
             total += shapes.elements(value) * size
     return int(total)
+
+
+@dataclass(frozen=True)
+class OriginalTraffic:
+    """The original's bytes per inference, and the same graph all in the low type."""
+
+    original: int
+    all_low: int
+
+
+def measure_original(
+    model: ir.Model, shapes: ShapeBook, low: ir.DataType, keep_io_types: bool
+) -> OriginalTraffic:
+    """The traffic step: measured before any graph edit, for the report's before/after ratio."""
+    return OriginalTraffic(
+        model_traffic(model, shapes), model_traffic(model, shapes, low, keep_io_types)
+    )

@@ -202,18 +202,19 @@ def test_failure_leaves_no_partial_output(model_file: Path, tmp_path: Path, monk
 def test_verification_failure_is_reported_not_written(
     model_file: Path, tmp_path: Path, monkeypatch
 ) -> None:
-    from amp_convert.passes import rewrite
+    from amp_convert import pipeline
 
-    original = rewrite.RewritePass._retarget_attributes
+    original = pipeline.rewrite
 
-    def corrupt(self, model):  # simulate a converter bug: a Cast whose `to` disagrees
-        original(self, model)
+    def corrupt(model, *args, **kwargs):  # simulate a converter bug: a Cast whose `to` disagrees
+        result = original(model, *args, **kwargs)
         for node in model.graph.all_nodes():
             if node.op_type == "Cast":
                 node.attributes["to"] = ir.AttrInt64("to", ir.DataType.DOUBLE)
-                return
+                break
+        return result
 
-    monkeypatch.setattr(rewrite.RewritePass, "_retarget_attributes", corrupt)
+    monkeypatch.setattr(pipeline, "rewrite", corrupt)
     with pytest.raises(amp_convert.VerificationError, match="node '.*' \\(Cast\\)"):
         amp_convert.convert_file(model_file, tmp_path / "o.onnx")
     assert not (tmp_path / "o.onnx").exists()

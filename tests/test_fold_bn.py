@@ -1,4 +1,4 @@
-"""FoldBatchNormPass: BN folded/decomposed offline in float64 matches the FP32 original.
+"""fold_batch_norm: BN folded/decomposed offline in float64 matches the FP32 original.
 
 Tolerance: the folded model differs from the original only by float32 rounding: one rounding of
 each folded weight/bias (2**-24 relative) against the original's rounded rsqrt, scale and shift
@@ -21,7 +21,7 @@ from onnx import helper, numpy_helper
 
 from amp_convert import proto_walk
 from amp_convert.onnx_checks import analyse
-from amp_convert.passes.fold_bn import FoldBatchNormPass
+from amp_convert.passes.fold_bn import FoldBatchNormPass, FoldResult, fold_batch_norm
 from amp_convert.precision import UniqueNames
 from amp_convert.report import FoldNote
 from models.cnn import ALL_CNN, bn_stats
@@ -43,9 +43,8 @@ def _fold(
     proto: onnx.ModelProto, low: ir.DataType = ir.DataType.FLOAT16
 ) -> tuple[onnx.ModelProto, list[FoldNote]]:
     model = ir.serde.deserialize_model(proto)
-    pass_ = FoldBatchNormPass(low)
-    pass_(model)
-    return ir.serde.serialize_model(model), pass_.records
+    result = fold_batch_norm(model, low)
+    return ir.serde.serialize_model(model), list(result.records)
 
 
 def _nodes(model: onnx.ModelProto) -> list[onnx.NodeProto]:
@@ -458,10 +457,16 @@ def test_training_mode_untouched() -> None:
 
 def test_second_run_is_a_no_op() -> None:
     model = ir.serde.deserialize_model(ALL_CNN["mobilenet_cnn"]())
-    FoldBatchNormPass()(model)
-    again = FoldBatchNormPass()
-    result = again(model)
-    assert not result.modified and again.records == []
+    assert fold_batch_norm(model).modified
+    assert fold_batch_norm(model) == FoldResult(records=())
+
+
+def test_as_an_onnx_ir_pass() -> None:
+    """FoldBatchNormPass wraps the step for onnx-ir pass sequences; `modified` tells the truth."""
+    model = ir.serde.deserialize_model(ALL_CNN["mobilenet_cnn"]())
+    pass_ = FoldBatchNormPass()
+    assert pass_(model).modified and {r.action for r in pass_.records} == {"folded"}
+    assert not pass_(model).modified and pass_.records == ()
 
 
 def test_producer_with_other_readers_is_decomposed() -> None:
@@ -526,8 +531,7 @@ def test_pipeline_hooks_types_and_names() -> None:
     model = ir.serde.deserialize_model(ALL_CNN["bn_after_add"]())
     _, types = analyse(model)
     names = UniqueNames.of_model(model)
-    pass_ = FoldBatchNormPass(ir.DataType.FLOAT16, types, names)
-    pass_(model)
-    assert [r.action for r in pass_.records] == ["decomposed", "decomposed"]
+    result = fold_batch_norm(model, ir.DataType.FLOAT16, types, names)
+    assert [r.action for r in result.records] == ["decomposed", "decomposed"]
     assert "post_bn/BatchNormalization/Mul" in names
     assert names.take("post_bn/BatchNormalization/Mul") == "post_bn/BatchNormalization/Mul_1"

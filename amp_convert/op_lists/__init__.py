@@ -17,14 +17,20 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
+from amp_convert.domains import op_key
 from amp_convert.errors import OptionError
 
+__all__ = [
+    "CLASSES",
+    "OpLists",
+    "Rule",
+    "apply_user_file",
+    "apply_user_ops",
+    "load_builtin",
+    "op_key",
+]
+
 CLASSES = ("allow", "infer", "clear", "deny")
-
-
-def op_key(domain: str, op_type: str) -> str:
-    """The list spelling of an op: plain for ai.onnx, 'domain:Op' otherwise."""
-    return op_type if domain in ("", "ai.onnx") else f"{domain}:{op_type}"
 
 
 @dataclass(frozen=True)

@@ -9,111 +9,146 @@ Hard limits win at every level: weights beyond the low type's range keep their r
 
 from __future__ import annotations
 
+import logging
+import types
+from dataclasses import dataclass, field
+
 import onnx_ir as ir
 
+from amp_convert.dtypes import FLOAT16, FP16_MAX
 from amp_convert.options import ConvertOptions, Level
-from amp_convert.passes.classify import ClassifyPass
 from amp_convert.passes.mincut import INF, FlowNetwork
-from amp_convert.passes.plan import FP32, LOW, NodeInfo, PrecisionPlan
-from amp_convert.precision import FLOAT16, FP16_MAX, NodeClass, constant_tensor, is_float_tensor
+from amp_convert.passes.plan import FP32, LOW, Classes, ClassInfo, Placement, PrecisionPlan
+from amp_convert.precision import NodeClass, Precision, constant_tensor, is_float_tensor
+from amp_convert.reasons import Reason, ReasonKind
 from amp_convert.report import TensorNote
 from amp_convert.tensors import max_abs_finite
 from amp_convert.traffic import LAUNCH_BYTES, ShapeBook
 
+log = logging.getLogger(__name__)
+
 SENTINEL = 1e9  # a scalar constant this large is a "minus infinity" fill, not data
+K = ReasonKind
 
 
-class AssignPrecisionPass(ir.passes.InPlacePass):
-    """Decide every node's precision; the result is `plan` (a PrecisionPlan)."""
+@dataclass
+class _Draft:
+    """assign's working copy of one node's placement (private, mutable; frozen on return)."""
 
-    def __init__(self, options: ConvertOptions, classify: ClassifyPass, shapes: ShapeBook) -> None:
-        super().__init__()
-        self.options = options
-        self.classify = classify
-        self.shapes = shapes
-        self.plan: PrecisionPlan | None = None
+    info: ClassInfo
+    precision: Precision = FP32
+    forced: bool = False  # decided by a hard rule; placement must not flip it
+    notes: list[Reason] = field(default_factory=list)
 
-    def call(self, model: ir.Model) -> ir.passes.PassResult:
-        plan = PrecisionPlan(
-            info=self.classify.classes,
-            main_graph=model.graph,
-            low=self.options.low_dtype,
-            keep_io_types=self.options.keep_io_types,
-        )
-        self.plan = plan
-        nodes = list(model.graph.all_nodes())
-        self._range_limits(plan, nodes)
-        level = self.options.level
-        for node in nodes:
-            info = plan.info[node]
-            if (
-                not info.candidate
-                or info.op_class == NodeClass.DENY
-                and (level != Level.O3 or info.user)
-            ):
-                info.precision, info.forced = FP32, True
-            elif level == Level.O3 or info.op_class == NodeClass.ALLOW:
-                info.precision, info.forced = LOW, True
-            else:
-                info.precision = LOW if level == Level.O2 else FP32
-        if level in (Level.O1, Level.O2):
-            _deny_reach(plan, nodes)
-            _min_cut(plan, nodes, prefer_low=level == Level.O2, shapes=self.shapes)
-            # an FP32-accumulating reduction next to an FP32 neighbour keeps FP32 math with
-            # explicit casts; pinning it can change the best placement of the rest, so re-cut
-            while _pin_low_between_low(plan, nodes):
-                _min_cut(plan, nodes, prefer_low=level == Level.O2, shapes=self.shapes)
-        return ir.passes.PassResult(model, modified=False)
 
-    def _range_limits(self, plan: PrecisionPlan, nodes: list[ir.Node]) -> None:
-        """Readers of weights that do not fit FP16 keep FP32: never clamp silently.
+@dataclass
+class _Weights:
+    """What the range check found in the weights: sentinels to saturate, lines for the report."""
 
-        One exception, always reported: a scalar constant of magnitude >= 1e9 is a sentinel
-        ("minus infinity" mask fills such as float32's min, -1e9), not a learned value; it is
-        saturated to +-65504, which is still far beyond any activation it is compared or added to.
-        """
-        if plan.low != FLOAT16:
-            return  # bfloat16 has float32's range
-        checked: dict[int, bool] = {}
-        for node in nodes:
-            info = plan.info[node]
-            if not info.candidate:
+    saturate: set[str] = field(default_factory=set)
+    notes: list[TensorNote] = field(default_factory=list)
+
+
+def assign(
+    model: ir.Model, classes: Classes, shapes: ShapeBook, options: ConvertOptions
+) -> PrecisionPlan:
+    """Every node's precision at `options.level` (hard limits first, then placement by bytes)."""
+    nodes = list(model.graph.all_nodes())
+    weights = _Weights()
+    drafts = {node: _Draft(classes[node]) for node in nodes}
+    draft = PrecisionPlan(drafts, model.graph, options.low_dtype, options.keep_io_types)
+    _range_limits(draft, drafts, nodes, weights)
+    level = options.level
+    for node in nodes:
+        d = drafts[node]
+        if (
+            not d.info.candidate
+            or d.info.op_class == NodeClass.DENY
+            and (level != Level.O3 or d.info.user)
+        ):
+            d.precision, d.forced = FP32, True
+        elif level == Level.O3 or d.info.op_class == NodeClass.ALLOW:
+            d.precision, d.forced = LOW, True
+        else:
+            d.precision = LOW if level == Level.O2 else FP32
+    if level in (Level.O1, Level.O2):
+        _deny_reach(drafts, nodes)
+        _min_cut(draft, drafts, nodes, prefer_low=level == Level.O2, shapes=shapes)
+        # an FP32-accumulating reduction next to an FP32 neighbour keeps FP32 math with
+        # explicit casts; pinning it can change the best placement of the rest, so re-cut
+        while _pin_low_between_low(draft, drafts, nodes):
+            _min_cut(draft, drafts, nodes, prefer_low=level == Level.O2, shapes=shapes)
+    placements = {
+        node: Placement(d.info, d.precision, (*d.info.reasons, *d.notes))
+        for node, d in drafts.items()
+    }
+    if log.isEnabledFor(logging.DEBUG):
+        for node, p in placements.items():
+            if p.info.candidate:
+                why = "; ".join(r.text() for r in p.reasons)
+                log.debug("assign %s (%s): %s, %s", node.name, node.op_type, p.precision, why)
+    return PrecisionPlan(
+        nodes=types.MappingProxyType(placements),
+        main_graph=model.graph,
+        low=options.low_dtype,
+        keep_io_types=options.keep_io_types,
+        saturate=frozenset(weights.saturate),
+        tensor_notes=tuple(weights.notes),
+    )
+
+
+def _range_limits(
+    plan: PrecisionPlan, drafts: dict[ir.Node, _Draft], nodes: list[ir.Node], weights: _Weights
+) -> None:
+    """Readers of weights that do not fit FP16 keep FP32: never clamp silently.
+
+    One exception, always reported: a scalar constant of magnitude >= 1e9 is a sentinel
+    ("minus infinity" mask fills such as float32's min, -1e9), not a learned value; it is
+    saturated to +-65504, which is still far beyond any activation it is compared or added to.
+    """
+    if plan.low != FLOAT16:
+        return  # bfloat16 has float32's range
+    checked: dict[int, bool] = {}
+    for node in nodes:
+        d = drafts[node]
+        if not d.info.candidate:
+            continue
+        for i in sorted(d.info.low_inputs):
+            value = node.inputs[i]
+            tensor = constant_tensor(value) if value is not None else None
+            if value is None or tensor is None or not is_float_tensor(value):
                 continue
-            for i in sorted(info.low_inputs):
-                value = node.inputs[i]
-                tensor = constant_tensor(value) if value is not None else None
-                if tensor is None or not is_float_tensor(value):
-                    continue
-                if id(value) not in checked:
-                    checked[id(value)] = _fits(plan, value, tensor)
-                if not checked[id(value)]:
-                    info.pin(
-                        NodeClass.FIXED, f"range: input {value.name!r} exceeds FP16 (never clamped)"
-                    )
-                    break
+            if id(value) not in checked:
+                checked[id(value)] = _fits(weights, value, tensor)
+            if not checked[id(value)]:
+                detail = f"input {value.name!r} exceeds FP16 (never clamped)"
+                d.info = d.info.pinned(Reason(K.RANGE, "range", detail))
+                break
 
 
-def _fits(plan: PrecisionPlan, value: ir.Value, tensor: ir.TensorProtocol) -> bool:
+def _fits(weights: _Weights, value: ir.Value, tensor: ir.TensorProtocol) -> bool:
     peak = max_abs_finite(tensor)
     if peak <= FP16_MAX:
         return True
     name = value.name or ""
     if tensor.size == 1 and peak >= SENTINEL:
-        plan.saturate.add(name)
+        weights.saturate.add(name)
         detail = f"sentinel of magnitude {peak:.3g} stored as +-{FP16_MAX:g}"
-        plan.tensor_notes.append(TensorNote(name, "saturated", detail))
+        weights.notes.append(TensorNote(name, "saturated", detail))
         return True
     detail = f"max |value| {peak:.4g} > {FP16_MAX:g}; its readers stay FP32 instead of clamping"
-    plan.tensor_notes.append(TensorNote(name, "kept FP32", detail))
+    weights.notes.append(TensorNote(name, "kept FP32", detail))
     return False
 
 
-def _pin_low_between_low(plan: PrecisionPlan, nodes: list[ir.Node]) -> bool:
+def _pin_low_between_low(
+    plan: PrecisionPlan, drafts: dict[ir.Node, _Draft], nodes: list[ir.Node]
+) -> bool:
     """Force FP32 the low_between_low nodes placed LOW next to an FP32 neighbour; any pinned?"""
     pinned = False
     for node in nodes:
-        info = plan.info[node]
-        if not info.low_between_low or info.forced or info.precision != LOW:
+        d = drafts[node]
+        if not d.info.low_between_low or d.forced or d.precision != LOW:
             continue
         data = node.inputs[0] if node.inputs else None
         out = node.outputs[0]
@@ -123,35 +158,40 @@ def _pin_low_between_low(plan: PrecisionPlan, nodes: list[ir.Node]) -> bool:
         if out.is_graph_output() and plan.interface(out) == FP32:
             fp32_side = True
         if fp32_side:
-            info.precision, info.forced = FP32, True
-            info.reason += "; FP32 next to an FP32 neighbour"
+            d.precision, d.forced = FP32, True
+            d.notes.append(Reason(K.NEIGHBOUR, "", "FP32 next to an FP32 neighbour"))
             pinned = True
     return pinned
 
 
-def _deny_reach(plan: PrecisionPlan, nodes: list[ir.Node]) -> None:
+def _deny_reach(drafts: dict[ir.Node, _Draft], nodes: list[ir.Node]) -> None:
     """DENY spreads forward through INFER/CLEAR nodes (their inputs are unsafe values)."""
-    stack = [n for n in nodes if plan.info[n].op_class == NodeClass.DENY]
+    stack = [n for n in nodes if drafts[n].info.op_class == NodeClass.DENY]
     while stack:
         node = stack.pop()
         for out in node.outputs:
             if not is_float_tensor(out):
                 continue
             for use in out.uses():
-                info = plan.info.get(use.node)
-                if info is None or info.forced or not info.candidate:
+                d = drafts.get(use.node)
+                if d is None or d.forced or not d.info.candidate:
                     continue
                 if (
-                    info.op_class in (NodeClass.INFER, NodeClass.CLEAR)
-                    and use.idx in info.low_inputs
+                    d.info.op_class in (NodeClass.INFER, NodeClass.CLEAR)
+                    and use.idx in d.info.low_inputs
                 ):
-                    info.precision, info.forced = FP32, True
-                    info.reason += f"; follows deny: reads {out.name!r} from {node.op_type}"
+                    d.precision, d.forced = FP32, True
+                    detail = f"reads {out.name!r} from {node.op_type}"
+                    d.notes.append(Reason(K.DENY_REACH, "follows deny", detail))
                     stack.append(use.node)
 
 
 def _min_cut(
-    plan: PrecisionPlan, nodes: list[ir.Node], prefer_low: bool, shapes: ShapeBook
+    plan: PrecisionPlan,
+    drafts: dict[ir.Node, _Draft],
+    nodes: list[ir.Node],
+    prefer_low: bool,
+    shapes: ShapeBook,
 ) -> None:
     """Place INFER/CLEAR nodes so the bytes moved per inference are minimal (an exact s-t min cut).
 
@@ -172,17 +212,17 @@ def _min_cut(
     vertex: dict[ir.Node, int] = {}
     movable = []
     for node in nodes:
-        info = plan.info[node]
-        if not info.candidate:
+        d = drafts[node]
+        if not d.info.candidate:
             continue
         v = vertex[node] = net.add_vertex()
-        if info.forced:
-            net.add_edge(*((src, v) if info.precision == LOW else (v, sink)), INF)
+        if d.forced:
+            net.add_edge(*((src, v) if d.precision == LOW else (v, sink)), INF)
         else:
             movable.append(node)
     if not movable:
         return
-    values = _float_values_of(plan, nodes)
+    values = _float_values_of(drafts, nodes)
     per_cast = len(movable) + 1  # one Cast outweighs every preference edge together
     per_byte = per_cast * (len(values) + 1)  # one byte outweighs every Cast count together
     low_bytes = plan.low.itemsize
@@ -192,7 +232,7 @@ def _min_cut(
         if not prefer_low:
             continue  # O1 moves a node to low precision only where that saves Casts
         # a node left FP32 reads and writes its data path at 4 bytes an element instead of 2
-        info = plan.info[node]
+        info = drafts[node].info
         slots = (
             *(node.inputs[i] for i in info.low_inputs),
             *(node.outputs[i] for i in info.low_outputs),
@@ -205,11 +245,12 @@ def _min_cut(
     net.max_flow(src, sink)
     low_side = net.source_side(src)
     for node in movable:
-        info = plan.info[node]
+        d = drafts[node]
         low = vertex[node] in low_side
-        if low != (info.precision == LOW):
-            info.reason += "; " + ("low precision" if low else "FP32") + " moves fewer bytes"
-        info.precision = LOW if low else FP32
+        if low != (d.precision == LOW):
+            detail = ("low precision" if low else "FP32") + " moves fewer bytes"
+            d.notes.append(Reason(K.PLACEMENT, "", detail))
+        d.precision = LOW if low else FP32
 
 
 def _add_value(
@@ -225,17 +266,17 @@ def _add_value(
     if constant_tensor(value) is not None:
         p = net.add_vertex()  # free: stored in whichever precision costs less
     elif producer is not None:
-        info = plan.info.get(producer)
-        movable_out = info is not None and value.index() in info.low_outputs
+        placed = plan.nodes.get(producer)
+        movable_out = placed is not None and value.index() in placed.info.low_outputs
         p = vertex.get(producer, sink) if movable_out else sink
     else:
         p = src if plan.home(value) == LOW else sink
     readers: set[int] = set()
     for use in value.uses():
-        info = plan.info.get(use.node)
-        if info is None or use.idx in info.any_inputs:
+        reader = plan.nodes.get(use.node)
+        if reader is None or use.idx in reader.info.any_inputs:
             continue
-        if use.idx in info.low_inputs and use.node in vertex:
+        if use.idx in reader.info.low_inputs and use.node in vertex:
             readers.add(vertex[use.node])
         else:
             readers.add(sink)
@@ -256,12 +297,12 @@ def _add_value(
             net.add_edge(r, b, INF)
 
 
-def _float_values_of(plan: PrecisionPlan, nodes: list[ir.Node]) -> list[ir.Value]:
+def _float_values_of(drafts: dict[ir.Node, _Draft], nodes: list[ir.Node]) -> list[ir.Value]:
     """Float values read by candidate nodes or produced by them (graph inputs included)."""
     seen: set[int] = set()
     out: list[ir.Value] = []
     for node in nodes:
-        info: NodeInfo = plan.info[node]
+        info = drafts[node].info
         if not info.candidate:
             continue
         for v in (*(node.inputs[i] for i in info.low_inputs), *node.outputs):

@@ -5,35 +5,67 @@ carry the node's data path (those bound to an output, and the one of input 0) wh
 to FP32 and admit the low type. Auxiliary inputs with a type variable of their own (Resize roi,
 BatchNormalization statistics at opset 15) and fixed-type slots (Resize scales, NMS boxes) keep
 their original type. Ops without a schema (custom domains) and control flow keep their precision.
+With a target kernel table, a node whose low types have no kernel keeps FP32 too.
+
+Reads the graph only; the result is a frozen `Classes` mapping (node -> ClassInfo).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import logging
+import types
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import onnx_ir as ir
 
-from amp_convert import schema
+from amp_convert import domains, schema
+from amp_convert.dtypes import FLOAT, LOW_TYPES, onnx_name
 from amp_convert.op_lists import OpLists, op_key
 from amp_convert.options import ConvertOptions
-from amp_convert.passes.plan import Classes, NodeInfo
-from amp_convert.precision import (
-    CONTROL_FLOW,
-    FLOAT,
-    LOW_TYPES,
-    NodeClass,
-    constant_tensor,
-    is_default_domain,
-)
-from amp_convert.targets import load_target
+from amp_convert.passes.plan import Classes, ClassInfo, LoweredAs
+from amp_convert.precision import CONTROL_FLOW, NodeClass, constant_tensor, has_stash_type
+from amp_convert.reasons import Reason, ReasonKind
+from amp_convert.targets import KernelTable
+
+log = logging.getLogger(__name__)
 
 FIXED, NONE = NodeClass.FIXED, NodeClass.NONE
-#: normalizations whose schema can fix FP32 statistics through `stash_type`
-STASH_NORMS = frozenset({"LayerNormalization", "GroupNormalization", "RMSNormalization"})
+K = ReasonKind
 #: deny-listed ops whose ORT CUDA kernels accumulate in FP32 for FP16 I/O and whose outputs are
 #: bounded (probabilities, log-probabilities): checked in ORT's softmax_impl (AccumulationType)
 FP32_ACCUMULATING = frozenset({"Softmax", "LogSoftmax"})
+
+
+@dataclass(frozen=True)
+class _Context:
+    options: ConvertOptions
+    lists: OpLists
+    table: KernelTable | None
+    low: ir.DataType
+
+
+def classify(
+    model: ir.Model, options: ConvertOptions, lists: OpLists, table: KernelTable | None
+) -> Classes:
+    """A ClassInfo for every node of `model` (subgraphs included); `table`: the target's kernels
+    (None: schemas only)."""
+    ctx = _Context(options, lists, table, options.low_dtype)
+    opsets = model.opset_imports
+    classes: dict[ir.Node, ClassInfo] = {}
+    for node in model.graph.all_nodes():
+        info = _info_for(node, ctx, domains.opset_version(opsets, node.domain))
+        classes[node] = info
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("classify %s (%s): %s, %s", node.name, node.op_type, info.op_class,
+                      "; ".join(r.text() for r in info.reasons))  # fmt: skip
+    return types.MappingProxyType(classes)
+
+
+def _why(kind: ReasonKind, detail: str, source: str = "") -> tuple[Reason, ...]:
+    return (Reason(kind, source, detail),)
 
 
 def _scalar(value: ir.Value | None) -> float | None:
@@ -58,17 +90,7 @@ def _subject(node: ir.Node, subject: str) -> object:
     return _scalar(node.inputs[index]) if index < len(node.inputs) else None
 
 
-def _normalise_constant(node: ir.Node) -> None:
-    """Constant(value_float[s]=...) → Constant(value=tensor) so it converts like any tensor."""
-    for key in ("value_float", "value_floats"):
-        attr = node.attributes.get(key)
-        if attr is not None:
-            data = np.asarray(attr.value, dtype=np.float32)
-            del node.attributes[key]
-            node.attributes["value"] = ir.AttrTensor("value", ir.Tensor(data))
-
-
-def _slots(node: ir.Node, sig: schema.OpSignature, low: ir.DataType) -> tuple[set, str]:
+def _slots(node: ir.Node, sig: schema.OpSignature, low: ir.DataType) -> tuple[set, Reason | None]:
     """Type variables to lower, and why none could be, for a node with a schema."""
     candidates = set(sig.output_type_vars)
     first = sig.input_slot(0)
@@ -81,36 +103,41 @@ def _slots(node: ir.Node, sig: schema.OpSignature, low: ir.DataType) -> tuple[se
             if value is None or slot is None or slot.type_str not in bound:
                 continue
             bound[slot.type_str].add(value.dtype)
-    lowered, why = set(), ""
+    lowered: set[str] = set()
+    why: Reason | None = None
     for var, dtypes in bound.items():
         if dtypes != {FLOAT}:
             if FLOAT in dtypes and None in dtypes:
-                why = f"type of {var} not fully known"
+                why = Reason(K.SCHEMA, "", f"type of {var} not fully known")
             continue
         admitted = next(s for s in (*sig.inputs, *sig.outputs) if s.type_str == var).allowed
         if schema.type_name(low) in admitted:
             lowered.add(var)
         else:
-            why = f"schema: {var} of {node.op_type} excludes {low.name.lower()} at this opset"
+            detail = f"{var} of {node.op_type} excludes {onnx_name(low)} at this opset"
+            why = Reason(K.SCHEMA, "schema", detail)
     return lowered, why
 
 
-def _info_for(node: ir.Node, ctx: ClassifyPass, opset: int) -> NodeInfo:
+def _info_for(node: ir.Node, ctx: _Context, opset: int) -> ClassInfo:
     has_float = any(v is not None and v.dtype == FLOAT for v in (*node.inputs, *node.outputs))
-    default = is_default_domain(node.domain)
+    default = domains.is_default(node.domain)
     if node.op_type in CONTROL_FLOW and default:
-        return NodeInfo(FIXED, "control flow: boundary keeps its types, bodies are converted")
+        detail = "boundary keeps its types, bodies are converted"
+        return ClassInfo(FIXED, _why(K.CONTROL_FLOW, detail, "control flow"))
     if node.op_type == "Constant" and default:
-        return NodeInfo(NONE, "constant: stored in the precision its readers need")
+        detail = "stored in the precision its readers need"
+        return ClassInfo(NONE, _why(K.CONSTANT, detail, "constant"))
     sig = schema.signature(node.op_type, node.domain, opset)
     if sig is None:
-        reason = f"no ONNX schema for {op_key(node.domain, node.op_type)} (custom op)"
-        return NodeInfo(FIXED if has_float else NONE, reason)
+        custom = f"no ONNX schema for {op_key(node.domain, node.op_type)} (custom op)"
+        return ClassInfo(FIXED if has_float else NONE, _why(K.CUSTOM_OP, custom))
     if any(
         v is not None and v.type is not None and not isinstance(v.type, ir.TensorType)
         for v in (*node.inputs, *node.outputs)
     ):
-        return NodeInfo(FIXED if has_float else NONE, "sequence/optional types")
+        why_not = _why(K.NON_TENSOR, "sequence/optional types")
+        return ClassInfo(FIXED if has_float else NONE, why_not)
     lowered, why = _slots(node, sig, ctx.low)
     low_in = frozenset(
         i
@@ -123,30 +150,33 @@ def _info_for(node: ir.Node, ctx: ClassifyPass, opset: int) -> NodeInfo:
     any_in = frozenset({0}) if node.op_type in ("Cast", "CastLike") else frozenset()
     if not low_in and not low_out:
         if not has_float:
-            return NodeInfo(NONE, "no float data path")
-        return NodeInfo(
-            FIXED, why or "schema: no float slot can take the low type", any_inputs=any_in
-        )
+            return ClassInfo(NONE, _why(K.NO_FLOAT, "no float data path"))
+        if why is None:
+            why = Reason(K.SCHEMA, "schema", "no float slot can take the low type")
+        return ClassInfo(FIXED, (why,), any_inputs=any_in)
     if node.op_type == "Cast" and node.inputs[0] is not None and node.inputs[0].dtype in LOW_TYPES:
         # A widening Cast out of a low-precision value is a deliberate boundary (our own output)
-        return NodeInfo(FIXED, "boundary cast out of a low-precision value", any_inputs=any_in)
+        detail = "boundary cast out of a low-precision value"
+        return ClassInfo(FIXED, _why(K.BOUNDARY_CAST, detail), any_inputs=any_in)
     cls, reason, user = _list_class(node, ctx)
-    info = NodeInfo(cls, reason, low_in, low_out, any_in, user=user)
+    info = ClassInfo(cls, (reason,), low_in, low_out, any_in, user=user)
     if cls == NodeClass.DENY and not user and default:
-        _refine_deny(node, info, sig_has_stash(node.op_type, opset), ctx.options.target)
+        info = _refine_deny(node, info, has_stash_type(node.op_type, opset), ctx.options.target)
     if info.candidate and ctx.table is not None:
-        _fit_kernels(node, info, sig, ctx, opset)
+        info = _fit_kernels(node, info, sig, ctx, ctx.table, opset)
     return info
 
 
-def _proposed(values: Sequence[ir.Value | None], low_slots: frozenset[int], low: ir.DataType):
+def _proposed(
+    values: Sequence[ir.Value | None], low_slots: frozenset[int], low: ir.DataType
+) -> list[ir.DataType | None]:
     return [
         None if v is None else (low if i in low_slots and v.dtype == FLOAT else v.dtype)
         for i, v in enumerate(values)
     ]
 
 
-def _clip_as_min_max(node: ir.Node, ctx: ClassifyPass, opset: int) -> bool:
+def _clip_as_min_max(node: ir.Node, table: KernelTable, low: ir.DataType, opset: int) -> bool:
     """Clip before opset 12 has no FP16 CUDA kernel; Max(Min(x, hi), lo) does the same exactly.
 
     Only with constant (or absent) bounds, so the rewrite needs no new runtime values.
@@ -154,20 +184,24 @@ def _clip_as_min_max(node: ir.Node, ctx: ClassifyPass, opset: int) -> bool:
     bounds = node.inputs[1:3]
     if opset < 8 or any(b is not None and constant_tensor(b) is None for b in bounds):
         return False  # Min/Max broadcast a scalar bound only from opset 8
-    low = ctx.low
-    return all(ctx.table.accepts(op, "", opset, [low, low], [low]) is None for op in ("Min", "Max"))
+    return all(table.accepts(op, "", opset, [low, low], [low]) is None for op in ("Min", "Max"))
 
 
 def _fit_kernels(
-    node: ir.Node, info: NodeInfo, sig: schema.OpSignature, ctx: ClassifyPass, opset: int
-) -> None:
+    node: ir.Node,
+    info: ClassInfo,
+    sig: schema.OpSignature,
+    ctx: _Context,
+    table: KernelTable,
+    opset: int,
+) -> ClassInfo:
     """Keep the node FP32 unless the target runs it with its low-precision types.
 
     A node whose kernel wants one float type for all inputs (BatchNormalization) may lower its
     constant auxiliary inputs too, where the schema admits it: their range is checked like any
     weight's. Otherwise the node keeps FP32 with the kernel table's reason.
     """
-    table, low = ctx.table, ctx.low
+    low = ctx.low
 
     def refusal(low_inputs: frozenset[int]) -> str | None:
         ins = _proposed(node.inputs, low_inputs, low)
@@ -176,11 +210,10 @@ def _fit_kernels(
 
     problem = refusal(info.low_inputs)
     if problem is None:
-        return
-    if node.op_type == "Clip" and _clip_as_min_max(node, ctx, opset):
-        info.rewrite_as = "minmax"
-        info.reason += f"; runs as Min/Max when low ({problem})"
-        return
+        return info
+    if node.op_type == "Clip" and _clip_as_min_max(node, table, low, opset):
+        note = Reason(K.LOWERED_AS, "", f"runs as Min/Max when low ({problem})")
+        return dataclasses.replace(info.noted(note), lowered_as=LoweredAs.MIN_MAX)
     extra = frozenset(
         i
         for i, v in enumerate(node.inputs)
@@ -192,9 +225,8 @@ def _fit_kernels(
         and schema.type_name(low) in slot.allowed
     )
     if extra and refusal(info.low_inputs | extra) is None:
-        info.low_inputs = info.low_inputs | extra
-        return
-    info.pin(NodeClass.FIXED, f"target {table.name}: {problem}")
+        return dataclasses.replace(info, low_inputs=info.low_inputs | extra)
+    return info.pinned(Reason(K.TARGET, f"target {table.name}", problem))
 
 
 def _only_reader(value: ir.Value | None, op_type: str) -> ir.Node | None:
@@ -223,12 +255,7 @@ def _is_tanh_gelu_cube(pow_node: ir.Node) -> bool:
     return scale is not None and _only_reader(scale.outputs[0], "Tanh") is not None
 
 
-def sig_has_stash(op_type: str, opset: int) -> bool:
-    """Whether the op's schema at `opset` has `stash_type` (statistics type independent of I/O)."""
-    return op_type in STASH_NORMS and schema.has_attribute(op_type, "", opset, "stash_type")
-
-
-def _refine_deny(node: ir.Node, info: NodeInfo, has_stash: bool, target: str) -> None:
+def _refine_deny(node: ir.Node, info: ClassInfo, has_stash: bool, target: str) -> ClassInfo:
     """Deny-listed ops whose danger the runtime already handles go low with low I/O.
 
     - Normalizations with `stash_type` keep mean and variance in FP32 whatever the I/O type
@@ -236,63 +263,44 @@ def _refine_deny(node: ir.Node, info: NodeInfo, has_stash: bool, target: str) ->
     - ORT's CUDA Softmax/LogSoftmax accumulate in FP32 for FP16 I/O: between low neighbours the
       casts around them only move bytes; next to an FP32 neighbour they keep FP32 (assign).
     """
+    infer = NodeClass.INFER
     if has_stash:
-        info.op_class = NodeClass.INFER
-        info.reason = "statistics in FP32 via stash_type; low-precision I/O"
-    elif node.op_type == "Pow" and _is_tanh_gelu_cube(node):
-        info.op_class = NodeClass.INFER
-        info.reason = (
+        detail = "statistics in FP32 via stash_type; low-precision I/O"
+        return dataclasses.replace(info, op_class=infer, reasons=_why(K.RUNTIME_SAFE, detail))
+    if node.op_type == "Pow" and _is_tanh_gelu_cube(node):
+        detail = (
             "the cube inside a tanh-GELU: where it overflows, tanh saturates to +-1 and the GELU "
             "is exact; low keeps the GELU fusable (FastGelu)"
         )
-    elif target == "ort-cuda" and node.op_type in FP32_ACCUMULATING:
-        info.op_class = NodeClass.INFER
-        info.low_between_low = True
-        info.reason = (
+        return dataclasses.replace(info, op_class=infer, reasons=_why(K.RUNTIME_SAFE, detail))
+    if target == "ort-cuda" and node.op_type in FP32_ACCUMULATING:
+        detail = (
             "FP32 accumulation in the ORT CUDA kernel: low I/O between low neighbours, "
             "FP32 next to an FP32 one"
         )
+        why = _why(K.RUNTIME_SAFE, detail)
+        return dataclasses.replace(info, op_class=infer, reasons=why, low_between_low=True)
+    return info
 
 
-def _list_class(node: ir.Node, ctx: ClassifyPass) -> tuple[NodeClass, str, bool]:
+def _list_class(node: ir.Node, ctx: _Context) -> tuple[NodeClass, Reason, bool]:
     """The node's class from the lists, its reason, and whether the user decided it."""
     for pattern in ctx.options.exclude_patterns:
         if node.name and pattern.search(node.name):
-            return FIXED, f"user: --exclude-nodes {pattern.pattern}", True
+            return FIXED, Reason(K.USER, "user", f"--exclude-nodes {pattern.pattern}"), True
     key = op_key(node.domain, node.op_type)
     lists = ctx.lists
     entry = lists.lookup(key)
     user = lists.is_user(key)
     for rule in lists.rules_for(key):  # the first matching rule wins
         if (rule.user or not user) and rule.matches(_subject(node, rule.subject)):
-            prefix = "user rule: " if rule.user else "rule: "
-            return NodeClass(rule.cls), prefix + rule.reason, rule.user
+            source = "user rule" if rule.user else "rule"
+            return NodeClass(rule.cls), Reason(K.RULE, source, rule.reason), rule.user
     if entry is None:
-        return NodeClass.INFER, "unlisted op: follows its neighbours", False
-    cls, reason = entry
+        return NodeClass.INFER, Reason(K.UNLISTED, "unlisted op", "follows its neighbours"), False
+    cls, text = entry
     if user:
-        return NodeClass(cls), reason if reason.startswith("user") else f"user: {reason}", True
-    return NodeClass(cls), f"{cls} list: {reason}", False
-
-
-class ClassifyPass(ir.passes.InPlacePass):
-    """Attach a NodeInfo to every node (subgraphs included); the result is `classes`."""
-
-    def __init__(self, options: ConvertOptions, lists: OpLists) -> None:
-        super().__init__()
-        self.options = options
-        self.lists = lists
-        self.low = options.low_dtype
-        self.table = load_target(options.target) if options.target != "none" else None
-        self.classes: Classes = {}
-
-    def call(self, model: ir.Model) -> ir.passes.PassResult:
-        opsets = model.opset_imports
-        classes: Classes = {}
-        for node in model.graph.all_nodes():
-            if node.op_type == "Constant":
-                _normalise_constant(node)
-            domain = "" if node.domain == "ai.onnx" else node.domain
-            classes[node] = _info_for(node, self, opsets.get(domain, 1))
-        self.classes = classes
-        return ir.passes.PassResult(model, modified=False)
+        # a user entry's text names its origin ("user: --fp32-ops", "user file x.txt: ...")
+        reason = Reason(K.USER, "" if text.startswith("user") else "user", text)
+        return NodeClass(cls), reason, True
+    return NodeClass(cls), Reason(K.LIST, f"{cls} list", text), False

@@ -8,13 +8,32 @@
 
 from __future__ import annotations
 
+import logging
+from dataclasses import dataclass
+
 import onnx_ir as ir
 
-from amp_convert.precision import FLOAT, LOW_TYPES, is_default_domain
+from amp_convert import domains
+from amp_convert.dtypes import FLOAT, LOW_TYPES
+
+log = logging.getLogger(__name__)
 
 
-def _is_cast(node: ir.Node | None) -> bool:
-    return node is not None and node.op_type == "Cast" and is_default_domain(node.domain)
+@dataclass(frozen=True)
+class CleanupResult:
+    """What cleanup changed: casts rewired past a widening cast, identities bypassed, removed."""
+
+    rewired: int = 0  # casts that now read the low value behind a widening cast
+    bypassed: int = 0  # identity casts whose readers now read the input
+    removed: int = 0  # casts without readers, removed
+
+    @property
+    def modified(self) -> bool:
+        return bool(self.rewired or self.bypassed or self.removed)
+
+
+def is_cast(node: ir.Node | None) -> bool:
+    return node is not None and node.op_type == "Cast" and domains.is_default(node.domain)
 
 
 def _target(node: ir.Node) -> ir.DataType:
@@ -22,44 +41,54 @@ def _target(node: ir.Node) -> ir.DataType:
 
 
 def count_casts(model: ir.Model) -> int:
-    return sum(1 for n in model.graph.all_nodes() if _is_cast(n))
+    """Cast nodes in the model, subgraphs included."""
+    return sum(1 for n in model.graph.all_nodes() if is_cast(n))
+
+
+def cleanup(model: ir.Model) -> CleanupResult:
+    """Fold and remove redundant Cast nodes (ours and the model's own), in place."""
+    rewired = bypassed = 0
+    for node in list(model.graph.all_nodes()):
+        if not is_cast(node) or node.inputs[0] is None:
+            continue
+        source = node.inputs[0]
+        producer = source.producer()
+        if (
+            is_cast(producer)
+            and producer is not None
+            and _target(producer) == FLOAT
+            and producer.inputs[0] is not None
+            and producer.inputs[0].dtype in LOW_TYPES
+        ):
+            source = producer.inputs[0]
+            node.replace_input_with(0, source)
+            rewired += 1
+        out = node.outputs[0]
+        if source.dtype == _target(node) and not out.is_graph_output() and out.uses():
+            out.replace_all_uses_with(source)
+            bypassed += 1
+    result = CleanupResult(rewired, bypassed, _remove_dead_casts(model))
+    log.debug("cleanup: %s", result)
+    return result
+
+
+def _remove_dead_casts(model: ir.Model) -> int:
+    removed = total = 0
+    while True:
+        removed = 0
+        for node in list(model.graph.all_nodes()):
+            out = node.outputs[0] if node.outputs else None
+            if is_cast(node) and out is not None and not out.uses() and not out.is_graph_output():
+                assert node.graph is not None
+                node.graph.remove(node, safe=True)
+                removed += 1
+        total += removed
+        if not removed:
+            return total
 
 
 class CleanupPass(ir.passes.InPlacePass):
-    """Fold and remove redundant Cast nodes (ours and the model's own)."""
+    """`cleanup` as an onnx-ir pass (for use in other pass sequences)."""
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
-        modified = False
-        for node in list(model.graph.all_nodes()):
-            if not _is_cast(node) or node.inputs[0] is None:
-                continue
-            source = node.inputs[0]
-            producer = source.producer()
-            if (
-                _is_cast(producer)
-                and _target(producer) == FLOAT
-                and producer.inputs[0] is not None
-                and producer.inputs[0].dtype in LOW_TYPES
-            ):
-                source = producer.inputs[0]
-                node.replace_input_with(0, source)
-                modified = True
-            out = node.outputs[0]
-            if source.dtype == _target(node) and not out.is_graph_output():
-                out.replace_all_uses_with(source)
-                modified = True
-        modified |= _remove_dead_casts(model)
-        return ir.passes.PassResult(model, modified=modified)
-
-
-def _remove_dead_casts(model: ir.Model) -> bool:
-    removed = True
-    any_removed = False
-    while removed:
-        removed = False
-        for node in list(model.graph.all_nodes()):
-            out = node.outputs[0] if node.outputs else None
-            if _is_cast(node) and out is not None and not out.uses() and not out.is_graph_output():
-                node.graph.remove(node, safe=True)
-                removed = any_removed = True
-    return any_removed
+        return ir.passes.PassResult(model, modified=cleanup(model).modified)

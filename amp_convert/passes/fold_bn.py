@@ -22,23 +22,21 @@ Range check (on the float32 values that are stored):
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import numpy as np
 import onnx
 import onnx_ir as ir
 
-from amp_convert import proto_walk
+from amp_convert import domains, proto_walk
+from amp_convert.dtypes import FLOAT, FP16_MAX, FP16_MIN_NORMAL
 from amp_convert.onnx_checks import call_on_stripped
-from amp_convert.precision import (
-    FLOAT,
-    FP16_MAX,
-    FP16_MIN_NORMAL,
-    UniqueNames,
-    constant_tensor,
-    is_default_domain,
-)
+from amp_convert.precision import UniqueNames, constant_tensor
 from amp_convert.report import FoldNote
+
+log = logging.getLogger(__name__)
 
 FOLD_TARGETS = ("Conv", "ConvTranspose", "Gemm", "MatMul")
 #: Share of nonzero multiplicative values the fold may newly push below FP16's normal range.
@@ -50,7 +48,7 @@ class _Kept(Exception):
 
 
 def _is_onnx(node: ir.Node | None, *op_types: str) -> bool:
-    return node is not None and is_default_domain(node.domain) and node.op_type in op_types
+    return node is not None and domains.is_default(node.domain) and node.op_type in op_types
 
 
 def _shaped(s: np.ndarray, axis: int, rank: int) -> np.ndarray:
@@ -60,14 +58,50 @@ def _shaped(s: np.ndarray, axis: int, rank: int) -> np.ndarray:
     return s.reshape(shape)
 
 
-class FoldBatchNormPass(ir.passes.InPlacePass):
-    """Fold or decompose inference BatchNormalization in float64; ``records`` says what it did.
+@dataclass(frozen=True)
+class FoldResult:
+    """One record per inference BatchNormalization: folded, decomposed or kept (and why)."""
+
+    records: tuple[FoldNote, ...] = ()
+
+    @property
+    def modified(self) -> bool:
+        return any(r.action != "kept" for r in self.records)
+
+
+def fold_batch_norm(
+    model: ir.Model,
+    low_dtype: ir.DataType = ir.DataType.FLOAT16,
+    value_types: Mapping[str, onnx.TypeProto] | None = None,
+    names: UniqueNames | None = None,
+) -> FoldResult:
+    """Fold or decompose every inference BatchNormalization of `model` in float64, in place.
 
     ``low_dtype`` is the conversion's target type (it sets the range check). ``value_types`` maps
     value names to inferred TypeProtos (the pipeline's ``analyse`` result); without it, ONNX
     shape inference runs once on the weight-stripped model, only if a rank is needed and unknown.
     ``names`` is the pipeline's shared name registry (one is made from the model otherwise).
     """
+    bns = [n for n in model.graph.all_nodes() if _is_onnx(n, "BatchNormalization")]
+    if not bns:
+        return FoldResult()
+    folder = _Folder(model, low_dtype, value_types, names or UniqueNames.of_model(model))
+    opset = domains.opset_version(model.opset_imports)
+    records = []
+    for i, bn in enumerate(bns):
+        name = bn.name or f"BatchNormalization_{i}"
+        try:
+            record = folder.rewrite(bn, name, opset)
+        except _Kept as kept:
+            record = FoldNote(name, "kept", "", str(kept))
+        log.debug("fold BatchNormalization %s: %s %s %s", name, record.action, record.into,
+                  record.detail)  # fmt: skip
+        records.append(record)
+    return FoldResult(tuple(records))
+
+
+class FoldBatchNormPass(ir.passes.InPlacePass):
+    """`fold_batch_norm` as an onnx-ir pass; ``records`` holds the last call's records."""
 
     def __init__(
         self,
@@ -77,36 +111,32 @@ class FoldBatchNormPass(ir.passes.InPlacePass):
     ) -> None:
         super().__init__()
         self.low_dtype = low_dtype
-        self.records: list[FoldNote] = []
-        self._given_types = value_types
-        self._value_types: Mapping[str, onnx.TypeProto] | None = None
-        self._given_names = names
-        self._names = UniqueNames()
-        self._model: ir.Model | None = None
+        self.value_types = value_types
+        self.names = names
+        self.records: tuple[FoldNote, ...] = ()
 
-    # -- driver ------------------------------------------------------------------------------
     def call(self, model: ir.Model) -> ir.passes.PassResult:
-        self.records = []
-        self._model = model
-        self._value_types = self._given_types
-        opset = model.opset_imports.get("", model.opset_imports.get("ai.onnx", 1))
-        bns = [n for n in model.graph.all_nodes() if _is_onnx(n, "BatchNormalization")]
-        if not bns:
-            return ir.passes.PassResult(model, modified=False)
-        self._names = self._given_names or UniqueNames.of_model(model)
-        modified = False
-        for i, bn in enumerate(bns):
-            name = bn.name or f"BatchNormalization_{i}"
-            try:
-                record = self._rewrite(bn, name, opset)
-            except _Kept as kept:
-                record = FoldNote(name, "kept", "", str(kept))
-            modified |= record.action != "kept"
-            self.records.append(record)
-        self._model = None
-        return ir.passes.PassResult(model, modified=modified)
+        result = fold_batch_norm(model, self.low_dtype, self.value_types, self.names)
+        self.records = result.records
+        return ir.passes.PassResult(model, modified=result.modified)
 
-    def _rewrite(self, bn: ir.Node, name: str, opset: int) -> FoldNote:
+
+class _Folder:
+    """One fold's private state: the model, its inferred types (computed at most once), names."""
+
+    def __init__(
+        self,
+        model: ir.Model,
+        low_dtype: ir.DataType,
+        value_types: Mapping[str, onnx.TypeProto] | None,
+        names: UniqueNames,
+    ) -> None:
+        self.low_dtype = low_dtype
+        self._model = model
+        self._value_types = value_types
+        self._names = names
+
+    def rewrite(self, bn: ir.Node, name: str, opset: int) -> FoldNote:
         _check_inference(bn, opset)
         scale, bias, mean, var = _statistics(bn)
         eps = float(_attr(bn, "epsilon", 1e-5))
@@ -153,9 +183,7 @@ class FoldBatchNormPass(ir.passes.InPlacePass):
     def _types(self) -> Mapping[str, onnx.TypeProto]:
         """Inferred types by value name: given, or inferred once on the weight-stripped model."""
         if self._value_types is None:
-            self._value_types = {}
-            if self._model is not None:
-                self._value_types = call_on_stripped(self._model, _inferred_types)
+            self._value_types = call_on_stripped(self._model, _inferred_types)
         return self._value_types
 
     def _fresh(self, base: str) -> str:

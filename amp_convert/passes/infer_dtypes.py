@@ -7,10 +7,16 @@ fills in. A float value whose type stays unknown pins its nodes to their origina
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+
 import onnx
 import onnx_ir as ir
 
-from amp_convert import schema
+from amp_convert import domains, schema
+
+log = logging.getLogger(__name__)
 
 _DTYPE_BY_NAME = {schema.type_name(dt): dt for dt in ir.DataType if dt != ir.DataType.UNDEFINED}
 
@@ -28,12 +34,14 @@ def _attr_dtype(node: ir.Node) -> ir.DataType | None:
     return None
 
 
-def _propagate(node: ir.Node, opset: int) -> None:
+def _propagate(node: ir.Node, opset: int) -> int:
+    """Type the node's untyped outputs from its schema; how many got a type."""
     sig = schema.signature(node.op_type, node.domain, opset)
-    if sig is None and node.domain not in ("", "ai.onnx"):
+    if sig is None and not domains.is_default(node.domain):
         sig = schema.runtime_signature(node.op_type, node.domain, opset)
     if sig is None:
-        return
+        return 0
+    typed = 0
     bound: dict[str, ir.DataType] = {}
     for i, value in enumerate(node.inputs):
         slot = sig.input_slot(i)
@@ -58,37 +66,65 @@ def _propagate(node: ir.Node, opset: int) -> None:
                 dtype = node.inputs[0].dtype if node.op_type.endswith("Like") else None
         if dtype is not None:
             value.dtype = dtype
+            typed += 1
+    return typed
+
+
+@dataclass(frozen=True)
+class DtypeResult:
+    """How many values got their element type, and from where."""
+
+    from_initializers: int = 0  # initializers typed from their tensor
+    from_inference: int = 0  # node outputs typed by ONNX shape inference
+    from_schemas: int = 0  # node outputs typed by the dtype-only schema propagation
+    #: named node outputs still untyped (a float node among their readers keeps its precision)
+    unknown: tuple[str, ...] = ()
+
+    @property
+    def modified(self) -> bool:
+        return bool(self.from_initializers or self.from_inference or self.from_schemas)
+
+
+def infer_dtypes(model: ir.Model, types: Mapping[str, onnx.TypeProto]) -> DtypeResult:
+    """Fill in missing element types in place: from `types` (ONNX inference by value name, the
+    pipeline's `analyse` result) first, from the op schemas second."""
+    from_initializers = 0
+    for graph in model.graphs():
+        for value in graph.initializers.values():
+            if value.const_value is not None and value.dtype is None:
+                value.dtype = value.const_value.dtype
+                from_initializers += 1
+    from_inference = 0
+    for node in model.graph.all_nodes():
+        for value in node.outputs:
+            if value.dtype is None and value.type is None and value.name in types:
+                try:
+                    value.type = ir.serde.deserialize_type_proto_for_type(types[value.name])
+                except Exception:  # an incomplete type: leave it unknown
+                    continue
+                from_inference += 1
+    from_schemas = 0
+    opsets = model.opset_imports
+    for node in model.graph.all_nodes():
+        if any(v.dtype is None and v.type is None for v in node.outputs):
+            from_schemas += _propagate(node, domains.opset_version(opsets, node.domain))
+    unknown = tuple(
+        v.name
+        for node in model.graph.all_nodes()
+        for v in node.outputs
+        if v.dtype is None and v.type is None and v.name
+    )
+    result = DtypeResult(from_initializers, from_inference, from_schemas, unknown)
+    log.debug("infer dtypes: %s", result)
+    return result
 
 
 class InferDtypesPass(ir.passes.InPlacePass):
-    """Fill in missing element types (ONNX inference first, schema propagation second)."""
+    """`infer_dtypes` as an onnx-ir pass (the emulating validator runs it on its clone)."""
 
-    def __init__(self, types: dict[str, onnx.TypeProto]) -> None:
+    def __init__(self, types: Mapping[str, onnx.TypeProto]) -> None:
         super().__init__()
         self.types = types
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
-        for graph in model.graphs():
-            for value in graph.initializers.values():
-                if value.const_value is not None and value.dtype is None:
-                    value.dtype = value.const_value.dtype
-        missing = [
-            v
-            for node in model.graph.all_nodes()
-            for v in node.outputs
-            if v.dtype is None and v.type is None
-        ]
-        if missing:
-            types = self.types
-            for value in missing:
-                if value.name in types:
-                    try:
-                        value.type = ir.serde.deserialize_type_proto_for_type(types[value.name])
-                    except Exception:  # an incomplete type: leave it unknown
-                        continue
-        opsets = model.opset_imports
-        for node in model.graph.all_nodes():
-            if any(v.dtype is None and v.type is None for v in node.outputs):
-                domain = "" if node.domain == "ai.onnx" else node.domain
-                _propagate(node, opsets.get(domain, 1))
-        return ir.passes.PassResult(model, modified=bool(missing))
+        return ir.passes.PassResult(model, modified=infer_dtypes(model, self.types).modified)

@@ -1,71 +1,112 @@
-"""The data the passes hand each other: per-node facts (classify) and the precision plan (assign).
+"""The values the middle steps hand each other: node classes (classify) and the precision plan.
 
-Classify produces `NodeInfo` per node; assign turns them into a `PrecisionPlan`; rewrite consumes
-the plan. The plan answers the three questions rewrite asks of every value: where it lives before
-casts (`home`), what each reading slot needs (`need`), and what a graph interface keeps
-(`interface`).
+`classify` returns `Classes` (a frozen `ClassInfo` per node); `assign` reads them and returns a
+`PrecisionPlan` (a frozen `Placement` per node); `rewrite` applies the plan. The plan answers the
+three questions rewrite asks of every value: where it lives before casts (`home`), what each
+reading slot needs (`need`), and what a graph interface keeps (`interface`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import dataclasses
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Protocol
 
 import onnx_ir as ir
 
 from amp_convert.precision import NodeClass, Precision, constant_tensor
+from amp_convert.reasons import Reason
 from amp_convert.report import TensorNote
 
 LOW, FP32, FREE, ANY = Precision.LOW, Precision.FP32, Precision.FREE, Precision.ANY
 
 
-@dataclass
-class NodeInfo:
-    """What the schema and the op lists say of one node, and (after assign) its precision."""
+class LoweredAs(str, enum.Enum):
+    """Other ops a LOW node runs as, because the target has no low kernel for the op itself."""
+
+    MIN_MAX = "min_max"  # Clip(x, lo, hi) as Max(Min(x, hi), lo)
+
+
+@dataclass(frozen=True)
+class ClassInfo:
+    """What the schema, the op lists and the target say of one node (classify's result)."""
 
     op_class: NodeClass
-    reason: str
+    reasons: tuple[Reason, ...]
     low_inputs: frozenset[int] = frozenset()  # slots that turn low with the node
     low_outputs: frozenset[int] = frozenset()
     any_inputs: frozenset[int] = frozenset()  # slots that accept any float type (Cast's input)
     user: bool = False  # the class came from the user (--fp32-ops, op list file, exclusions)
     #: low only between low neighbours: the kernel accumulates in FP32, casts around it buy nothing
     low_between_low: bool = False
-    #: when LOW, rewrite runs the node as other ops the target has low kernels for ("minmax")
-    rewrite_as: str = ""
-    precision: Precision = FP32
-    forced: bool = False  # decided by a hard rule; placement must not flip it
+    #: when LOW, rewrite runs the node as other ops the target has low kernels for
+    lowered_as: LoweredAs | None = None
 
     @property
     def candidate(self) -> bool:
+        """Whether the node could change precision at all."""
         return bool(self.low_inputs or self.low_outputs) and self.op_class not in (
             NodeClass.FIXED,
             NodeClass.NONE,
         )
 
-    def pin(self, op_class: NodeClass, reason: str) -> None:
-        """Keep the node at its original precision, whatever the level."""
-        self.op_class, self.reason = op_class, reason
+    def pinned(self, reason: Reason) -> ClassInfo:
+        """The node kept at its original precision whatever the level, for `reason` alone."""
+        return dataclasses.replace(self, op_class=NodeClass.FIXED, reasons=(reason,))
+
+    def noted(self, reason: Reason) -> ClassInfo:
+        return dataclasses.replace(self, reasons=(*self.reasons, reason))
 
 
-Classes = dict[ir.Node, NodeInfo]
+Classes = Mapping[ir.Node, ClassInfo]
 
 
-@dataclass
+class Placed(Protocol):
+    """A node's class and precision (a `Placement`, or assign's draft of one)."""
+
+    @property
+    def info(self) -> ClassInfo: ...
+
+    @property
+    def precision(self) -> Precision: ...
+
+
+@dataclass(frozen=True)
+class Placement:
+    """One node's decision: its class (after hard limits), precision and every reason."""
+
+    info: ClassInfo
+    precision: Precision
+    #: the class's reasons followed by what assign added (deny reach, placement, neighbours)
+    reasons: tuple[Reason, ...]
+
+    @property
+    def op_class(self) -> NodeClass:
+        return self.info.op_class
+
+
+@dataclass(frozen=True)
 class PrecisionPlan:
-    """Per-node precision for one model, plus what rewrite needs to apply it."""
+    """Per-node precision for one model, plus what rewrite needs to apply it (assign's result)."""
 
-    info: Classes
+    nodes: Mapping[ir.Node, Placed]
     main_graph: ir.Graph
     low: ir.DataType
     keep_io_types: bool
     #: names of scalar sentinels (e.g. float32 min as a mask fill) stored as +-65504
-    saturate: set[str] = field(default_factory=set)
+    saturate: frozenset[str] = frozenset()
     #: weights worth a line in the report (kept FP32 for range, saturated)
-    tensor_notes: list[TensorNote] = field(default_factory=list)
+    tensor_notes: tuple[TensorNote, ...] = ()
+
+    def placement(self, node: ir.Node) -> Placement | None:
+        placed = self.nodes.get(node)
+        return placed if isinstance(placed, Placement) else None
 
     def is_low(self, node: ir.Node | None) -> bool:
-        info = self.info.get(node) if node is not None else None
-        return info is not None and info.precision == LOW
+        placed = self.nodes.get(node) if node is not None else None
+        return placed is not None and placed.precision == LOW
 
     def interface(self, value: ir.Value) -> Precision:
         """A graph input's or output's type: low only at the main graph with --no-keep-io-types.
@@ -82,8 +123,12 @@ class PrecisionPlan:
         if producer is not None:
             if constant_tensor(value) is not None:
                 return FREE
-            info = self.info.get(producer)
-            if info is not None and info.precision == LOW and value.index() in info.low_outputs:
+            placed = self.nodes.get(producer)
+            if (
+                placed is not None
+                and placed.precision == LOW
+                and value.index() in placed.info.low_outputs
+            ):
                 return LOW
             return FP32
         if value.is_graph_input():
@@ -94,12 +139,12 @@ class PrecisionPlan:
 
     def need(self, node: ir.Node, index: int) -> Precision:
         """What an input slot needs: LOW, FP32 or ANY (Cast's input takes any float type)."""
-        info = self.info.get(node)
-        if info is None:
+        placed = self.nodes.get(node)
+        if placed is None:
             return FP32
-        if index in info.any_inputs:
+        if index in placed.info.any_inputs:
             return ANY
-        if info.precision == LOW and index in info.low_inputs:
+        if placed.precision == LOW and index in placed.info.low_inputs:
             return LOW
         return FP32
 

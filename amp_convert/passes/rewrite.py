@@ -8,72 +8,99 @@ defined. Graph outputs keep their names: the cast takes the name, the low value 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import logging
+import types
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 import numpy as np
 import onnx_ir as ir
 
-from amp_convert.passes.assign import AssignPrecisionPass
-from amp_convert.passes.classify import sig_has_stash
-from amp_convert.passes.plan import ANY, FREE, LOW, PrecisionPlan
+from amp_convert import domains
+from amp_convert.dtypes import FLOAT, SUFFIX
+from amp_convert.passes.plan import ANY, FREE, LOW, LoweredAs, Placed, PrecisionPlan
 from amp_convert.precision import (
     DTYPE_ATTRIBUTES,
-    FLOAT,
-    SUFFIX,
     Precision,
     UniqueNames,
     constant_tensor,
-    is_default_domain,
+    has_stash_type,
     is_float_tensor,
     low_array,
 )
 from amp_convert.tensors import to_low
 
+log = logging.getLogger(__name__)
+
 SMALL_CONSTANT = 64  # elements; below this a copy beats a runtime Cast even when asked for one
 
 
-@dataclass
-class RewriteStats:
-    """What the rewrite did to the weights, for the report."""
+@dataclass(frozen=True)
+class RewriteResult:
+    """What the rewrite did to the graph (counts for the report, and the nodes it replaced)."""
 
+    values_lowered: int = 0  # values retyped to the low type (weights included)
+    casts_inserted: int = 0  # runtime Cast nodes added
+    weight_copies: int = 0  # constants stored a second time in another precision
     initializers_converted: int = 0
     initializers_kept: int = 0
-
-
-class RewritePass(ir.passes.InPlacePass):
-    """Apply the decisions of AssignPrecisionPass to the graph."""
-
-    def __init__(
-        self, cast_optional_params: bool, assign: AssignPrecisionPass, names: UniqueNames
-    ) -> None:
-        super().__init__()
-        self.cast_optional_params = cast_optional_params
-        self.assign = assign
-        self.names = names
-        self.stats = RewriteStats()
-        self._casts: dict[tuple[int, ir.DataType], ir.Value] = {}
+    attributes_retargeted: int = 0  # nodes whose dtype attribute followed their precision
+    #: new node -> the planned node whose decision it carries out (a low Clip run as Min/Max)
+    replaced: Mapping[ir.Node, ir.Node] = field(default_factory=lambda: types.MappingProxyType({}))
 
     @property
-    def plan(self) -> PrecisionPlan:
-        assert self.assign.plan is not None, "AssignPrecisionPass runs before RewritePass"
-        return self.assign.plan
+    def modified(self) -> bool:
+        return bool(
+            self.values_lowered
+            or self.casts_inserted
+            or self.weight_copies
+            or self.attributes_retargeted
+            or self.replaced
+        )
 
-    def call(self, model: ir.Model) -> ir.passes.PassResult:
-        self.opset = model.opset_imports.get("", model.opset_imports.get("ai.onnx", 1))
+
+def rewrite(
+    model: ir.Model, plan: PrecisionPlan, names: UniqueNames, *, cast_optional_params: bool = False
+) -> RewriteResult:
+    """Apply `plan` to `model` in place; new names come from `names` (unique model-wide)."""
+    return _Rewriter(plan, names, cast_optional_params).run(model)
+
+
+class _Rewriter:
+    """One rewrite's private state: the casts made so far (shared by all readers) and counts."""
+
+    def __init__(self, plan: PrecisionPlan, names: UniqueNames, cast_optional_params: bool) -> None:
+        self.plan = plan
+        self.names = names
+        self.cast_optional_params = cast_optional_params
+        self.opset = 1
+        self._casts: dict[tuple[int, ir.DataType], ir.Value] = {}
+        self.counts = dict.fromkeys(
+            ("values_lowered", "casts_inserted", "weight_copies", "initializers_converted",
+             "initializers_kept", "attributes_retargeted"), 0
+        )  # fmt: skip
+        self.replaced: dict[ir.Node, ir.Node] = {}
+
+    def run(self, model: ir.Model) -> RewriteResult:
+        self.opset = domains.opset_version(model.opset_imports)
         homes = [(v, self._home(v)) for v in _float_values(model)]
         for value, home in homes:
             self._connect(value, home)
         for value, home in homes:
             if home == LOW:
                 value.type = ir.TensorType(self.plan.low)  # a new object: clones share types
+                self.counts["values_lowered"] += 1
         self._retarget_attributes(model)
-        for node in [n for n in model.graph.all_nodes() if self._rewritten_as(n) == "minmax"]:
+        lowered = [n for n in model.graph.all_nodes() if self._lowered_as(n) == LoweredAs.MIN_MAX]
+        for node in lowered:
             self._clip_as_min_max(node)
-        return ir.passes.PassResult(model, modified=True)
+        result = RewriteResult(**self.counts, replaced=types.MappingProxyType(self.replaced))
+        log.debug("rewrite: %s", result)
+        return result
 
-    def _rewritten_as(self, node: ir.Node) -> str:
-        info = self.plan.info.get(node)
-        return info.rewrite_as if info is not None and info.precision == LOW else ""
+    def _lowered_as(self, node: ir.Node) -> LoweredAs | None:
+        placed: Placed | None = self.plan.nodes.get(node)
+        return placed.info.lowered_as if placed is not None and placed.precision == LOW else None
 
     def _clip_as_min_max(self, clip: ir.Node) -> None:
         """A low Clip the target has no kernel for becomes Max(Min(x, hi), lo): the same values."""
@@ -116,8 +143,9 @@ class RewritePass(ir.passes.InPlacePass):
         nodes[-1].outputs[0].type = clip.outputs[0].type
         nodes[-1].outputs[0].shape = clip.outputs[0].shape
         nodes[-1].name = clip.name  # the report speaks of the node the user knows
+        origin = self.replaced.pop(clip, clip)
         for new in nodes:
-            self.plan.info[new] = self.plan.info[clip]
+            self.replaced[new] = origin
         ir.convenience.replace_nodes_and_values(
             graph, clip, [clip], nodes, [clip.outputs[0]], [nodes[-1].outputs[0]]
         )
@@ -136,7 +164,7 @@ class RewritePass(ir.passes.InPlacePass):
             if home == LOW:
                 self._store_low(value, tensor)
             else:
-                self.stats.initializers_kept += int(value.is_initializer())
+                self.counts["initializers_kept"] += int(value.is_initializer())
         return home
 
     def _store_low(self, value: ir.Value, tensor: ir.TensorProtocol) -> None:
@@ -148,7 +176,7 @@ class RewritePass(ir.passes.InPlacePass):
             producer.attributes["value"] = ir.AttrTensor("value", low)
         else:
             value.const_value = to_low(tensor, plan.low, saturate=saturate)
-            self.stats.initializers_converted += 1
+            self.counts["initializers_converted"] += 1
 
     def _connect(self, value: ir.Value, home: Precision) -> None:
         plan = self.plan
@@ -199,6 +227,7 @@ class RewritePass(ir.passes.InPlacePass):
             )
             value.graph.register_initializer(copy)
             self._casts[key] = copy
+            self.counts["weight_copies"] += 1
             return copy
         out = ir.Value(
             name=self.names.take(f"{value.name}_{SUFFIX[target]}"),
@@ -224,6 +253,7 @@ class RewritePass(ir.passes.InPlacePass):
             else:
                 graph.insert_before(first, node)
         self._casts[key] = out
+        self.counts["casts_inserted"] += 1
         return out
 
     def _retarget_attributes(self, model: ir.Model) -> None:
@@ -231,9 +261,10 @@ class RewritePass(ir.passes.InPlacePass):
         plan = self.plan
         low = plan.low
         for node in list(model.graph.all_nodes()):
-            if not plan.is_low(node) or not is_default_domain(node.domain):
+            placed = plan.nodes.get(node)
+            if placed is None or placed.precision != LOW or not domains.is_default(node.domain):
                 continue
-            if 0 not in plan.info[node].low_outputs:
+            if 0 not in placed.info.low_outputs:
                 continue
             op = node.op_type
             if op == "Cast" and node.attributes["to"].value == FLOAT:
@@ -241,12 +272,15 @@ class RewritePass(ir.passes.InPlacePass):
             elif op in DTYPE_ATTRIBUTES:
                 for name in DTYPE_ATTRIBUTES[op]:
                     node.attributes[name] = ir.AttrInt64(name, low)
-            elif sig_has_stash(op, self.opset):
+            elif has_stash_type(op, self.opset):
                 node.attributes["stash_type"] = ir.AttrInt64("stash_type", 1)
             elif op == "ConstantOfShape":
                 attr = node.attributes.get("value")
                 base = attr.value if attr is not None else ir.Tensor(np.zeros(1, np.float32))
                 node.attributes["value"] = ir.AttrTensor("value", to_low(base, low, False))
+            else:
+                continue
+            self.counts["attributes_retargeted"] += 1
 
 
 def _input(node: ir.Node, index: int) -> ir.Value | None:

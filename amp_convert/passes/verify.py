@@ -8,11 +8,24 @@ type inference on the weight-stripped graph.
 
 from __future__ import annotations
 
+import logging
+from dataclasses import dataclass
+
 import onnx_ir as ir
 
-from amp_convert import schema
+from amp_convert import domains, schema
 from amp_convert.errors import VerificationError
 from amp_convert.onnx_checks import call_on_stripped, first_line, strict_check
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Verified:
+    """What verify checked: nodes against their schemas, and whether ONNX's strict check ran."""
+
+    nodes_checked: int
+    onnx_strict: bool
 
 
 def _label(node: ir.Node) -> str:
@@ -20,7 +33,7 @@ def _label(node: ir.Node) -> str:
 
 
 def _check_node(node: ir.Node, opset: int) -> str | None:
-    if node.op_type == "Cast" and node.domain in ("", "ai.onnx"):
+    if node.op_type == "Cast" and domains.is_default(node.domain):
         out = node.outputs[0]
         if out.dtype is not None and out.dtype != node.attributes["to"].value:
             to = ir.DataType(node.attributes["to"].value).name
@@ -77,14 +90,16 @@ def _check_bodies(node: ir.Node) -> str | None:
     return None
 
 
-def check_types(model: ir.Model) -> None:
-    """Raise VerificationError on the first node whose types break its schema."""
+def check_types(model: ir.Model) -> int:
+    """Raise VerificationError on the first node whose types break its schema; nodes checked."""
     opsets = model.opset_imports
+    checked = 0
     for node in model.graph.all_nodes():
-        domain = "" if node.domain == "ai.onnx" else node.domain
-        problem = _check_node(node, opsets.get(domain, 1))
+        problem = _check_node(node, domains.opset_version(opsets, node.domain))
         if problem:
             raise VerificationError(f"converter bug, model not written: {problem}")
+        checked += 1
+    return checked
 
 
 def onnx_strict_check(model: ir.Model) -> str | None:
@@ -97,10 +112,16 @@ def onnx_strict_check(model: ir.Model) -> str | None:
     return None
 
 
-def verify(model: ir.Model, original_passed_strict: bool) -> None:
-    """Refuse to hand back a model that breaks the type rules (raises VerificationError)."""
-    check_types(model)
+def verify(model: ir.Model, original_passed_strict: bool) -> Verified:
+    """Refuse to hand back a model that breaks the type rules (raises VerificationError).
+
+    ONNX's strict check runs only when the original passed it (`original_passed_strict`).
+    """
+    checked = check_types(model)
     if original_passed_strict:
         problem = onnx_strict_check(model)
         if problem:
             raise VerificationError(f"converter bug, model not written: {problem}")
+    result = Verified(checked, original_passed_strict)
+    log.debug("verify: %s", result)
+    return result
