@@ -1,0 +1,64 @@
+"""Small onnx_ir models for the step tests: built from onnx.helper nodes, looked up by name."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+from onnx import helper, numpy_helper
+
+F32 = onnx.TensorProto.FLOAT
+F16 = onnx.TensorProto.FLOAT16
+
+
+def model(
+    nodes: Sequence[onnx.NodeProto],
+    inputs: Sequence[onnx.ValueInfoProto],
+    outputs: Sequence[onnx.ValueInfoProto],
+    initializers: Sequence[onnx.TensorProto] = (),
+    opset: int = 17,
+    extra_opsets: Sequence[onnx.OperatorSetIdProto] = (),
+    ir_version: int = 8,
+    typed: bool = True,
+) -> ir.Model:
+    """The model; `typed`: intermediate values typed by ONNX shape inference (as exporters do)."""
+    graph = helper.make_graph(list(nodes), "g", list(inputs), list(outputs), list(initializers))
+    opsets = [helper.make_opsetid("", opset), *extra_opsets]
+    proto = helper.make_model(graph, opset_imports=opsets, ir_version=ir_version)
+    if typed:
+        proto = onnx.shape_inference.infer_shapes(proto)
+    return ir.serde.deserialize_model(proto)
+
+
+def tensor(name: str, shape: Sequence[int | str] | None, elem: int = F32) -> onnx.ValueInfoProto:
+    return helper.make_tensor_value_info(name, elem, shape)
+
+
+def weight(name: str, array: np.ndarray | Sequence[float]) -> onnx.TensorProto:
+    return numpy_helper.from_array(np.asarray(array, dtype=np.float32), name)
+
+
+def node(m: ir.Model, name: str) -> ir.Node:
+    for n in m.graph.all_nodes():
+        if n.name == name:
+            return n
+    raise KeyError(name)
+
+
+def value(m: ir.Model, name: str) -> ir.Value:
+    for graph in m.graphs():
+        for v in (*graph.inputs, *graph.initializers.values()):
+            if v.name == name:
+                return v
+    for n in m.graph.all_nodes():
+        for v in n.outputs:
+            if v.name == name:
+                return v
+    raise KeyError(name)
+
+
+def proto_bytes(m: ir.Model) -> bytes:
+    """The model serialised: equal bytes before and after a step that must not edit the graph."""
+    return ir.serde.serialize_model(m).SerializeToString()
