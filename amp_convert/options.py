@@ -20,6 +20,7 @@ import ml_dtypes
 import numpy as np
 import onnx_ir as ir
 
+from amp_convert.dims import parse_dims
 from amp_convert.errors import OptionError
 
 
@@ -252,29 +253,5 @@ def _split_ops(name: str, ops: Any) -> tuple[str, ...]:
 
 
 def _dims(dims: Any) -> tuple[tuple[str, int], ...]:
-    """{"batch": 8} / ("batch=8", ...) / (("batch", 8), ...) → (("batch", 8),)."""
-    if isinstance(dims, Mapping):
-        items: Iterable[Any] = dims.items()
-    elif isinstance(dims, str):
-        items = (dims,)
-    else:
-        items = dims
-    out: dict[str, int] = {}
-    for item in items:
-        if isinstance(item, str):
-            name, sep, text = item.partition("=")
-            if not sep:
-                raise OptionError(f"--dim {item!r}: expected NAME=VALUE")
-        else:
-            try:
-                name, text = item
-            except (TypeError, ValueError):
-                raise OptionError(f"dims: expected NAME=VALUE pairs, not {item!r}") from None
-        try:
-            value = int(text)
-        except (TypeError, ValueError):
-            raise OptionError(f"--dim {name}={text}: the value must be an integer") from None
-        if value < 1 or not str(name).strip():
-            raise OptionError(f"--dim {name}={text}: expected a name and a positive size")
-        out[str(name).strip()] = value
-    return tuple(sorted(out.items()))
+    """{"batch": 8} / ("batch=8", ...) / (("batch", 8), ...) → (("batch", 8),) (one parser)."""
+    return tuple(sorted(parse_dims(dims).items()))

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from typing import ClassVar
 
-from amp_convert import safe_write
+from amp_convert.report_base import Report
 
 SCHEMA_VERSION = 1
 
@@ -54,8 +53,11 @@ class FoldNote:
 
 
 @dataclass
-class ConversionReport:
+class ConversionReport(Report):
     """Summary and per-node decisions of one conversion (serialisable with to_dict/to_json)."""
+
+    SCHEMA_VERSION: ClassVar[int] = SCHEMA_VERSION
+    TOOL: ClassVar[str] = "amp-convert"
 
     level: str
     dtype: str
@@ -101,16 +103,11 @@ class ConversionReport:
         raise KeyError(name)
 
     def to_dict(self) -> dict:
-        data = asdict(self)
-        data["schema_version"] = SCHEMA_VERSION
+        data = self.versioned(asdict(self))
         data["casts_inserted"] = self.casts_inserted
         data["nodes_low"] = self.nodes_low
         data["nodes_fp32"] = self.nodes_fp32
         return data
-
-    def to_json(self, path: str | Path) -> None:
-        """Write to_dict() as JSON, atomically (a replaced file keeps its mode); OutputError."""
-        safe_write.write_bytes(path, (json.dumps(self.to_dict(), indent=2) + "\n").encode())
 
     def summary(self) -> str:
         """A few lines for the terminal."""

@@ -284,6 +284,51 @@ def low_io_pair(low: int = F16) -> tuple[onnx.ModelProto, onnx.ModelProto]:
     return ref, cand
 
 
+def kv_concat_model(
+    width: int = 4,
+    vocab: int = 20,
+    seed: int = 5,
+    mask_dim: str = "past_sequence_length + sequence_length",
+) -> onnx.ModelProto:
+    """A decoder's cache step as optimum exports it: the mask's dim is an expression.
+
+    ``present = Concat(past, Gather(emb, input_ids))`` along the sequence axis, scaled by the
+    attention mask, whose length is ``past_sequence_length + sequence_length``: inputs whose mask
+    does not have that length fail in ORT (the Mul cannot broadcast). ``mask_dim`` lets a test
+    write the same axis under another name, as exporters sometimes do.
+    """
+    rng = np.random.default_rng(seed)
+    emb = rng.standard_normal((vocab, width)).astype(np.float32)
+    nodes = [
+        helper.make_node("Gather", ["emb", "input_ids"], ["x"]),
+        helper.make_node("Concat", ["past", "x"], ["kv"], axis=1),
+        helper.make_node("Cast", ["attention_mask"], ["m"], to=F32),
+        helper.make_node("Unsqueeze", ["m", "axes"], ["m3"]),
+        helper.make_node("Mul", ["kv", "m3"], ["present"]),
+        helper.make_node("ReduceMean", ["present"], ["logits"], axes=[1], keepdims=0),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "kv_concat",
+        [
+            _vi("input_ids", I64, ["batch_size", "sequence_length"]),
+            _vi("past", F32, ["batch_size", "past_sequence_length", width]),
+            _vi("attention_mask", I64, ["batch_size", mask_dim]),
+        ],
+        [
+            _vi("present", F32, ["batch_size", "past_sequence_length + sequence_length", width]),
+            _vi("logits", F32, ["batch_size", width]),
+        ],
+        [
+            _tensor("emb", emb),
+            numpy_helper.from_array(np.array([-1], np.int64), "axes"),
+        ],
+    )
+    model = _model(graph)
+    helper.set_model_props(model, {"input_range:input_ids": f"0,{vocab}"})
+    return model
+
+
 PAIRS = {
     "overflow": overflow_pair,
     "mlp_bf16": lambda: mlp_pair(BF16),

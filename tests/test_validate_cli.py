@@ -52,12 +52,22 @@ def _run(*args: str):
     return CliRunner().invoke(validate_command, [*args, *provider, "--runs", "2", "--warmup", "0"])
 
 
+def _errors(output: str) -> str:
+    """The output without the progress lines (``amp-convert validate: [ 0.1 s] ...``)."""
+    return "".join(
+        line for line in output.splitlines(keepends=True) if not line.startswith(PROGRESS)
+    )
+
+
+PROGRESS = "amp-convert validate: ["
+
+
 @pytest.fixture
 def no_cuda(monkeypatch):
     """Make `auto` see an onnxruntime without the CUDA provider, whatever is installed."""
-    from amp_convert.validation import core
+    from amp_convert.validation import sessions
 
-    monkeypatch.setattr(core, "cuda_available", lambda: False)
+    monkeypatch.setattr(sessions, "cuda_available", lambda: False)
 
 
 @pytest.fixture
@@ -67,18 +77,24 @@ def cuda_fails_to_start(monkeypatch):
     Patched at the session factory, so the fallback decision is exercised whatever the machine
     has; ``test_make_session_reports_cuda_start_failure_by_type`` covers the real detection.
     """
-    from amp_convert.validation import core
+    from amp_convert.validation import sessions
     from amp_convert.validation.runtime import CudaStartError
 
-    real = core.make_session
+    real = sessions.make_session
 
     def make_session(src, role, *, device, **kw):
         if device == "cuda":
             raise CudaStartError(f"{role} {src.label}: the CUDA provider failed to start (test)")
         return real(src, role, device=device, **kw)
 
-    monkeypatch.setattr(core, "cuda_available", lambda: True)
-    monkeypatch.setattr(core, "make_session", make_session)
+    monkeypatch.setattr(sessions, "cuda_available", lambda: True)
+    monkeypatch.setattr(sessions, "make_session", make_session)
+    # the load check's child would look for CUDA in the real onnxruntime: keep it on the CPU
+    real_check = sessions.default_load_check
+    monkeypatch.setattr(
+        sessions, "default_load_check",
+        lambda ref, cand, mode, strict=True: real_check(ref, cand, "emulate", strict=strict),
+    )  # fmt: skip
 
 
 def test_exit_0_when_all_pass(pairs) -> None:
@@ -109,8 +125,9 @@ def test_explicit_cuda_that_cannot_start_is_an_error(pairs, cuda_fails_to_start)
     """Issue 9 #9: an explicit --provider cuda never silently becomes emulate."""
     res = _run(*pairs["mlp"], "--provider", "cuda", "--atol", "1e-2")
     assert res.exit_code == 2, res.output
-    assert res.output.startswith("error: provider cuda: reference ")
-    assert "the CUDA provider failed to start" in res.output and res.output.count("\n") == 1
+    out = _errors(res.output)
+    assert out.startswith("error: provider cuda: reference ")
+    assert "the CUDA provider failed to start" in out and out.count("\n") == 1
     assert "auto" not in res.output and "emulate (requested" not in res.output
     with pytest.raises(ValidationError, match="^provider cuda: "):
         validate(*pairs["mlp"], provider="cuda", runs=0)
@@ -213,7 +230,8 @@ def test_load_errors_exit_2_with_one_line(pairs, tmp_path: Path) -> None:
     bad.write_bytes(b"not a model")
     res = CliRunner().invoke(validate_command, [pairs["mlp"][0], str(bad)])
     assert res.exit_code == 2
-    assert res.output.startswith("error: candidate") and res.output.count("\n") == 1
+    out = _errors(res.output)
+    assert out.startswith("error: candidate") and out.count("\n") == 1
     res = CliRunner().invoke(validate_command, [pairs["mlp"][0], str(tmp_path / "missing.onnx")])
     assert res.exit_code == 2 and "does not exist" in res.output
     res = _run(*pairs["mlp"], "--dim", "seq=4")
@@ -340,7 +358,7 @@ def test_progress_only_on_a_terminal_outside_ci(monkeypatch, pairs, capsys) -> N
     monkeypatch.setenv("CI", "1")
     assert progress.progress_wanted() is False
     # the bar itself: forced on, it reports on stderr and counts both models' runs
-    monkeypatch.setattr(core, "progress_wanted", lambda: True)
+    monkeypatch.setattr(core, "progress_wanted", lambda: True)  # the bar, beside the phase lines
     ticks: list[int] = []
     real = progress.Progress.tick
     monkeypatch.setattr(progress.Progress, "tick", lambda self: (ticks.append(1), real(self)))
@@ -364,8 +382,9 @@ def test_defaults_the_reference_cannot_run_on(tmp_path: Path) -> None:
     assert "dims: batch=1, samples=256" in res.output and "result: PASS" in res.output
     fixed = (str(paths["fixed", "ref"]), str(paths["fixed", "cand"]))
     res = _run(*fixed)
-    assert res.exit_code == 2 and res.output.count("\n") == 1
-    assert res.output.startswith(f"error: reference {fixed[0]} cannot run on the generated inputs")
+    out = _errors(res.output)
+    assert res.exit_code == 2 and out.count("\n") == 1
+    assert out.startswith(f"error: reference {fixed[0]} cannot run on the generated inputs")
     assert "shapes tried: x[1, 16]; x[1, 64]; x[1, 256]; x[1, 1024]" in res.output
     assert "--dim NAME=VALUE (length)" in res.output and "--inputs FILE.npz" in res.output
     assert _run(*fixed, "--dim", "length=91", "--atol", "1e-2").exit_code == 0

@@ -9,10 +9,12 @@ rounding reproduced on CPU). onnxruntime is imported only when validation runs.
 
 from __future__ import annotations
 
-from amp_convert.validation.core import CPU_WARNING, EMULATE_WARNING, PROVIDERS, validate
+from amp_convert.validation.core import validate
 from amp_convert.validation.emulate import EmulatedModel, build_emulated_model
+from amp_convert.validation.load_check import LoadCrashError
 from amp_convert.validation.metrics import REL_FLOOR, OutputResult, Thresholds
 from amp_convert.validation.report import SCHEMA_VERSION, LatencyStats, ValidationReport
+from amp_convert.validation.sessions import CPU_WARNING, EMULATE_WARNING, PROVIDERS
 
 __all__ = [
     "CPU_WARNING",
@@ -22,6 +24,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "EmulatedModel",
     "LatencyStats",
+    "LoadCrashError",
     "OutputResult",
     "Thresholds",
     "ValidationReport",

@@ -3,7 +3,7 @@
 * ``validate_command``: the click command ``validate ORIGINAL CONVERTED``;
 * ``validation_options``: decorator adding the validation options (not ``--report``, ``--junit``
   or ``-q``, which each command names itself) as keyword arguments ``provider, dim, inputs, seed,
-  runs, warmup, atol, rtol, min_cosine, max_nan, top1``;
+  runs, warmup, atol, rtol, min_cosine, max_nan, top1, match``;
 * ``run_cli_validation``: runs, prints the table, writes the reports, returns the exit code:
   0 when nothing failed (verdict ``pass``, or ``not_judged`` when no threshold was set: the table
   then ends with "result: NOT JUDGED", never PASS), 1 when an output fails (a threshold, a shape
@@ -29,18 +29,19 @@ from typing import Any, TypeVar
 
 import click
 
+from amp_convert.dims import parse_dims
 from amp_convert.errors import AmpConvertError, ValidationError
 from amp_convert.output_rules import check_outputs, model_files
-from amp_convert.validation.core import PROVIDERS, validate
-from amp_convert.validation.inputs import parse_dims
-from amp_convert.validation.metrics import Thresholds
+from amp_convert.validation.core import validate
+from amp_convert.validation.metrics import MATCH_MODES, Thresholds
+from amp_convert.validation.sessions import PROVIDERS
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 #: keyword arguments ``validation_options`` adds to the decorated command
 VALIDATION_OPTION_NAMES = (
     "provider", "dim", "inputs", "seed", "runs", "warmup", "atol", "rtol", "min_cosine", "max_nan",
-    "top1",
+    "top1", "match",
 )  # fmt: skip
 _THRESHOLD_KEYS = ("atol", "rtol", "min_cosine", "max_nan")
 
@@ -83,6 +84,32 @@ def parse_threshold(key: str, items: tuple[str, ...] | list[str]) -> ThresholdOp
 def _dim_callback(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> dict:
     try:
         return parse_dims(value)
+    except AmpConvertError as e:
+        raise click.BadParameter(str(e), ctx=ctx, param=param) from None
+
+
+def parse_match(items: Any) -> dict[str, str]:
+    """``("boxes:sort",)`` → ``{"boxes": "sort"}`` (the name is everything before the last ':')."""
+    if isinstance(items, Mapping):
+        items = [f"{k}:{v}" for k, v in items.items()]
+    elif isinstance(items, str):
+        items = (items,)
+    out: dict[str, str] = {}
+    for item in items or ():
+        name, sep, mode = str(item).rpartition(":")
+        if not sep or not name or mode not in MATCH_MODES:
+            raise ValidationError(
+                f"--match {item!r}: expected NAME:MODE with MODE one of {', '.join(MATCH_MODES)}"
+            )
+        if out.get(name, mode) != mode:
+            raise ValidationError(f"--match given twice for output {name!r}")
+        out[name] = mode
+    return out
+
+
+def _match_callback(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> dict:
+    try:
+        return parse_match(value)
     except ValidationError as e:
         raise click.BadParameter(str(e), ctx=ctx, param=param) from None
 
@@ -116,13 +143,14 @@ def validation_options(f: F) -> F:
         click.option(
             "--inputs", type=click.Path(exists=True, dir_okay=False, path_type=Path),
             multiple=True, metavar="FILE.npz",
-            help="Real inputs: one array per model input, by name (--auto: repeatable, one "
-            "sample per file).",
+            help="Real inputs: one array per model input, by name (repeatable: each file is a "
+            "sample, every sample is judged).",
         ),
         click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
                      help="Seed of the random inputs."),
-        click.option("--runs", type=click.IntRange(min=0), default=20, show_default=True,
-                     help="Timed runs per model (0 skips timing)."),
+        click.option("--runs", type=click.IntRange(min=0), default=None,
+                     help="Timed runs per model (0 skips timing). Default: 20 on cuda, none "
+                     "under emulate or cpu, whose latency says nothing about a GPU."),
         click.option("--warmup", type=click.IntRange(min=0), default=3, show_default=True,
                      help="Untimed runs before timing."),
         click.option(
@@ -149,6 +177,12 @@ def validation_options(f: F) -> F:
             help="Also report top-1 agreement (argmax over the last axis) for output NAME "
             "(repeatable); it is shown anyway for class logits, rank 2 [N, C] with C > 1.",
         ),
+        click.option(
+            "--match", "match", multiple=True, metavar="NAME:sort", callback=_match_callback,
+            help="Compare output NAME after sorting both along the last axis (repeatable): "
+            "order-insensitive outputs such as scores after NMS or TopK, where near-equal "
+            "values may swap places. The report names the outputs compared that way.",
+        ),
     ]  # fmt: skip
     for option in reversed(options):
         f = option(f)
@@ -173,6 +207,12 @@ def thresholds_from_options(values: Mapping[str, Any]) -> Thresholds:
 
 def _or(value: Any, default: Any) -> Any:
     return default if value is None else value
+
+
+def _as_list(value: Any) -> list[Any]:
+    if value is None:
+        return []
+    return list(value) if isinstance(value, list | tuple) else [value]
 
 
 def _coerce_threshold(key: str, raw: Any) -> ThresholdOption:
@@ -203,11 +243,9 @@ def run_cli_validation(
         raise TypeError(f"run_cli_validation: unknown option(s) {', '.join(sorted(unknown))}")
     v = dict(validation_option_values)
     files = v.get("inputs")
-    if isinstance(files, list | tuple):  # the option is repeatable for --auto's samples
-        if len(files) > 1:
-            click.echo("error: validate takes one --inputs file", err=True)
-            return 2
-        v["inputs"] = files[0] if files else None
+    if isinstance(files, list | tuple):  # repeatable: one sample per file
+        v["inputs"] = list(files) if len(files) > 1 else (files[0] if files else None)
+    input_files = [Path(f) for f in _as_list(v.get("inputs")) if isinstance(f, str | Path)]
     report_files = [
         (label, Path(p))
         for label, p in (("report", report_path), ("JUnit report", junit_path))
@@ -216,12 +254,9 @@ def run_cli_validation(
     try:
         if report_files:
             read = [model_files(Path(reference_path)), model_files(Path(candidate_path))]
-            if v.get("inputs"):
-                read.append([Path(v["inputs"])])
+            read.append(input_files)
             check_outputs(report_files, read, force)
-        dims = v.get("dim") or {}
-        if not isinstance(dims, Mapping):
-            dims = parse_dims(tuple(dims))
+        dims = parse_dims(v.get("dim") or {})
         report = validate(
             reference_path,
             candidate_path,
@@ -229,10 +264,11 @@ def run_cli_validation(
             inputs=v.get("inputs"),
             dims=dims,
             seed=_or(v.get("seed"), 0),
-            runs=_or(v.get("runs"), 20),
+            runs=v.get("runs"),
             warmup=_or(v.get("warmup"), 3),
             thresholds=thresholds_from_options(v),
             top1=tuple(v.get("top1") or ()),
+            match=parse_match(v.get("match") or ()),
             progress=not quiet,
         )
     except AmpConvertError as e:

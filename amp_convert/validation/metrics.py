@@ -26,6 +26,10 @@ matching NaN, is identical and belongs to neither set).
   ``[N, C]`` with ``C > 1``), and for any float output whose last axis has at least 2 elements
   when asked for by name (``--top1 NAME``); None otherwise.
 
+Order-insensitive outputs (``match="sort"``, CLI ``--match NAME:sort``): both arrays are sorted
+along their last axis before anything above is computed, so two near-equal scores that swap places
+(detections after NMS, top-k lists) compare as equal values; top-1 is not computed for them.
+
 Integer and bool outputs are compared exactly: ``mismatches`` = number of differing elements.
 
 Verdicts (``OutputResult.status``):
@@ -131,6 +135,8 @@ def _number(key: str, v: Any) -> float | int:
 
 #: OutputResult.status values
 STATUSES = ("pass", "fail", "not_judged", "skipped")
+#: how an output is matched: element by element, or after sorting along the last axis
+MATCH_MODES = ("position", "sort")
 
 
 @dataclass
@@ -158,6 +164,10 @@ class OutputResult:
     thresholds: dict[str, Any] = field(default_factory=dict)
     checked: bool = False
     failures: list[str] = field(default_factory=list)
+    #: "position", or "sort": compared after sorting along the last axis
+    match: str = "position"
+    #: index of the sample (``--inputs`` file) this result comes from when there are several
+    sample: int | None = None
 
     @property
     def status(self) -> str:
@@ -199,12 +209,16 @@ def compare_output(
     limits: Thresholds,
     *,
     top1: bool | None = None,
+    match: str = "position",
 ) -> OutputResult:
     """Compare one output pair and apply ``limits`` (already resolved for this output).
 
     ``top1``: None computes top-1 agreement only for class-logit shapes (rank 2, ``C > 1``),
     True for any float output whose last axis has 2 or more elements, False never.
+    ``match="sort"`` compares both after sorting along the last axis (no top-1 then).
     """
+    if match not in MATCH_MODES:
+        raise ValidationError(f"match {match!r}: expected one of {', '.join(MATCH_MODES)}")
     if ref is None or cand is None:
         return OutputResult(
             name, "skipped", "non-tensor", "non-tensor", [], 0, thresholds=limits.to_dict()
@@ -220,7 +234,10 @@ def compare_output(
         elements=int(ref.size),
         thresholds=limits.to_dict(),
         checked=limits.active,
+        match=match,
     )
+    if match == "sort" and ref.shape == cand.shape and ref.ndim >= 1:
+        ref, cand, top1 = np.sort(ref, axis=-1), np.sort(cand, axis=-1), False
     if ref.shape != cand.shape:
         res.kind = "float" if _is_float(ref) else "exact"
         res.failures.append(

@@ -1,10 +1,15 @@
-"""A tiny progress helper on click (no tqdm): a bar on a terminal, silence everywhere else."""
+"""Progress on stderr: one line per phase (``PhaseLog``), and a bar for timing runs on a terminal.
+
+Phase lines are for anyone waiting on a long run, CI logs included; ``-q`` turns them off. The bar
+only draws on a terminal (no tqdm: click's is enough).
+"""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import sys
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -44,3 +49,21 @@ def progress_bar(total: int, label: str, enabled: bool) -> Iterator[Progress]:
         return
     with click.progressbar(length=total, label=label, file=sys.stderr, show_eta=False) as bar:
         yield Progress(bar)
+
+
+class PhaseLog:
+    """Prints ``amp-convert <task>: [  1.2 s] <phase>`` lines on stderr; silent when disabled.
+
+    ``--auto`` uses the same helper for its rounds so every command reports progress alike.
+    """
+
+    def __init__(self, enabled: bool, task: str = "validate") -> None:
+        self.enabled = enabled
+        self.task = task
+        self._start = time.perf_counter()
+
+    def phase(self, text: str) -> None:
+        """One line for a phase that starts now (or a result worth seeing while waiting)."""
+        if self.enabled:
+            elapsed = time.perf_counter() - self._start
+            click.echo(f"amp-convert {self.task}: [{elapsed:6.1f} s] {text}", err=True)

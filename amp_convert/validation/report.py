@@ -20,7 +20,12 @@ the strings ``"inf"``, ``"-inf"`` and ``"nan"`` so the file is strict JSON. Top-
 * ``latency {warmup, runs, reference, candidate, speedup}`` or null;
 * ``emulation {rounding_points, low_precision_inputs, upcast_initializers,
   retargeted_attributes, unknown_types}`` or null;
-* ``warnings``.
+* ``warnings``;
+* ``samples``: with several ``--inputs`` files, one ``{source, dims, shapes}`` per sample (each
+  output's result is then its worst sample's, with ``sample`` its index); empty with one sample.
+
+Each output also says ``match``: ``position`` or ``sort`` (compared after sorting along its last
+axis, ``--match NAME:sort``).
 
 New keys may be added within a schema version; renamed or removed keys, or a changed meaning,
 bump it. Version 2 (from 1): ``cosine`` counts non-finite mismatches (the old finite-only value
@@ -30,17 +35,17 @@ judged; ``verdict`` and per-output ``status`` were added.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from amp_convert import safe_write
-from amp_convert.validation.metrics import OutputResult, _json_number
+from amp_convert.report_base import Report, json_ready
+from amp_convert.validation.metrics import OutputResult
 
 SCHEMA_VERSION = 2
 
@@ -77,8 +82,11 @@ class LatencyStats:
 
 
 @dataclass
-class ValidationReport:
+class ValidationReport(Report):
     """Everything one validation found; ``passed`` is the CI verdict."""
+
+    SCHEMA_VERSION: ClassVar[int] = SCHEMA_VERSION
+    TOOL: ClassVar[str] = "amp-convert validate"
 
     reference: str
     candidate: str
@@ -100,6 +108,7 @@ class ValidationReport:
     candidate_latency: LatencyStats | None = None
     emulation: dict[str, Any] | None = None
     warnings: list[str] = field(default_factory=list)
+    samples: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def verdict(self) -> str:
@@ -174,13 +183,13 @@ class ValidationReport:
             "latency": latency,
             "emulation": self.emulation,
             "warnings": list(self.warnings),
+            "samples": [dict(s) for s in self.samples],
         }
-        return _json_number(d)
+        return json_ready(d)
 
-    def to_json(self, path: str | os.PathLike) -> None:
-        """Write ``to_dict()`` as strict JSON, atomically (raises OutputError)."""
-        text = json.dumps(self.to_dict(), indent=2, allow_nan=False)
-        safe_write.write_bytes(path, (text + "\n").encode("utf-8"))
+    def summary(self) -> str:
+        """The terminal report: the table, latency, provider, inputs, warnings and verdict."""
+        return self.format_table()
 
     def to_junit(self, path: str | os.PathLike) -> None:
         """JUnit XML for CI: one testcase per output, failures carry the numbers (atomic write)."""
@@ -244,7 +253,8 @@ class ValidationReport:
                     "" if o.top1 is None else f"top1 {o.top1:.1%}",
                 ]
             verdict = _STATUS_CELL[o.status]
-            rows.append([o.name, dtype, str(o.shape), *cells, verdict])
+            name = o.name + (" (sorted)" if o.match == "sort" else "")
+            rows.append([name, dtype, str(o.shape), *cells, verdict])
         widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
                   for i, h in enumerate(headers)]  # fmt: skip
         lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
@@ -263,7 +273,7 @@ class ValidationReport:
                 f"speedup {'n/a' if sp is None else f'{sp:.2f}x'}"
             )
         else:
-            lines.append("latency: not measured (runs=0)")
+            lines.append("latency: not measured (--runs N to time N runs of each model)")
         lines.append(
             f"provider: {self.provider} (requested {self.provider_requested}; ORT "
             f"{self.onnxruntime_version}: {', '.join(self.ort_providers)}; graph optimizations "
@@ -275,6 +285,18 @@ class ValidationReport:
             + (f" (seed {self.seed})" if self.inputs_source == "random" else "")
             + f"; dims: {_fmt_dims(self.dims) or 'none'}; shapes: {shapes or 'none'}"
         )
+        if self.samples:
+            lines.append(
+                f"samples: {len(self.samples)} ("
+                + ", ".join(str(s.get("source")) for s in self.samples)
+                + "); each output shows its worst sample"
+            )
+        sorted_outputs = [o.name for o in self.outputs if o.match == "sort"]
+        if sorted_outputs:
+            lines.append(
+                "compared after sorting along the last axis (order-insensitive): "
+                + ", ".join(sorted_outputs)
+            )
         if self.emulation:
             pts = self.emulation.get("rounding_points", {})
             lines.append(

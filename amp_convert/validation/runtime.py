@@ -61,6 +61,18 @@ NP_DTYPES: dict[str, np.dtype] = {
 }
 
 
+#: said after ORT's "no kernel" load errors
+NO_KERNEL_HINT = (
+    " (ORT on this device has no kernel for it at this precision: ORT CPU lacks most "
+    "BF16 and some FP16 kernels; use --provider emulate, or cuda)"
+)
+
+
+def is_missing_kernel(message: str) -> bool:
+    """ORT's words for "this device has no kernel for this type": a gap, not a broken model."""
+    return "NOT_IMPLEMENTED" in message or "Could not find an implementation" in message
+
+
 def import_ort() -> Any:
     """Import onnxruntime or raise the one clear error that says how to get it."""
     try:
@@ -263,12 +275,7 @@ def make_session(
                 f"{role} {src.label}: the CUDA provider failed to start ({msg}); check the "
                 "CUDA/cuDNN libraries onnxruntime-gpu needs, or use --provider emulate"
             ) from None
-        hint = ""
-        if "NOT_IMPLEMENTED" in msg or "Could not find an implementation" in msg:
-            hint = (
-                " (ORT on this device has no kernel for it at this precision: ORT CPU lacks most "
-                "BF16 and some FP16 kernels; use --provider emulate, or cuda)"
-            )
+        hint = NO_KERNEL_HINT if is_missing_kernel(msg) else ""
         raise ValidationError(
             f"{role} {src.label}: ONNX Runtime cannot load it: {msg}{hint}"
         ) from None

@@ -1,0 +1,164 @@
+"""Samples to run the models on: the user's files, or random inputs at dims the reference runs on.
+
+The one entry point for ``validate``, ``--auto``, the HTML probes and ``--decode-steps``, so they
+share the defaults, the search for dims that run (``input_dims``), the ``--dim``/``--inputs``
+hint when nothing runs, and the words that say which dims were used.
+
+``run`` is the caller's way to run the reference on a feed dict; it raises ``RunError`` when ORT
+cannot run it, and its result (the reference outputs, usually) comes back with each sample so the
+reference never runs twice on the same arrays.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+import numpy as np
+import onnx
+
+from amp_convert.errors import ValidationError
+from amp_convert.validation.input_dims import DimPlan
+from amp_convert.validation.inputs import Inputs, InputSpec, load_inputs, random_inputs
+from amp_convert.validation.runtime import RunError
+
+T = TypeVar("T")
+
+#: what --auto says when it calibrates on random inputs (validate says "inputs: random")
+RANDOM_CALIBRATION_WARNING = (
+    "calibrating on random inputs (seed {seed}, dims {dims}): the search keeps FP32 what random "
+    "data stresses, which may not be what real data stresses; give real inputs with --inputs "
+    "FILE.npz (repeatable, one sample per file)"
+)
+
+InputSource = str | os.PathLike | Mapping[str, np.ndarray]
+
+
+@dataclass
+class Sample(Generic[T]):
+    """One set of feeds and what ``run`` returned for it."""
+
+    inputs: Inputs
+    result: T
+
+
+@dataclass
+class Samples(Generic[T]):
+    """The samples to judge on, whether they are random, and what the reader should know."""
+
+    items: list[Sample[T]]
+    random: bool
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def first(self) -> Inputs:
+        return self.items[0].inputs
+
+    def describe(self) -> str:
+        """``random inputs (seed 0), dims (batch=1, seq=16)`` or ``2 input files: a.npz, ...``."""
+        first = self.first
+        if self.random:
+            return f"random inputs, dims {fmt_dims(first.dims)}"
+        if len(self.items) == 1:
+            return f"inputs {first.source}, dims {fmt_dims(first.dims)}"
+        return f"{len(self.items)} samples: " + ", ".join(s.inputs.source for s in self.items)
+
+
+def gather_samples(
+    specs: list[InputSpec],
+    model: onnx.ModelProto,
+    run: Callable[[dict[str, np.ndarray]], T],
+    *,
+    inputs: InputSource | Sequence[InputSource] | None = None,
+    dims: Mapping[str, int] | None = None,
+    seed: int = 0,
+    what: str = "reference",
+) -> Samples[T]:
+    """The user's samples (each checked and run), or random inputs found by ``find_runnable``.
+
+    ``inputs``: None (random), one ``.npz`` path or dict of arrays, or a list of them (one sample
+    each). ``dims`` apply to random inputs only (a warning says so otherwise).
+    """
+    if inputs is None:
+        feeds, result, warnings = find_runnable(specs, model, run, dims=dims, seed=seed, what=what)
+        return Samples([Sample(feeds, result)], True, warnings)
+    sources = _as_list(inputs)
+    if not sources:
+        raise ValidationError("inputs: an empty list (give at least one .npz file or dict)")
+    warnings: list[str] = []
+    if dims:
+        warnings.append("dims are ignored when inputs are given (shapes come from the data)")
+    items: list[Sample[T]] = []
+    for source in sources:
+        feeds = load_inputs(source, specs)
+        warnings.extend(feeds.notes)
+        items.append(Sample(feeds, run(feeds.arrays)))
+    return Samples(items, False, warnings)
+
+
+def _as_list(inputs: Any) -> list[InputSource]:
+    if isinstance(inputs, str | os.PathLike | Mapping):
+        return [inputs]
+    return list(inputs)
+
+
+def find_runnable(
+    specs: list[InputSpec],
+    model: onnx.ModelProto,
+    run: Callable[[dict[str, np.ndarray]], T],
+    *,
+    dims: Mapping[str, int] | None = None,
+    seed: int = 0,
+    what: str = "reference",
+) -> tuple[Inputs, T, list[str]]:
+    """Random inputs ``run`` succeeds on: the default dims, else the next larger ones.
+
+    Stops at the first set of dims that runs and says which when it is not the first; one clear
+    error naming the model, every shape tried and the way out (``--dim``, ``--inputs``) when
+    none runs.
+    """
+    dims = dict(dims or {})
+    plan = DimPlan.of(specs, dims)
+    plan.check_user(dims)
+    tried: list[tuple[Inputs, str]] = []
+    for attempt in plan.attempts(dims):
+        feeds = random_inputs(specs, model, dims=attempt, seed=seed, plan=plan)
+        try:
+            result = run(feeds.arrays)
+        except RunError as e:
+            tried.append((feeds, ort_status(e.detail)))
+            continue
+        warnings = []
+        if tried:
+            warnings.append(
+                f"the reference cannot run on the default dims {fmt_dims(tried[0][0].dims)} "
+                f"({tried[0][1]}); these dims worked: {fmt_dims(feeds.dims)} "
+                "(set them with --dim to skip the search)"
+            )
+        return feeds, result, warnings
+    shapes = "; ".join(
+        ", ".join(f"{n}{list(a.shape)}" for n, a in f.arrays.items()) for f, _ in tried
+    )
+    keys = sorted(plan.keys)
+    how = f"set the dynamic dims with --dim NAME=VALUE ({', '.join(keys)}) or " if keys else ""
+    raise ValidationError(
+        f"{what} cannot run on the generated inputs; shapes tried: {shapes} "
+        f"(on the first: {tried[0][1]}); {how}give real inputs with --inputs FILE.npz"
+    )
+
+
+def ort_status(detail: str) -> str:
+    """The node and its status message from ORT's run error, without the boilerplate."""
+    node, sep, status = detail.partition(" Status Message: ")
+    if not sep:
+        return detail
+    op = node.split("running ", 1)[-1].split(" node.", 1)[0] if "running " in node else ""
+    status = status.split(" was false. ", 1)[-1]  # drop the source location of ORT's check
+    return f"{op}: {status}" if op else status
+
+
+def fmt_dims(dims: Mapping[str, int]) -> str:
+    """``(batch=1, seq=16)``; ``(none)`` when the model has no dynamic dims."""
+    return "(" + (", ".join(f"{k}={v}" for k, v in dims.items()) or "none") + ")"
