@@ -196,7 +196,8 @@ def test_converting_again_with_another_op_list_converts(tmp_path: Path) -> None:
         ({"level": 2}, "level must be one of"),
         ({"levle": "O2"}, "unknown option"),
         ({"dims": ["batch"]}, "expected NAME=VALUE"),
-        ({"dims": {"batch": 0}}, "positive size"),
+        ({"dims": {"batch": -1}}, "non-negative integer"),
+        ({"dims": ["batch=1", "batch=2"]}, "given twice"),
     ],
 )
 def test_bad_api_options_are_option_errors(kwargs: dict, message: str) -> None:
