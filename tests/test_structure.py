@@ -1,5 +1,5 @@
 """Unit tests for the parts end-to-end tests only reach indirectly: the min cut, the op-list parser,
-cleanup, the options declaration and the stamp, plus the converter-correctness items of issue 9."""
+the options declaration and the stamp, plus the converter-correctness items of issue 9."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-import onnx_ir as ir
 import pytest
 from click.testing import CliRunner
 from onnx import TensorProto, helper, numpy_helper
@@ -18,10 +17,9 @@ from amp_convert.cli import cli
 from amp_convert.errors import OptionError
 from amp_convert.op_lists import apply_user_file, load_builtin
 from amp_convert.options import ConvertOptions, make_options, user_fields
-from amp_convert.passes.cleanup import CleanupResult, cleanup
 from amp_convert.passes.mincut import INF, FlowNetwork
 from amp_convert.precision import DTYPE_ATTRIBUTES
-from tests.helpers import FLOAT, FLOAT16, casts, node_by_name, op_counts
+from tests.helpers import FLOAT, node_by_name, op_counts
 
 
 # ---------------------------------------------------------------- min cut
@@ -114,42 +112,6 @@ def _pow_model(exponent: float) -> onnx.ModelProto:
         ],
     )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
-
-
-# ---------------------------------------------------------------- cleanup
-def test_cleanup_folds_identity_and_widening_round_trips() -> None:
-    """Cast(fp16→fp32)→Cast(fp32→fp16) reads the FP16 value; an identity Cast disappears."""
-    graph = helper.make_graph(
-        [
-            helper.make_node("Cast", ["x"], ["up"], to=FLOAT, name="up"),
-            helper.make_node("Cast", ["up"], ["down"], to=FLOAT16, name="down"),
-            helper.make_node("Cast", ["down"], ["same"], to=FLOAT16, name="same"),
-            helper.make_node("Relu", ["same"], ["y"], name="relu"),
-        ],
-        "g",
-        [helper.make_tensor_value_info("x", FLOAT16, [3])],
-        [helper.make_tensor_value_info("y", FLOAT16, [3])],
-    )
-    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
-    model = ir.serde.deserialize_model(proto)
-    result = cleanup(model)
-    assert result == CleanupResult(rewired=1, bypassed=2, removed=3)
-    out = ir.serde.serialize_model(model)
-    assert casts(out) == 0
-    assert node_by_name(out, "relu").input == ["x"]
-
-
-def test_cleanup_keeps_a_cast_that_is_a_graph_output() -> None:
-    graph = helper.make_graph(
-        [helper.make_node("Cast", ["x"], ["y"], to=FLOAT, name="c")],
-        "g",
-        [helper.make_tensor_value_info("x", FLOAT, [3])],
-        [helper.make_tensor_value_info("y", FLOAT, [3])],
-    )
-    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
-    model = ir.serde.deserialize_model(proto)
-    assert not cleanup(model).modified
-    assert casts(ir.serde.serialize_model(model)) == 1
 
 
 # ---------------------------------------------------------------- options declared once
