@@ -32,11 +32,17 @@ def op_key(domain: str | None, op_type: str) -> str:
     return op_type if is_default(domain) else f"{domain}:{op_type}"
 
 
-def opset_version(opsets: Mapping[str, int], domain: str | None = DEFAULT, default: int = 1) -> int:
-    """The opset a model imports for `domain` (either spelling of the default domain)."""
+def imported_opset(opsets: Mapping[str, int], domain: str | None = DEFAULT) -> int | None:
+    """The opset a model imports for `domain` (either spelling of the default), or None."""
     if is_default(domain):
         for spelling in ("", "ai.onnx"):
             if spelling in opsets:
                 return opsets[spelling]
-        return default
-    return opsets.get(str(domain), default)
+        return None
+    return opsets.get(str(domain))
+
+
+def opset_version(opsets: Mapping[str, int], domain: str | None = DEFAULT) -> int:
+    """The opset a model imports for `domain`; 1 when it imports none (ONNX's first opset)."""
+    version = imported_opset(opsets, domain)
+    return 1 if version is None else version

@@ -20,7 +20,7 @@ import google.protobuf.message
 import onnx
 import onnx_ir as ir
 
-from amp_convert import proto_checks, safe_write
+from amp_convert import domains, proto_checks, safe_write
 from amp_convert.errors import InputError, OutputError
 
 MIN_OPSET = 1
@@ -40,7 +40,7 @@ def _check_versions(model: ir.Model, where: str) -> None:
             f"{where}: IR version {model.ir_version} is newer than this onnx supports "
             f"({onnx.IR_VERSION}); upgrade onnx"
         )
-    opset = model.opset_imports.get("", model.opset_imports.get("ai.onnx"))
+    opset = domains.imported_opset(model.opset_imports)
     if opset is None:
         raise InputError(f"{where}: the model imports no ai.onnx opset")
     newest = onnx.defs.onnx_opset_version()

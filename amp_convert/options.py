@@ -16,12 +16,13 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 import onnx_ir as ir
 
 from amp_convert.dims import parse_dims
+from amp_convert.dtypes import LOW_BY_OPTION, numpy_type
 from amp_convert.errors import OptionError
+from amp_convert.targets import TARGETS
 
 
 class Level(str, enum.Enum):
@@ -33,8 +34,7 @@ class Level(str, enum.Enum):
     O3 = "O3"  # everything the target can run in low precision; built-in DENY is ignored
 
 
-DTYPES = {"fp16": ir.DataType.FLOAT16, "bf16": ir.DataType.BFLOAT16}
-TARGETS = ("ort-cuda", "none")
+DTYPES = LOW_BY_OPTION
 _DTYPE_ALIASES = {"float16": "fp16", "half": "fp16", "bfloat16": "bf16"}
 
 
@@ -103,10 +103,10 @@ class ConvertOptions:
     target: str = _option(
         "ort-cuda",
         ("--target",),
-        "Runtime the result is for: ort-cuda keeps low only what ONNX Runtime's CUDA provider has "
-        "low-precision kernels for; none follows the ONNX schemas only.",
+        "Runtime the result is for: ort-cuda (ort-cpu) keeps low only what ONNX Runtime's CUDA "
+        "(CPU) provider has low-precision kernels for; none follows the ONNX schemas only.",
         "choice",
-        choices=TARGETS,
+        choices=tuple(TARGETS),
     )
     exclude_patterns: tuple[re.Pattern[str], ...] = field(
         default=(), compare=False, repr=False, metadata={"derived": True}
@@ -222,10 +222,9 @@ def _dtype(dtype: Any) -> str:
             np_type = np.dtype(dtype)
         except TypeError:
             np_type = None
-        if np_type == np.float16:
-            return "fp16"
-        if np_type == np.dtype(ml_dtypes.bfloat16):
-            return "bf16"
+        for name, low in DTYPES.items():
+            if np_type == numpy_type(low):
+                return name
         raise OptionError(f"dtype must be 'fp16' or 'bf16', not {dtype!r}")
     name = _DTYPE_ALIASES.get(dtype.lower(), dtype.lower())
     if name not in DTYPES:

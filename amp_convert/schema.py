@@ -14,6 +14,8 @@ from typing import Protocol, TypeVar
 import onnx.defs
 import onnx_ir as ir
 
+from amp_convert import domains
+
 
 class _Param(Protocol):
     @property
@@ -81,7 +83,7 @@ def _resolve(param: onnx.defs.OpSchema.FormalParameter, constraints: dict[str, l
 @functools.lru_cache(maxsize=4096)
 def signature(op_type: str, domain: str, opset: int) -> OpSignature | None:
     """The op's signature at `opset`, or None when onnx.defs does not know the op."""
-    domain = "" if domain == "ai.onnx" else domain
+    domain = domains.normalise(domain)
     try:
         schema = onnx.defs.get_schema(op_type, opset, domain)
     except onnx.defs.SchemaError:
@@ -96,7 +98,7 @@ def signature(op_type: str, domain: str, opset: int) -> OpSignature | None:
 @functools.lru_cache(maxsize=1024)
 def has_attribute(op_type: str, domain: str, opset: int, name: str) -> bool:
     """Whether the op's schema at `opset` declares attribute `name`."""
-    domain = "" if domain == "ai.onnx" else domain
+    domain = domains.normalise(domain)
     try:
         return name in onnx.defs.get_schema(op_type, opset, domain).attributes
     except onnx.defs.SchemaError:
@@ -117,7 +119,7 @@ def _runtime_schemas() -> dict[tuple[str, str], list]:
         return {}
     out: dict[tuple[str, str], list] = {}
     for s in _pybind_state.get_all_operator_schema():
-        if s.domain not in ("", "ai.onnx", "ai.onnx.ml"):
+        if not domains.is_default(s.domain) and s.domain != "ai.onnx.ml":
             out.setdefault((s.domain, s.name), []).append(s)
     return out
 

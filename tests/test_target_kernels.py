@@ -137,3 +137,15 @@ def test_every_corpus_model_is_covered_by_the_kernel_table(level: str) -> None:
         problems += [f"{name}: {line}" for line in uncovered_nodes(typed, table)]
     assert low_nodes > 1000
     assert problems == []
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_ort_cpu_target_keeps_low_only_what_ort_cpu_runs_low(level: str) -> None:
+    """--target ort-cpu (the one TARGETS table the CLI offers) follows ORT's CPU kernel table."""
+    model = mobilenet_cnn(opset=17)
+    out, report = amp_convert.convert(model, level=level, target="ort-cpu", return_report=True)
+    onnx.checker.check_model(out, full_check=True)
+    assert report.target.startswith("ort-cpu (kernel table from ONNX Runtime ")
+    assert uncovered_nodes(_typed(out), load_target("ort-cpu")) == []
+    cuda = amp_convert.convert(model, level=level, return_report=True)[1]
+    assert report.nodes_low < cuda.nodes_low  # the CPU provider has far fewer FP16 kernels

@@ -26,6 +26,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from amp_convert import domains
 from amp_convert.auto.graph import _bodies, _captured
 from amp_convert.auto.localise import LOW_NP, Blame, relative_error
 from amp_convert.auto.ranges import LIMITS
@@ -109,12 +110,12 @@ class BodyJudge:
         """(attribute, body, every value of that invocation) for each body execution."""
         graphs = {a.name: a.g for a in node.attribute if a.type == onnx.AttributeProto.GRAPH}
         ins = [_get(env, v) if v else None for v in node.input]
-        if node.op_type == "If" and node.domain in ("", "ai.onnx"):
+        if node.op_type == "If" and domains.is_default(node.domain):
             attr = "then_branch" if bool(np.asarray(ins[0]).reshape(-1)[0]) else "else_branch"
             yield attr, graphs[attr], self._run(f"{node.name}/{attr}", graphs[attr], {}, env)
-        elif node.op_type == "Loop" and node.domain in ("", "ai.onnx"):
+        elif node.op_type == "Loop" and domains.is_default(node.domain):
             yield from self._loop(f"{node.name}/body", graphs["body"], ins, env)
-        elif node.op_type == "Scan" and node.domain in ("", "ai.onnx"):
+        elif node.op_type == "Scan" and domains.is_default(node.domain):
             yield from self._scan(node, graphs["body"], ins, env)
         else:
             raise CannotJudge(f"{node.op_type} bodies are not analysed")

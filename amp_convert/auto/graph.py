@@ -19,7 +19,7 @@ import onnx
 import onnx_ir as ir
 from onnx import TensorProto, helper
 
-from amp_convert import proto_walk
+from amp_convert import domains, proto_walk
 
 FLOAT = TensorProto.FLOAT
 
@@ -223,7 +223,7 @@ def graph_facts(proto: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> Grap
         graph_inputs=[i.name for i in graph.input if i.name not in inits],
         graph_outputs=[o.name for o in graph.output],
         initializers=inits,
-        opsets={o.domain or "": o.version for o in proto.opset_import},
+        opsets={domains.normalise(o.domain): o.version for o in proto.opset_import},
         ir_version=proto.ir_version,
         inner=inner,
     )

@@ -23,19 +23,20 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 import onnx
 from onnx import helper
 
+from amp_convert import domains
 from amp_convert.auto.graph import GraphFacts, NodeFacts
+from amp_convert.dtypes import LOW_BY_OPTION, numpy_type
 
 TINY = 1e-30
 #: suspects whose isolated error is measured per round (ranked by the cheap difference first)
 SUSPECTS = 24
 #: a suspect is pinned when its introduced error is at least this share of the worst one's
 SHARE = 0.5
-LOW_NP = {"fp16": np.float16, "bf16": ml_dtypes.bfloat16}
+LOW_NP = {name: numpy_type(t) for name, t in LOW_BY_OPTION.items()}
 
 
 @dataclass
@@ -297,7 +298,7 @@ class Localiser:
 
     def _node_proto(self, node: NodeFacts) -> onnx.NodeProto | None:
         proto = self.node_protos.get(node.name)
-        if proto is None or proto.domain not in ("", "ai.onnx"):
+        if proto is None or not domains.is_default(proto.domain):
             return None
         return proto
 

@@ -38,6 +38,7 @@ from amp_convert.auto.probe import DEFAULT_BUDGET, Probe, expose, open_probe, pl
 from amp_convert.auto.ranges import DEFAULT_MARGIN, LIMITS, range_hits
 from amp_convert.auto.report import AutoReport, PinnedNode, TracePoint
 from amp_convert.auto.staging import Staged, lean_options, stage
+from amp_convert.dtypes import LOW_TYPES, low_numpy_type
 from amp_convert.errors import ValidationError
 from amp_convert.options import make_options
 from amp_convert.report import ConversionReport
@@ -359,13 +360,10 @@ class _Search:
     def _round_inputs(self, feeds: dict, low_inputs: Mapping[str, str]) -> dict:
         if not low_inputs:
             return feeds
-        import ml_dtypes
-
         out = dict(feeds)
         for name, low in low_inputs.items():
             if name in out:
-                np_low = np.float16 if low == "float16" else ml_dtypes.bfloat16
-                out[name] = out[name].astype(np_low).astype(np.float32)
+                out[name] = out[name].astype(low_numpy_type(low)).astype(np.float32)
         return out
 
     def _reference_pass(self, total_bytes: int) -> dict[str, float]:
@@ -528,7 +526,7 @@ class _Search:
             )
 
 
-_LOW_IR = (ir.DataType.FLOAT16, ir.DataType.BFLOAT16)
+_LOW_IR = tuple(LOW_TYPES)
 
 
 def _is_float(arr: np.ndarray) -> bool:

@@ -18,13 +18,14 @@ from amp_convert.auto.localise import ValueStats
 from amp_convert.auto.probe import DEFAULT_BUDGET, expose, open_probe, plan_batches
 from amp_convert.auto.report import TracePoint
 from amp_convert.auto.staging import lean_options
+from amp_convert.dtypes import LOW_TYPES, low_numpy_type
 from amp_convert.html_report import Page
 from amp_convert.validation.emulate import build_emulated_model
 from amp_convert.validation.inputs import InputSpec, load_inputs, random_inputs
 from amp_convert.validation.metrics import Thresholds, compare_output
 from amp_convert.validation.runtime import cuda_available, load_source
 
-_LOW = {onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16}
+_LOW = {int(t) for t in LOW_TYPES}
 
 
 def validation_page(
@@ -68,10 +69,7 @@ def validation_page(
         expose(model, values, {v: FLOAT for v in values})
         cand_feeds = dict(feeds)
         for name, low in emulated.low_inputs.items():
-            import ml_dtypes
-
-            np_low = np.float16 if low == "float16" else ml_dtypes.bfloat16
-            cand_feeds[name] = feeds[name].astype(np_low).astype(np.float32)
+            cand_feeds[name] = feeds[name].astype(low_numpy_type(low)).astype(np.float32)
     else:
         model = onnx.ModelProto()
         model.CopyFrom(cand_src.proto)

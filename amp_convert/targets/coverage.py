@@ -12,19 +12,17 @@ from dataclasses import dataclass
 
 import onnx_ir as ir
 
+from amp_convert import domains
+from amp_convert.dtypes import LOW_TYPES
 from amp_convert.targets.kernel_table import KernelTable, dtype_name
 
-LOW = frozenset({ir.DataType.FLOAT16, ir.DataType.BFLOAT16})
+LOW = LOW_TYPES
 
 
 def _opset(model: ir.Model, node: ir.Node) -> int | None:
     if node.version is not None:
         return node.version
-    domain = "" if node.domain in ("", "ai.onnx") else node.domain
-    version = model.opset_imports.get(domain)
-    if version is None and domain == "":
-        version = model.opset_imports.get("ai.onnx")
-    return version
+    return domains.imported_opset(model.opset_imports, node.domain)
 
 
 def _types(values: object) -> list[ir.DataType | None]:
@@ -60,7 +58,7 @@ class Uncovered:
     """True when ORT would expand the node's function body instead (body not checked)."""
 
     def __str__(self) -> str:
-        op = self.op_type if self.domain in ("", "ai.onnx") else f"{self.domain}:{self.op_type}"
+        op = domains.op_key(self.domain, self.op_type)
         return (
             f"{self.node or '<unnamed>'} {op}-{self.opset}: in ({_fmt(self.inputs)}) "
             f"out ({_fmt(self.outputs)}): {self.reason}"

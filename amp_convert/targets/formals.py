@@ -15,6 +15,7 @@ from typing import Any
 
 import onnx.defs
 
+from amp_convert import domains
 from amp_convert import schema as onnx_schema
 
 
@@ -71,7 +72,7 @@ def _ort_schema_index() -> dict[tuple[str, str], list[tuple[int, Any]]] | None:
         return None
     index: dict[tuple[str, str], list[tuple[int, Any]]] = {}
     for s in _pybind_state.get_all_operator_schema():
-        index.setdefault((s.domain or "", s.name), []).append((s.since_version, s))
+        index.setdefault((domains.normalise(s.domain), s.name), []).append((s.since_version, s))
     for versions in index.values():
         versions.sort(key=lambda v: -v[0])
     return index
@@ -80,7 +81,7 @@ def _ort_schema_index() -> dict[tuple[str, str], list[tuple[int, Any]]] | None:
 @functools.lru_cache(maxsize=4096)
 def schema_formals(op_type: str, domain: str, opset: int) -> Formals | None:
     """The op's formals at `opset` from onnx.defs, else ORT's schemas; None if neither knows it."""
-    onnx_domain = "" if domain in ("", "ai.onnx") else domain
+    onnx_domain = domains.normalise(domain)
     try:
         return _from_schema(onnx.defs.get_schema(op_type, opset, onnx_domain), "onnx")
     except onnx.defs.SchemaError:
@@ -129,7 +130,7 @@ def doc_formals(
 @functools.lru_cache(maxsize=4096)
 def has_function_body(op_type: str, domain: str, opset: int) -> bool:
     """True when the op's ONNX schema at `opset` defines a function body ORT can inline."""
-    onnx_domain = "" if domain in ("", "ai.onnx") else domain
+    onnx_domain = domains.normalise(domain)
     try:
         schema = onnx.defs.get_schema(op_type, opset, onnx_domain)
     except onnx.defs.SchemaError:
@@ -145,7 +146,7 @@ def schema_admits(
     output_dtypes: Sequence[Any],
 ) -> bool:
     """Whether the op's ONNX schema at `opset` admits these element types (None: unknown, ok)."""
-    sig = onnx_schema.signature(op_type, "" if domain in ("", "ai.onnx") else domain, opset)
+    sig = onnx_schema.signature(op_type, domains.normalise(domain), opset)
     if sig is None:
         return True
     pairs = [(sig.input_slot(i), d) for i, d in enumerate(input_dtypes)]

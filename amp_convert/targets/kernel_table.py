@@ -31,6 +31,7 @@ from typing import Any
 
 import onnx_ir as ir
 
+from amp_convert import domains
 from amp_convert.errors import TargetError
 from amp_convert.targets.formals import (
     Formal,
@@ -50,8 +51,7 @@ _FLOATS = frozenset(_SHORT)
 _TYPE_NAME = re.compile(r"^[a-z][a-z0-9_]*(\([a-z0-9_(), ]+\))?$")
 
 
-def _domain(domain: str) -> str:
-    return "ai.onnx" if domain in ("", "ai.onnx") else domain
+_domain = domains.qualified  # ORT's registry spells the default domain "ai.onnx"
 
 
 def element(type_name: str) -> str:

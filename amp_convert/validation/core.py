@@ -14,9 +14,9 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 
+from amp_convert.dtypes import low_numpy_type
 from amp_convert.errors import ValidationError
 from amp_convert.validation.emulate import EmulatedModel
 from amp_convert.validation.input_search import Samples, gather_samples
@@ -42,8 +42,6 @@ from amp_convert.validation.sessions import PROVIDERS, Sessions, open_sessions
 
 #: timed runs when ``runs`` is not given: only a GPU's latency means anything
 DEFAULT_CUDA_RUNS = 20
-
-_LOW_NP = {"float16": np.dtype(np.float16), "bfloat16": np.dtype(ml_dtypes.bfloat16)}
 
 ModelArg = str | os.PathLike | bytes | Any  # also onnx.ModelProto and onnx_ir.Model
 RefOutputs = dict[str, np.ndarray | None]
@@ -198,7 +196,7 @@ def _candidate_feeds(feeds: dict[str, np.ndarray], emulated: EmulatedModel | Non
     if emulated is not None:
         for name, low in emulated.low_inputs.items():
             if name in cand_feeds:
-                cand_feeds[name] = cand_feeds[name].astype(_LOW_NP[low]).astype(np.float32)
+                cand_feeds[name] = cand_feeds[name].astype(low_numpy_type(low)).astype(np.float32)
     return cand_feeds
 
 

@@ -43,24 +43,22 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 import onnx_ir as ir
-from onnx import TensorProto
 
 from amp_convert import proto_walk
+from amp_convert.dtypes import onnx_name
 from amp_convert.onnx_checks import analyse
 from amp_convert.passes.infer_dtypes import InferDtypesPass
 from amp_convert.precision import (
-    BFLOAT16,
     DTYPE_ATTRIBUTES,
     FLOAT,
-    FLOAT16,
     LOW_TYPES,
     UniqueNames,
     is_default_domain,
 )
 from amp_convert.validation.sparse import densified
 
-#: element type → the name the report and the input feeder use
-LOW_NAMES: dict[ir.DataType, str] = {FLOAT16: "float16", BFLOAT16: "bfloat16"}
+#: element type → the name the report and the input feeder use ("float16", "bfloat16")
+LOW_NAMES: dict[ir.DataType, str] = {t: onnx_name(t) for t in LOW_TYPES}
 
 # Default-domain ops whose outputs only select, move or compare-select input elements: applied to
 # values that are already representable in the low dtype they give a representable result, so
@@ -275,7 +273,7 @@ class EmulatePass(ir.passes.InPlacePass):
 # a look at a proto without converting it
 
 
-_LOW_PROTO = {TensorProto.FLOAT16: "float16", TensorProto.BFLOAT16: "bfloat16"}
+_LOW_PROTO: dict[int, str] = {int(t): onnx_name(t) for t in LOW_TYPES}
 
 
 def _proto_elem(tp: onnx.TypeProto) -> int | None:

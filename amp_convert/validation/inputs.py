@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
+from amp_convert import domains
 from amp_convert.errors import ValidationError
 from amp_convert.validation.input_dims import Dim, DimPlan, axis_key, is_static
 from amp_convert.validation.runtime import NP_DTYPES
@@ -92,7 +93,7 @@ def _gather_bounds(model: onnx.ModelProto) -> dict[str, int]:
     inputs = {i.name for i in model.graph.input}
     bounds: dict[str, int] = {}
     for node in model.graph.node:
-        if node.op_type != "Gather" or len(node.input) < 2 or node.domain not in ("", "ai.onnx"):
+        if node.op_type != "Gather" or len(node.input) < 2 or not domains.is_default(node.domain):
             continue
         data, idx = node.input[0], node.input[1]
         if idx in inputs and data in inits:
