@@ -37,8 +37,6 @@ def _attr_dtype(node: ir.Node) -> ir.DataType | None:
 def _propagate(node: ir.Node, opset: int) -> int:
     """Type the node's untyped outputs from its schema; how many got a type."""
     sig = schema.signature(node.op_type, node.domain, opset)
-    if sig is None and not domains.is_default(node.domain):
-        sig = schema.runtime_signature(node.op_type, node.domain, opset)
     if sig is None:
         return 0
     typed = 0

@@ -31,16 +31,10 @@ from typing import Any
 
 import onnx_ir as ir
 
-from amp_convert import domains
+from amp_convert import domains, schema
 from amp_convert.errors import TargetError
-from amp_convert.targets.formals import (
-    Formal,
-    Formals,
-    doc_formals,
-    has_function_body,
-    schema_admits,
-    schema_formals,
-)
+from amp_convert.schema import OpSignature, Slot
+from amp_convert.targets.formals import doc_formals
 
 FORMAT = 1
 TARGETS = {"ort-cuda": "ort_cuda_kernels.json", "ort-cpu": "ort_cpu_kernels.json", "none": None}
@@ -195,9 +189,9 @@ class KernelTable:
         and the fallback target (ORT's CPU provider) does not take them either. A node whose types
         its schema does not admit is never inlined (ORT refuses the model).
         """
-        if self.accept_all or not has_function_body(op_type, _domain(domain), opset):
+        if self.accept_all or not schema.has_function_body(op_type, _domain(domain), opset):
             return False
-        if not schema_admits(op_type, domain, opset, ins, outs):
+        if not schema.admits(op_type, domain, opset, ins, outs):
             return False
         if self._reason(op_type, domain, opset, ins, outs) is None:
             return False
@@ -220,7 +214,7 @@ class KernelTable:
         where = f"{op_type}-{opset}"
         if entry is None or not kernels:
             return f"no {self.display} kernel for {where} (it runs on the CPU)"
-        formals = schema_formals(op_type, _domain(domain), opset)
+        formals = schema.signature(op_type, _domain(domain), opset)
         if formals is None and entry.params:
             type_vars = {v for k in kernels for v in k.types}
             formals = doc_formals(entry.params, type_vars, len(input_dtypes))
@@ -250,7 +244,7 @@ class KernelTable:
         )
 
     def _check_kernel(
-        self, kernel: Kernel, binding: Binding, where: str, formals: Formals
+        self, kernel: Kernel, binding: Binding, where: str, formals: OpSignature
     ) -> str | None:
         for var, seen in binding.items():
             allowed = kernel.types.get(var)
@@ -265,7 +259,7 @@ class KernelTable:
         return None
 
     def _check_constraints(
-        self, entry: _OpEntry, opset: int, binding: Binding, where: str, formals: Formals
+        self, entry: _OpEntry, opset: int, binding: Binding, where: str, formals: OpSignature
     ) -> str | None:
         for c in entry.constraints:
             if not c.covers(opset):
@@ -300,7 +294,7 @@ def _seen(binding: Binding, var: str) -> list[str]:
     return sorted({n for _, n in binding.get(var, [])})
 
 
-def _names_of(formals: Formals, var: str) -> list[str]:
+def _names_of(formals: OpSignature, var: str) -> list[str]:
     names = [f.name for f in formals.inputs + formals.outputs if f.type_str == var]
     return list(dict.fromkeys(names))
 
@@ -313,7 +307,7 @@ def _matches(combo: tuple[str, ...], type_params: tuple[str, ...], binding: Bind
 
 
 def _bind(
-    formals: Formals,
+    formals: OpSignature,
     input_dtypes: Sequence[ir.DataType | None],
     output_dtypes: Sequence[ir.DataType | None],
     where: str,
@@ -321,14 +315,14 @@ def _bind(
     """Element type per type variable; or why the types break the schema's own binding rules."""
     binding: Binding = {}
     homogeneous: dict[str, bool] = {}
-    slots: list[tuple[Formal | None, ir.DataType | None]] = [
-        (formals.input(i), d) for i, d in enumerate(input_dtypes)
-    ] + [(formals.output(i), d) for i, d in enumerate(output_dtypes)]
+    slots: list[tuple[Slot | None, ir.DataType | None]] = [
+        (formals.input_slot(i), d) for i, d in enumerate(input_dtypes)
+    ] + [(formals.output_slot(i), d) for i, d in enumerate(output_dtypes)]
     for formal, dtype in slots:
         if formal is None or dtype is None:
             continue
         name = dtype_name(dtype)
-        if not formal.is_var:
+        if not formal.is_type_var:
             fixed = element(formal.type_str)
             if fixed != name:
                 return binding, f"the {where} schema takes {fixed} for {formal.name}, not {name}"
