@@ -24,12 +24,19 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import TypeVar
 
-import onnx.defs
 import onnx_ir as ir
 
+from amp_convert import schema
 from amp_convert.errors import InputError, VerificationError
 from amp_convert.onnx_checks import analyse
-from amp_convert.op_lists import OpLists, apply_user_file, apply_user_ops, load_builtin
+from amp_convert.op_lists import (
+    OpLists,
+    apply_user_file,
+    apply_user_ops,
+    load_builtin,
+    op_key,
+    unmatched_user_ops,
+)
 from amp_convert.options import ConvertOptions, Level
 from amp_convert.passes.assign import assign
 from amp_convert.passes.classify import classify
@@ -66,6 +73,7 @@ def run(model: ir.Model, options: ConvertOptions) -> ConversionReport:
 
     prepared = _step(1, "prepare", prepare, model)
     strict_error, inferred = _step(2, "analyse", analyse, model)
+    report.warnings.extend(schema.unknown_warnings(model))
     shapes = ShapeBook(inferred, options.dim_values)
     _step(3, "infer dtypes", infer_dtypes, model, inferred)
     before = _step(4, "measure", measure_original, model, shapes, low, keep_io)
@@ -198,13 +206,7 @@ def _describe_target(report: ConversionReport, model: ir.Model, table: KernelTab
 
 
 def _unknown_user_ops(options: ConvertOptions, model: ir.Model) -> list[str]:
-    """--fp32-ops / --fp16-ops names that are neither ONNX ops nor in the model: likely typos."""
-    present = {node.op_type for node in model.graph.all_nodes()}
-    warnings = []
-    for flag, ops in (("--fp32-ops", options.fp32_ops), ("--fp16-ops", options.fp16_ops)):
-        for op in ops:
-            if ":" in op or op in present:
-                continue
-            if not onnx.defs.has(op):
-                warnings.append(f"{flag} {op}: no ONNX op of that name (misspelt?); ignored")
-    return warnings
+    """--fp32-ops / --fp16-ops names that match no node of the model (typos, a missing domain)."""
+    present = {op_key(node.domain, node.op_type) for node in model.graph.all_nodes()}
+    flags = (("--fp32-ops", options.fp32_ops), ("--fp16-ops", options.fp16_ops))
+    return unmatched_user_ops(flags, present)

@@ -16,6 +16,7 @@ class ReasonKind(str, enum.Enum):
     CONTROL_FLOW = "control_flow"  # If/Loop/Scan: the boundary keeps its types
     CONSTANT = "constant"  # stored in the precision its readers need
     CUSTOM_OP = "custom_op"  # no schema for the op
+    UNKNOWN_SLOT = "unknown_slot"  # an input/output the op's schema has no formal for
     NON_TENSOR = "non_tensor"  # sequence / optional types
     NO_FLOAT = "no_float"  # no float data path
     SCHEMA = "schema"  # the schema excludes the low type, or a type is unknown

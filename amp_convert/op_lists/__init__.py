@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
+from amp_convert import schema
 from amp_convert.domains import op_key
 from amp_convert.errors import OptionError
 
@@ -26,11 +27,45 @@ __all__ = [
     "Rule",
     "apply_user_file",
     "apply_user_ops",
+    "canonical_key",
     "load_builtin",
     "op_key",
+    "unmatched_user_ops",
 ]
 
 CLASSES = ("allow", "infer", "clear", "deny")
+
+
+def canonical_key(text: str) -> str:
+    """A user's op name in list spelling: 'ai.onnx:Conv' and ':Conv' are 'Conv'."""
+    domain, sep, op = text.strip().rpartition(":")
+    return op_key(domain, op) if sep else op
+
+
+def unmatched_user_ops(
+    user_ops: Iterable[tuple[str, Iterable[str]]], present: set[str]
+) -> list[str]:
+    """One warning per --fp32-ops/--fp16-ops name that matches no node of the model.
+
+    `user_ops` pairs a flag with its names; `present` holds the model's ops in list spelling.
+    A bare name that matches an op in another domain says which (the likely intent).
+    """
+    warnings = []
+    for flag, ops in user_ops:
+        for raw in ops:
+            key = canonical_key(raw)
+            if not key or key in present:
+                continue
+            domain, _, op = key.rpartition(":")
+            others = sorted(k for k in present if k.rpartition(":")[2] == op)
+            if others:
+                why = f"no node of the model is {key}; ignored; did you mean {' or '.join(others)}?"
+            elif not schema.is_known_op(op, domain):
+                why = "no ONNX op (nor ONNX Runtime contrib op) of that name (misspelt?); ignored"
+            else:
+                why = f"no node of the model is {key}; ignored"
+            warnings.append(f"{flag} {raw}: {why}")
+    return warnings
 
 
 @dataclass(frozen=True)
@@ -182,7 +217,7 @@ def apply_user_ops(lists: OpLists, cls: str, ops: Iterable[str], reason: str) ->
     """Put each op of `ops` in class `cls` (the --fp32-ops / --fp16-ops options)."""
     out = lists.copy()
     for op in ops:
-        op = op.strip()
-        if op:
-            out.add(cls, op, reason, user=True)
+        key = canonical_key(op)
+        if key:
+            out.add(cls, key, reason, user=True)
     return out

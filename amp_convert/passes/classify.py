@@ -3,8 +3,10 @@
 Which slots may turn low comes from the op's schema at the model's opset: the type variables that
 carry the node's data path (those bound to an output, and the one of input 0) when they are bound
 to FP32 and admit the low type. Auxiliary inputs with a type variable of their own (Resize roi,
-BatchNormalization statistics at opset 15) and fixed-type slots (Resize scales, NMS boxes) keep
-their original type. Ops without a schema (custom domains) and control flow keep their precision.
+BatchNormalization statistics at opset 15) and fixed-type slots (Resize scales, NMS boxes, a fused
+op's mask_index or seqlens_k) keep their original type. Contrib ops (com.microsoft) are classified
+like ONNX ops through ORT's schema table; ops no schema knows, nodes with slots their schema does
+not describe, and control flow keep their precision.
 With a target kernel table, a node whose low types have no kernel keeps FP32 too.
 
 Reads the graph only; the result is a frozen `Classes` mapping (node -> ClassInfo).
@@ -130,8 +132,13 @@ def _info_for(node: ir.Node, ctx: _Context, opset: int) -> ClassInfo:
         return ClassInfo(NONE, _why(K.CONSTANT, detail, "constant"))
     sig = schema.signature(node.op_type, node.domain, opset)
     if sig is None:
-        custom = f"no ONNX schema for {op_key(node.domain, node.op_type)} (custom op)"
+        custom = f"no schema for {op_key(node.domain, node.op_type)}: {schema.UNKNOWN_OP}"
         return ClassInfo(FIXED if has_float else NONE, _why(K.CUSTOM_OP, custom))
+    unbound = schema.unbound_slots(node, sig)
+    if unbound:
+        where = f"{', '.join(unbound)} of {op_key(node.domain, node.op_type)}"
+        detail = f"{where}: {schema.UNKNOWN_SLOT}"
+        return ClassInfo(FIXED if has_float else NONE, _why(K.UNKNOWN_SLOT, detail))
     if any(
         v is not None and v.type is not None and not isinstance(v.type, ir.TensorType)
         for v in (*node.inputs, *node.outputs)
