@@ -3,6 +3,12 @@
 A > 2 GB model cannot be serialised for the onnx C API, so large initializers become typed graph
 inputs for the duration of a call. The converter uses this twice: once to look at the original
 (strict check and type inference), once to verify the result.
+
+ONNX Runtime registers a few ops in the ONNX domain that onnx does not define (onnxruntime-genai's
+builder writes SimplifiedLayerNormalization there; ORT's optimizer writes LayerNormalization at
+opsets before 17). onnx's checker would refuse them ("No Op registered..."), although ORT loads
+them: in the copy handed to onnx they move to a domain of their own, which the checker leaves to
+its runtime, like any contrib op. Our own checks type them from ORT's schema table (schema).
 """
 
 from __future__ import annotations
@@ -14,16 +20,36 @@ from typing import TypeVar
 import onnx
 import onnx_ir as ir
 
-from amp_convert import proto_walk
+from amp_convert import proto_walk, schema
 from amp_convert.errors import InputError
 
 logger = logging.getLogger(__name__)
 _R = TypeVar("_R")
 _SMALL = 1024  # bytes of tensor data kept when stripping weights for the onnx C API
+#: where ORT's own ONNX-domain ops wait while onnx looks at a model (never written out)
+RUNTIME_OPS_DOMAIN = "amp_convert.ort_onnx_domain"
+
+
+def hide_runtime_ops(proto: onnx.ModelProto) -> int:
+    """Move ONNX-domain nodes only ORT defines to a domain of their own; how many moved."""
+    opsets = {o.domain: o.version for o in proto.opset_import}
+    version = opsets.get("", opsets.get("ai.onnx", 1))
+    moved = 0
+    for graph in proto_walk.graphs(proto.graph):
+        for node in graph.node:
+            if node.domain in ("", "ai.onnx") and schema.runtime_schema(node.op_type, "", version):
+                node.domain = RUNTIME_OPS_DOMAIN
+                moved += 1
+    if moved and RUNTIME_OPS_DOMAIN not in opsets:
+        proto.opset_import.append(onnx.helper.make_opsetid(RUNTIME_OPS_DOMAIN, 1))
+    return moved
 
 
 def call_on_stripped(model: ir.Model, func: Callable[[onnx.ModelProto], _R]) -> _R:
     """Run an onnx C-API function on the model serialised without its large weights.
+
+    ONNX-domain ops only ORT defines are moved out of the ONNX domain in that copy
+    (hide_runtime_ops).
 
     Large initializers, and every external one (the onnx checker would look for its file relative
     to the working directory), become typed graph inputs for the duration of the call; the model
@@ -45,6 +71,7 @@ def call_on_stripped(model: ir.Model, func: Callable[[onnx.ModelProto], _R]) -> 
                 graph.inputs.append(value)
     try:
         proto = ir.serde.serialize_model(model)
+        hide_runtime_ops(proto)
         return func(proto)
     finally:
         graph.inputs.clear()
