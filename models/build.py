@@ -1,6 +1,6 @@
 """Write the test models to a folder: ``python -m models.build OUTDIR [--only NAME ...] [--big]``.
 
-Without ``--only`` every block, focused, CNN and decoder builder is written as
+Without ``--only`` every block, focused, CNN, decoder and fused-transformer builder is written as
 ``OUTDIR/NAME.onnx``. The tiny committed samples (``sample_bert``, ``sample_resnet``) are written
 with ``--samples`` or by naming them, e.g.
 ``python -m models.build models --only sample_bert sample_resnet``. ``--big`` (or ``--only big``)
@@ -23,6 +23,7 @@ from models.blocks import ALL_BLOCKS, bert_encoder, resnet_cnn
 from models.cnn import ALL_CNN
 from models.decoders import ALL_DECODERS
 from models.focused import ALL_FOCUSED
+from models.fused import ALL_FUSED
 
 #: Small variants committed to the repository for README's first-use line (< 300 KB each).
 SAMPLES: dict[str, Callable[[], onnx.ModelProto]] = {
@@ -38,6 +39,7 @@ BUILDERS: dict[str, Callable[[], onnx.ModelProto]] = {
     **ALL_FOCUSED,
     **ALL_CNN,
     **ALL_DECODERS,
+    **ALL_FUSED,
     **SAMPLES,
 }
 
@@ -69,7 +71,10 @@ def build(
         if unknown:
             raise ValueError(f"unknown model(s): {', '.join(unknown)}")
     else:
-        names = [*ALL_BLOCKS, *ALL_FOCUSED, *ALL_CNN, *ALL_DECODERS, *(SAMPLES if samples else ())]
+        names = [
+            *ALL_BLOCKS, *ALL_FOCUSED, *ALL_CNN, *ALL_DECODERS, *ALL_FUSED,
+            *(SAMPLES if samples else ()),
+        ]  # fmt: skip
     written = []
     for name in names:
         path = out / f"{name}.onnx"
