@@ -20,7 +20,7 @@ from typing import TypeVar
 import onnx
 import onnx_ir as ir
 
-from amp_convert import proto_walk, schema
+from amp_convert import domains, proto_walk, schema
 from amp_convert.errors import InputError
 
 logger = logging.getLogger(__name__)
@@ -33,11 +33,11 @@ RUNTIME_OPS_DOMAIN = "amp_convert.ort_onnx_domain"
 def hide_runtime_ops(proto: onnx.ModelProto) -> int:
     """Move ONNX-domain nodes only ORT defines to a domain of their own; how many moved."""
     opsets = {o.domain: o.version for o in proto.opset_import}
-    version = opsets.get("", opsets.get("ai.onnx", 1))
+    version = domains.opset_version(opsets)
     moved = 0
     for graph in proto_walk.graphs(proto.graph):
         for node in graph.node:
-            if node.domain in ("", "ai.onnx") and schema.runtime_schema(node.op_type, "", version):
+            if domains.is_default(node.domain) and schema.runtime_schema(node.op_type, "", version):
                 node.domain = RUNTIME_OPS_DOMAIN
                 moved += 1
     if moved and RUNTIME_OPS_DOMAIN not in opsets:
@@ -58,15 +58,15 @@ def call_on_stripped(model: ir.Model, func: Callable[[onnx.ModelProto], _R]) -> 
     graph = model.graph
     saved_inputs = list(graph.inputs)
     removed: list[ir.Value] = []
-    for value in list(graph.initializers.values()):
+    for name, value in list(graph.initializers.items()):
         tensor = value.const_value
         if tensor is None or tensor.nbytes > _SMALL or isinstance(tensor, ir.ExternalTensor):
             if value.dtype is None and tensor is not None:
                 value.dtype = tensor.dtype
             if value.shape is None and tensor is not None:
-                value.shape = tensor.shape
+                value.shape = tensor.shape  # type: ignore[assignment]
             removed.append(value)
-            graph.initializers.pop(value.name)
+            graph.initializers.pop(name)
             if not value.is_graph_input():
                 graph.inputs.append(value)
     try:
@@ -87,7 +87,7 @@ def _proto_value_types(graph: onnx.GraphProto, out: dict[str, onnx.TypeProto]) -
                 out.setdefault(vi.name, vi.type)
 
 
-def first_line(error: Exception) -> str:
+def first_line(error: BaseException) -> str:
     text = str(error).strip()
     return text.splitlines()[0] if text else type(error).__name__
 

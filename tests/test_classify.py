@@ -108,7 +108,10 @@ def test_custom_op_and_control_flow_keep_their_precision() -> None:
     custom, if_ = classes[node(m, "custom")], classes[node(m, "if")]
     assert custom.op_class == NodeClass.FIXED
     assert custom.reasons[0].kind == K.CUSTOM_OP
-    assert render(custom.reasons) == "no ONNX schema for my.domain:MyOp (custom op)"
+    assert render(custom.reasons) == (
+        "no schema for my.domain:MyOp: neither ONNX nor ONNX Runtime's contrib schemas define it "
+        "(custom op); kept as it is"
+    )
     assert if_.op_class == NodeClass.FIXED and if_.reasons[0].kind == K.CONTROL_FLOW
     inner = [n for n in classes if n.name == "inner"]
     assert len(inner) == 2 and all(classes[n].candidate for n in inner)  # both branches

@@ -18,6 +18,7 @@ from typing import Protocol, TypeVar
 import onnx.defs
 import onnx_ir as ir
 
+from amp_convert import domains
 from amp_convert.schema.contrib import ContribSchema, load_contrib_table
 
 
@@ -86,14 +87,9 @@ def param_at(params: Sequence[P], index: int) -> P | None:
     return None
 
 
-def onnx_domain(domain: str) -> str:
-    """The domain as onnx.defs spells it ('' for the default domain)."""
-    return "" if domain == "ai.onnx" else domain
-
-
 def _onnx_schema(op_type: str, domain: str, opset: int) -> onnx.defs.OpSchema | None:
     try:
-        return onnx.defs.get_schema(op_type, opset, onnx_domain(domain))
+        return onnx.defs.get_schema(op_type, opset, domains.normalise(domain))
     except onnx.defs.SchemaError:
         return None
 
@@ -125,7 +121,7 @@ def runtime_schema(op_type: str, domain: str, opset: int) -> ContribSchema | Non
     """ORT's schema of an op onnx does not define at `opset` (None where onnx does, or none)."""
     if _onnx_schema(op_type, domain, opset) is not None:
         return None
-    return load_contrib_table().lookup(onnx_domain(domain), op_type, opset)
+    return load_contrib_table().lookup(domains.normalise(domain), op_type, opset)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -133,7 +129,7 @@ def signature(op_type: str, domain: str, opset: int) -> OpSignature | None:
     """The op's signature at `opset` (onnx.defs, else ORT's table); None if neither knows it."""
     schema = _onnx_schema(op_type, domain, opset)
     if schema is None:
-        entry = load_contrib_table().lookup(onnx_domain(domain), op_type, opset)
+        entry = load_contrib_table().lookup(domains.normalise(domain), op_type, opset)
         return None if entry is None else _from_table(entry)
     constraints = {c.type_param_str: list(c.allowed_type_strs) for c in schema.type_constraints}
     return OpSignature(
@@ -148,7 +144,7 @@ def has_attribute(op_type: str, domain: str, opset: int, name: str) -> bool:
     schema = _onnx_schema(op_type, domain, opset)
     if schema is not None:
         return name in schema.attributes
-    entry = load_contrib_table().lookup(onnx_domain(domain), op_type, opset)
+    entry = load_contrib_table().lookup(domains.normalise(domain), op_type, opset)
     return entry is not None and name in entry.attributes
 
 
@@ -165,7 +161,7 @@ def has_function_body(op_type: str, domain: str, opset: int) -> bool:
 
 def is_known_op(op_type: str, domain: str) -> bool:
     """Whether any schema version of the op exists (for messages about user op names)."""
-    d = onnx_domain(domain)
+    d = domains.normalise(domain)
     return onnx.defs.has(op_type, d) or op_type in load_contrib_table().ops(d)
 
 
@@ -214,11 +210,11 @@ def unknown_warnings(model: ir.Model) -> list[str]:
     unknown: dict[str, int] = {}
     unbound: dict[str, list[str]] = {}
     for node in model.graph.all_nodes():
-        domain = onnx_domain(node.domain)
-        if domain in ("", "ai.onnx.ml"):
+        domain = domains.normalise(node.domain)
+        if domain in (domains.DEFAULT, "ai.onnx.ml"):
             continue
-        key = f"{domain}:{node.op_type}"
-        sig = signature(node.op_type, domain, opsets.get(domain, 1))
+        key = domains.op_key(domain, node.op_type)
+        sig = signature(node.op_type, domain, domains.opset_version(opsets, domain))
         if sig is None:
             unknown[key] = unknown.get(key, 0) + 1
         elif slots := unbound_slots(node, sig):
