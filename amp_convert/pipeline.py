@@ -8,12 +8,15 @@ explicitly; no step reads another step's object, and every graph edit happens in
     3. infer dtypes    passes/infer_dtypes.py  -> DtypeResult
     4. measure         traffic.py              -> OriginalTraffic (bytes per inference, before)
     5. fold BN         passes/fold_bn.py       -> FoldResult
-    6. classify        passes/classify.py      -> Classes (a frozen ClassInfo per node)
-    7. assign          passes/assign.py        -> PrecisionPlan (a frozen Placement per node)
-    8. rewrite         passes/rewrite.py       -> RewriteResult
-    9. cleanup         passes/cleanup.py       -> CleanupResult
-   10. verify          passes/verify.py        -> Verified (or VerificationError: never written)
-   11. report          report.py               -> ConversionReport
+    6. hand norms      passes/hand_norms.py    -> NormsResult (folded, or statistics to pin)
+    7. global pool     passes/global_pool.py   -> PoolResult (spatial ReduceMean, ort-cuda)
+    8. classify        passes/classify.py      -> Classes (a frozen ClassInfo per node)
+    9. pin statistics  passes/hand_norms.py    -> Classes (unfolded norms' statistics FP32)
+   10. assign          passes/assign.py        -> PrecisionPlan (a frozen Placement per node)
+   11. rewrite         passes/rewrite.py       -> RewriteResult
+   12. cleanup         passes/cleanup.py       -> CleanupResult
+   13. verify          passes/verify.py        -> Verified (or VerificationError: never written)
+   14. report          report.py               -> ConversionReport
 
 Each step logs its result (and classify/assign each node's decision) at DEBUG (`amp-convert -v`).
 """
@@ -42,6 +45,8 @@ from amp_convert.passes.assign import assign
 from amp_convert.passes.classify import classify
 from amp_convert.passes.cleanup import cleanup, count_casts
 from amp_convert.passes.fold_bn import fold_batch_norm
+from amp_convert.passes.global_pool import run_as_global_pool
+from amp_convert.passes.hand_norms import pin_norm_statistics, rewrite_hand_norms
 from amp_convert.passes.infer_dtypes import infer_dtypes
 from amp_convert.passes.plan import PrecisionPlan
 from amp_convert.passes.prepare import prepare
@@ -78,14 +83,18 @@ def run(model: ir.Model, options: ConvertOptions) -> ConversionReport:
     _step(3, "infer dtypes", infer_dtypes, model, inferred)
     before = _step(4, "measure", measure_original, model, shapes, low, keep_io)
     folded = _step(5, "fold BN", fold_batch_norm, model, low, inferred, prepared.names)
-    classes = _step(6, "classify", classify, model, options, lists, table)
-    plan = _step(7, "assign", assign, model, classes, shapes, options)
+    target = options.target
+    norms = _step(6, "hand norms", rewrite_hand_norms, model, prepared.names, inferred, target)
+    pooled = _step(7, "global pool", run_as_global_pool, model, inferred, target)
+    classes = _step(8, "classify", classify, model, options, lists, table)
+    classes = _step(9, "pin statistics", pin_norm_statistics, classes, norms)
+    plan = _step(10, "assign", assign, model, classes, shapes, options)
     rewritten = _step(
-        8, "rewrite", rewrite, model, plan, prepared.names,
+        11, "rewrite", rewrite, model, plan, prepared.names,
         cast_optional_params=options.cast_optional_params,
     )  # fmt: skip
-    _step(9, "cleanup", cleanup, model)
-    _step(10, "verify", _verify, model, strict_error)
+    _step(12, "cleanup", cleanup, model)
+    _step(13, "verify", _verify, model, strict_error)
 
     if prepared.promoted:
         report.warnings.append(
@@ -103,6 +112,7 @@ def run(model: ir.Model, options: ConvertOptions) -> ConversionReport:
     report.initializers_converted = rewritten.initializers_converted
     report.initializers_kept = rewritten.initializers_kept
     report.folds = list(folded.records)
+    report.rewrites = [*norms.notes, *pooled.notes]
     _describe_target(report, model, table)
     report.casts_after = count_casts(model)
     report.casts = cast_notes(model, shapes)

@@ -79,6 +79,9 @@ class ConversionReport(Report):
     traffic: dict[str, int] = field(default_factory=dict)
     folds: list[FoldNote] = field(default_factory=list)
     target: str = ""
+    #: graph rewrites for the target or for precision: hand-written norms folded or given FP32
+    #: statistics, spatial ReduceMeans run as GlobalAveragePool (node, action, into, detail)
+    rewrites: list[FoldNote] = field(default_factory=list)
 
     @property
     def casts_inserted(self) -> int:
@@ -137,6 +140,9 @@ class ConversionReport(Report):
                 "BatchNormalization done offline: "
                 + ", ".join(f"{n} {action}" for action, n in sorted(actions.items()))
             )
+        if self.rewrites:
+            kinds = Counter(f"{f.action} {f.into}".strip() for f in self.rewrites)
+            lines.append("rewritten: " + ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())))
         if self.size_before:
             before, after = _sizes(self.size_before, self.size_after)
             lines.append(f"size: {before} -> {after} in {self.seconds:.2f} s")

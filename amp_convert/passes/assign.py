@@ -141,6 +141,20 @@ def _fits(weights: _Weights, value: ir.Value, tensor: ir.TensorProtocol) -> bool
     return False
 
 
+def _data_source(drafts: dict[ir.Node, _Draft], value: ir.Value | None) -> ir.Value | None:
+    """The value a low CLEAR chain (Reshape, Transpose...) moves into `value`: an FP32 value
+    reshaped in low precision is still an FP32 neighbour (its Cast loses what FP32 kept)."""
+    for _ in range(64):
+        producer = value.producer() if value is not None else None
+        d = drafts.get(producer) if producer is not None else None
+        if producer is None or d is None or d.info.op_class != NodeClass.CLEAR:
+            return value
+        if d.precision != LOW or not producer.inputs or 0 not in d.info.low_inputs:
+            return value
+        value = producer.inputs[0]
+    return value
+
+
 def _pin_low_between_low(
     plan: PrecisionPlan, drafts: dict[ir.Node, _Draft], nodes: list[ir.Node]
 ) -> bool:
@@ -150,7 +164,7 @@ def _pin_low_between_low(
         d = drafts[node]
         if not d.info.low_between_low or d.forced or d.precision != LOW:
             continue
-        data = node.inputs[0] if node.inputs else None
+        data = _data_source(drafts, node.inputs[0]) if node.inputs else None
         out = node.outputs[0]
         fp32_side = (data is not None and plan.home(data) != LOW) or any(
             plan.need(use.node, use.idx) == FP32 for use in out.uses()

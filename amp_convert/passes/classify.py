@@ -31,14 +31,12 @@ from amp_convert.passes.plan import Classes, ClassInfo, LoweredAs
 from amp_convert.precision import CONTROL_FLOW, NodeClass, constant_tensor, has_stash_type
 from amp_convert.reasons import Reason, ReasonKind
 from amp_convert.targets import KernelTable
+from amp_convert.targets.accumulation import fp32_accumulating
 
 log = logging.getLogger(__name__)
 
 FIXED, NONE = NodeClass.FIXED, NodeClass.NONE
 K = ReasonKind
-#: deny-listed ops whose ORT CUDA kernels accumulate in FP32 for FP16 I/O and whose outputs are
-#: bounded (probabilities, log-probabilities): checked in ORT's softmax_impl (AccumulationType)
-FP32_ACCUMULATING = frozenset({"Softmax", "LogSoftmax"})
 
 
 @dataclass(frozen=True)
@@ -267,8 +265,10 @@ def _refine_deny(node: ir.Node, info: ClassInfo, has_stash: bool, target: str) -
 
     - Normalizations with `stash_type` keep mean and variance in FP32 whatever the I/O type
       (stash_type = 1 is set explicitly by rewrite).
-    - ORT's CUDA Softmax/LogSoftmax accumulate in FP32 for FP16 I/O: between low neighbours the
-      casts around them only move bytes; next to an FP32 neighbour they keep FP32 (assign).
+    - Ops the target accumulates in FP32 with a bounded output (Softmax, LogSoftmax,
+      InstanceNormalization on ORT CUDA: targets/ort_cuda_accumulation.txt cites the kernels):
+      between low neighbours the casts around them only move bytes; next to an FP32 neighbour
+      they keep FP32 (assign).
     """
     infer = NodeClass.INFER
     if has_stash:
@@ -280,10 +280,11 @@ def _refine_deny(node: ir.Node, info: ClassInfo, has_stash: bool, target: str) -
             "is exact; low keeps the GELU fusable (FastGelu)"
         )
         return dataclasses.replace(info, op_class=infer, reasons=_why(K.RUNTIME_SAFE, detail))
-    if target == "ort-cuda" and node.op_type in FP32_ACCUMULATING:
+    source = fp32_accumulating(target).get(node.op_type)
+    if source is not None:
         detail = (
-            "FP32 accumulation in the ORT CUDA kernel: low I/O between low neighbours, "
-            "FP32 next to an FP32 one"
+            f"FP32 accumulation in the {target} kernel ({source}): low I/O between low "
+            "neighbours, FP32 next to an FP32 one"
         )
         why = _why(K.RUNTIME_SAFE, detail)
         return dataclasses.replace(info, op_class=infer, reasons=why, low_between_low=True)

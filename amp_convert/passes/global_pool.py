@@ -1,0 +1,106 @@
+"""ReduceMean over every spatial axis, keeping dims, is a global average pool: run it as one.
+
+torch.onnx's dynamo exporter writes ``adaptive_avg_pool2d(1)`` and ``x.mean((2, 3), keepdim=True)``
+(global pooling, squeeze-excite blocks) as ``ReduceMean``; the TorchScript exporter writes the same
+layer as ``GlobalAveragePool``. On ORT CUDA the two differ in FP16: GlobalAveragePool runs
+cudnnPoolingForward, which writes the average (nn/pool.cc), while ReduceMean takes the fast
+reduction path that writes the FP16 *sum* before dividing (reduction_ops.cc, ReduceComputeCore:
+reduce_matrix_columns then UnaryDiv), which overflows once n*|mean| > 65504. Rewriting the node in
+place (same node, same output value) gives both exports the same graph, so the same placement,
+and the pooling kernel, safe in low precision between low neighbours. Only for ``--target
+ort-cuda``: ``none`` keeps the ReduceMean and its range rule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import onnx
+import onnx_ir as ir
+
+from amp_convert import domains
+from amp_convert.precision import FLOAT, constant_tensor, is_default_domain
+from amp_convert.report import FoldNote
+
+DETAIL = (
+    "cudnnPoolingForward writes the average (ORT nn/pool.cc); ReduceMean's fast path writes the "
+    "FP16 sum before dividing (reduction_ops.cc ReduceComputeCore)"
+)
+
+
+def _rank(value: ir.Value, inferred: Mapping[str, onnx.TypeProto]) -> int | None:
+    if value.shape is not None:
+        return len(value.shape)
+    tp = inferred.get(value.name or "")
+    typed = tp is not None and tp.WhichOneof("value") == "tensor_type"
+    if typed and tp.tensor_type.HasField("shape"):  # type: ignore[union-attr]
+        return len(tp.tensor_type.shape.dim)  # type: ignore[union-attr]
+    return None
+
+
+def _axes(node: ir.Node, opset: int) -> list[int] | None:
+    if opset >= 18:
+        if len(node.inputs) < 2 or node.inputs[1] is None:
+            return None
+        tensor = constant_tensor(node.inputs[1])
+        return None if tensor is None else [int(a) for a in tensor.numpy().reshape(-1)]
+    attr = node.attributes.get("axes")
+    return None if attr is None else [int(a) for a in attr.value]
+
+
+def global_pool_reason(
+    node: ir.Node, opset: int, inferred: Mapping[str, onnx.TypeProto]
+) -> str | None:
+    """Why `node` cannot run as GlobalAveragePool, or None when it can."""
+    if node.op_type != "ReduceMean" or not is_default_domain(node.domain):
+        return "not a ReduceMean"
+    x = node.inputs[0]
+    if x is None or x.dtype != FLOAT:
+        return "input is not FP32"
+    keep = node.attributes.get("keepdims")
+    if keep is not None and int(keep.value) == 0:
+        return "keepdims=0 drops the pooled axes"
+    rank = _rank(x, inferred)
+    if rank is None or rank < 3:
+        return "rank unknown or below 3"
+    axes = _axes(node, opset)
+    if axes is None:
+        return "axes not constant"
+    if sorted(a % rank for a in axes) != list(range(2, rank)):
+        return f"axes {axes} are not all spatial axes 2..{rank - 1}"
+    return None
+
+
+@dataclass(frozen=True)
+class PoolResult:
+    """The ReduceMeans now run as GlobalAveragePool (one report note each)."""
+
+    notes: tuple[FoldNote, ...] = ()
+
+    @property
+    def modified(self) -> bool:
+        return bool(self.notes)
+
+
+def run_as_global_pool(
+    model: ir.Model, inferred: Mapping[str, onnx.TypeProto], target: str
+) -> PoolResult:
+    """Rewrite spatial-mean ReduceMeans as GlobalAveragePool in place, on ``ort-cuda`` only.
+
+    The node keeps its identity, name and output value: only its op type, attributes and the
+    axes input change, so every reader and the value map see the same value.
+    """
+    if target != "ort-cuda":
+        return PoolResult()
+    opset = domains.opset_version(model.opset_imports)
+    notes = []
+    for node in list(model.graph.all_nodes()):
+        if node.op_type != "ReduceMean" or global_pool_reason(node, opset, inferred) is not None:
+            continue
+        node.op_type = "GlobalAveragePool"
+        for key in list(node.attributes):
+            del node.attributes[key]
+        node.resize_inputs(1)
+        notes.append(FoldNote(node.name or "", "ReduceMean run as", "GlobalAveragePool", DETAIL))
+    return PoolResult(tuple(notes))
