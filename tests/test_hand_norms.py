@@ -1,0 +1,238 @@
+"""Hand-written LayerNorm / RMSNorm: recognised, folded or given FP32 statistics, in numbers."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import amp_convert
+from amp_convert.passes.norm_match import NoMatch, NormMatch, find_norms, match_norm
+from models.vision import ocr_recogniser, torch_encoder_opset14
+from tests.helpers import casts, op_counts, run
+
+H = 16
+
+
+def _norm_model(variant: str, opset: int = 14, rms: bool = False, eps: float = 1e-5):
+    """x (2, 4, H) -> one hand-written norm in the `variant` spelling -> y."""
+    rng = np.random.default_rng(0)
+    inits = [
+        numpy_helper.from_array(np.array(2.0, np.float32), "two"),
+        numpy_helper.from_array(np.array(eps, np.float32), "eps"),
+        numpy_helper.from_array(np.array(1.0, np.float32), "one"),
+        numpy_helper.from_array(np.array(-0.5, np.float32), "m_half"),
+        numpy_helper.from_array((1 + 0.1 * rng.standard_normal(H)).astype(np.float32), "gamma"),
+        numpy_helper.from_array((0.1 * rng.standard_normal(H)).astype(np.float32), "beta"),
+    ]
+    red: dict = {"keepdims": 1}
+    axes_in: list[str] = []
+    if opset >= 18:
+        inits.append(numpy_helper.from_array(np.array([-1], np.int64), "axes"))
+        axes_in = ["axes"]
+    else:
+        red["axes"] = [-1]
+    mk = helper.make_node
+    nodes = []
+    centred = "x"
+    if not rms:
+        nodes += [
+            mk("ReduceMean", ["x", *axes_in], ["mean"], name="mean", **red),
+            mk("Sub", ["x", "mean"], ["d"], name="sub"),
+        ]
+        centred = "d"
+    if variant == "mul_square":
+        nodes.append(mk("Mul", [centred, centred], ["sq"], name="square"))
+    else:
+        nodes.append(mk("Pow", [centred, "two"], ["sq"], name="square"))
+    nodes += [
+        mk("ReduceMean", ["sq", *axes_in], ["var"], name="var", **red),
+        mk("Add", ["var", "eps"], ["ve"], name="add_eps"),
+    ]
+    if variant == "pow_half":
+        nodes += [mk("Pow", ["ve", "m_half"], ["inv"], name="rsqrt"),
+                  mk("Mul", [centred, "inv"], ["n"], name="normalise")]  # fmt: skip
+    else:
+        nodes.append(mk("Sqrt", ["ve"], ["s"], name="sqrt"))
+        if variant == "reciprocal":
+            nodes += [mk("Reciprocal", ["s"], ["inv"], name="recip"),
+                      mk("Mul", [centred, "inv"], ["n"], name="normalise")]  # fmt: skip
+        elif variant == "one_over":
+            nodes += [mk("Div", ["one", "s"], ["inv"], name="recip"),
+                      mk("Mul", ["inv", centred], ["n"], name="normalise")]  # fmt: skip
+        else:
+            nodes.append(mk("Div", [centred, "s"], ["n"], name="normalise"))
+    nodes += [mk("Mul", ["n", "gamma"], ["g"], name="affine_mul"),
+              mk("Add", ["g", "beta"], ["y"], name="affine_add")]  # fmt: skip
+    graph = helper.make_graph(
+        nodes,
+        "norm",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4, H])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4, H])],
+        inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
+
+
+def _match(model: onnx.ModelProto):
+    m = ir.serde.deserialize_model(model)
+    opset = m.opset_imports[""]
+    return find_norms(list(m.graph.all_nodes()), opset)
+
+
+VARIANTS = ("div", "mul_square", "reciprocal", "one_over", "pow_half")
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("rms", [False, True])
+def test_every_spelling_is_recognised_with_its_affine_part(variant: str, rms: bool) -> None:
+    found, misses = _match(_norm_model(variant, rms=rms, eps=1e-6))
+    assert misses == [] and len(found) == 1
+    match = found[0]
+    assert match.kind == ("rms" if rms else "layer")
+    assert match.axes == [-1] and match.epsilon == pytest.approx(1e-6)
+    assert match.gamma is not None and match.beta is not None
+    stats = {n.op_type for n in match.stats}
+    assert "ReduceMean" in stats and "Sub" not in stats  # the centring is data, not statistics
+
+
+def test_a_near_miss_says_where_and_why() -> None:
+    model = _norm_model("div")
+    # the centred value also feeds the output: the norm's intermediate is needed elsewhere
+    model.graph.output.append(helper.make_tensor_value_info("d", TensorProto.FLOAT, None))
+    found, misses = _match(model)
+    assert misses == [NoMatch("sub", "'d' is also used outside the norm")]
+    # what is left is still a norm: d / sqrt(mean(d^2) + eps) is an RMSNorm of d
+    assert [(f.kind, f.x.name) for f in found] == [("rms", "d")]
+    m = ir.serde.deserialize_model(_norm_model("div"))
+    sub = next(n for n in m.graph if n.name == "sub")
+    assert match_norm(sub, 14) == NoMatch("sub", "not a ReduceMean")
+
+
+def test_mean_over_other_axes_than_the_variance_is_not_a_norm() -> None:
+    model = _norm_model("div")
+    var = next(n for n in model.graph.node if n.name == "var")
+    var.attribute[0].CopyFrom(helper.make_attribute("axes", [-2]))
+    m = ir.serde.deserialize_model(model)
+    mean = next(n for n in m.graph if n.name == "mean")
+    assert match_norm(mean, 14) == NoMatch("var", "the variance reduces other axes than the mean")
+    found, _ = _match(model)
+    assert [(f.kind, f.axes) for f in found] == [("rms", [-2])]  # an RMSNorm of d over axis -2
+
+
+def _feeds(mean: float, std: float) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(1)
+    return {"x": (mean + std * rng.standard_normal((2, 4, H))).astype(np.float32)}
+
+
+@pytest.mark.parametrize(
+    ("opset", "target", "rms", "fused"),
+    [
+        (17, "ort-cuda", False, "LayerNormalization"),
+        (18, "none", False, "LayerNormalization"),
+        (14, "ort-cuda", False, "InstanceNormalization"),
+        (23, "ort-cuda", True, "RMSNormalization"),
+    ],
+)
+def test_folds_into_the_fused_op_with_the_same_values(opset, target, rms, fused) -> None:
+    model = _norm_model("reciprocal", opset=opset, rms=rms)
+    out, report = amp_convert.convert(model, level="O2", target=target, return_report=True)
+    counts = op_counts(out)
+    assert counts[fused] == 1 and counts["ReduceMean"] == 0 and counts["Sqrt"] == 0
+    onnx.checker.check_model(out, full_check=True)
+    assert [(r.action, r.into) for r in report.rewrites] == [
+        (f"hand-written {'RMSNorm' if rms else 'LayerNorm'}", f"run as {fused}")
+    ]
+    if fused == "RMSNormalization":
+        return  # onnxruntime's CPU provider has no RMSNormalization-23 kernel to compare with
+    # the same math: the fused graph computed in FP32 matches the original
+    fp32 = amp_convert.convert(model, level="O2", target=target)
+    fp32 = _all_fp32(fp32)
+    feeds = _feeds(3.0, 2.0)
+    np.testing.assert_allclose(run(fp32, feeds)[0], run(model, feeds)[0], rtol=1e-4, atol=1e-4)
+
+
+def _all_fp32(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The converted graph with every FP16 value and weight back in FP32 (its structure only)."""
+    text = model.SerializeToString()
+    m = onnx.load_from_string(text)
+    for init in m.graph.initializer:
+        if init.data_type == TensorProto.FLOAT16:
+            arr = numpy_helper.to_array(init).astype(np.float32)
+            init.CopyFrom(numpy_helper.from_array(arr, init.name))
+    keep = [n for n in m.graph.node if n.op_type != "Cast"]
+    renames = {n.output[0]: n.input[0] for n in m.graph.node if n.op_type == "Cast"}
+    for n in keep:
+        for i, name in enumerate(n.input):
+            while name in renames:
+                name = renames[name]
+            n.input[i] = name
+    for o in m.graph.output:
+        while o.name in renames:  # a Cast that produced a graph output: rename its input instead
+            src = renames.pop(o.name)
+            for n in keep:
+                for i, name in enumerate(n.output):
+                    if name == src:
+                        n.output[i] = o.name
+                for i, name in enumerate(n.input):
+                    if name == src:
+                        n.input[i] = o.name
+    del m.graph.node[:]
+    m.graph.node.extend(keep)
+    del m.graph.value_info[:]
+    return m
+
+
+def test_without_a_fused_op_the_statistics_stay_fp32() -> None:
+    """--target none below opset 17: no fold; ReduceMean/Pow/Sqrt FP32, the affine part low."""
+    model = _norm_model("div", opset=14)
+    out, report = amp_convert.convert(model, level="O2", target="none", return_report=True)
+    prec = {d.name: d.precision for d in report.nodes}
+    assert {prec[n] for n in ("mean", "square", "var", "add_eps", "sqrt")} == {"fp32"}
+    assert "statistics of a hand-written LayerNorm" in report.decision("var").reason
+    assert [r.into for r in report.rewrites] == ["statistics FP32"]
+    onnx.checker.check_model(out, full_check=True)
+
+
+@pytest.mark.parametrize("target", ["ort-cuda", "none"])
+def test_large_mean_inputs_keep_fp32_error(target: str) -> None:
+    """x ~ 500 +- 200: FP16 statistics overflow (d^2 > 65504); ours stay at FP32's error."""
+    model = torch_encoder_opset14()
+    rng = np.random.default_rng(0)
+    x = (500 + 200 * rng.standard_normal((2, 16, 32))).astype(np.float32)
+    out = amp_convert.convert(model, level="O2", target=target)
+    result = amp_convert.validate(
+        model, out, provider="emulate", inputs={"hidden_states": x}, runs=0
+    ).outputs[0]
+    assert result.nonfinite == 0 and result.cosine >= 0.99999
+    # the same graph with FP16 statistics (the user forces them low) loses the output
+    naive = amp_convert.convert(model, level="O3", target="none", fp16_ops=["ReduceMean", "Pow"])
+    bad = amp_convert.validate(
+        model, naive, provider="emulate", inputs={"hidden_states": x}, runs=0
+    ).outputs[0]
+    assert bad.cosine < 0.99 or bad.nonfinite > 0
+
+
+@pytest.mark.parametrize("build", [ocr_recogniser, torch_encoder_opset14])
+@pytest.mark.parametrize("target", ["ort-cuda", "none"])
+def test_hand_norm_models_need_only_interface_casts_on_ort_cuda(build, target: str) -> None:
+    model = build()
+    interfaces = len(model.graph.input) + len(model.graph.output)
+    out, report = amp_convert.convert(model, level="O2", target=target, return_report=True)
+    onnx.checker.check_model(out, full_check=True)
+    added = casts(out) - casts(model)
+    if target == "ort-cuda":
+        assert added <= 2 * interfaces, report.summary()
+        assert {r.into for r in report.rewrites} == {"run as InstanceNormalization"}
+    else:  # no fused op: the statistics cost up to two Casts per norm (and a kept Softmax two)
+        norms = len(report.rewrites)
+        kept = sum(1 for d in report.nodes if d.op_type == "Softmax" and d.precision == "fp32")
+        assert added <= 2 * interfaces + 2 * norms + 2 * kept, report.summary()
+
+
+def test_matches_are_complete_norms() -> None:
+    found, _ = _match(ocr_recogniser())
+    assert len(found) == 5 and all(isinstance(f, NormMatch) for f in found)
+    assert all(f.output.name.endswith("Add_1_out") for f in found)
