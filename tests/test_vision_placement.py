@@ -16,6 +16,7 @@ import pytest
 
 import amp_convert
 from amp_convert.passes.global_pool import GlobalPoolPass
+from amp_convert.passes.infer_dtypes import InferDtypesPass
 from amp_convert.targets.accumulation import fp32_accumulating
 from models.vision import ARCHS, PAIRS, se_cnn
 from tests.helpers import casts, op_counts, run
@@ -85,7 +86,9 @@ def test_spatial_reduce_mean_runs_as_global_average_pool_on_ort_cuda() -> None:
     # the same values: the rewritten graph, still FP32, computes what the original computes
     m = ir.serde.deserialize_model(model)
     inferred = onnx.shape_inference.infer_shapes(model).graph.value_info
-    GlobalPoolPass({vi.name: vi.type for vi in inferred})(m)
+    types = {vi.name: vi.type for vi in inferred}
+    InferDtypesPass(types)(m)
+    GlobalPoolPass(types)(m)
     rewritten = ir.serde.serialize_model(m)
     assert op_counts(rewritten)["GlobalAveragePool"] == pools
     rng = np.random.default_rng(0)
