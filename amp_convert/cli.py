@@ -18,7 +18,6 @@ from typing import Any, TypeVar
 import click
 
 from amp_convert import __version__
-from amp_convert.api import convert_file
 from amp_convert.errors import AmpConvertError, InputError
 from amp_convert.io import default_output_path
 from amp_convert.options import option_names, user_fields
@@ -197,6 +196,8 @@ def convert_command(
         if do_validate:
             reports |= {"validation report": validation_report, "JUnit report": junit}
         others = {label: p for label, p in reports.items() if p is not None}
+        from amp_convert.api import convert_file  # imported on use: --help/--version stay light
+
         report = convert_file(model, output, force=force, other_outputs=others, **options)
         if report_path is not None:
             report.to_json(report_path)

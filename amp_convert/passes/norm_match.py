@@ -199,8 +199,23 @@ def match_norm(mean_node: ir.Node, opset: int) -> NormMatch | NoMatch:
         return NoMatch(name, "no input")
     producer = src.producer()
     if producer is not None and _square_of(producer, producer.inputs[0]):  # type: ignore[arg-type]
-        return _match_rms(mean_node, producer, axes, opset)
-    return _match_layer(mean_node, src, axes, opset)
+        result = _match_rms(mean_node, producer, axes, opset)
+    else:
+        result = _match_layer(mean_node, src, axes, opset)
+    return result if isinstance(result, NoMatch) else _closed(result)
+
+
+def _closed(match: NormMatch) -> NormMatch | NoMatch:
+    """Only the norm's output may leave it: an intermediate read elsewhere (or a graph output)
+    would vanish with a fold."""
+    inside = {id(n) for n in match.nodes}
+    for node in match.nodes:
+        for value in node.outputs:
+            if value is match.output:
+                continue
+            if value.is_graph_output() or any(id(u.node) not in inside for u in value.uses()):
+                return NoMatch(node.name or "", f"{value.name!r} is also used outside the norm")
+    return match
 
 
 def _match_layer(

@@ -12,13 +12,12 @@ import os
 from collections.abc import Collection, Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from amp_convert.dtypes import low_numpy_type
 from amp_convert.errors import ValidationError
-from amp_convert.validation.emulate import EmulatedModel
 from amp_convert.validation.input_search import Samples, gather_samples
 from amp_convert.validation.inputs import InputSpec
 from amp_convert.validation.metrics import (
@@ -45,6 +44,9 @@ DEFAULT_CUDA_RUNS = 20
 
 ModelArg = str | os.PathLike | bytes | Any  # also onnx.ModelProto and onnx_ir.Model
 RefOutputs = dict[str, np.ndarray | None]
+
+if TYPE_CHECKING:  # the emulator loads only when a validation uses it (amp-convert start-up)
+    from amp_convert.validation.emulate import EmulatedModel
 
 
 @dataclass(frozen=True)

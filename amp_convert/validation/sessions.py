@@ -10,10 +10,9 @@ from __future__ import annotations
 
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from amp_convert.errors import ValidationError
-from amp_convert.validation.emulate import EmulatedModel, build_emulated_model, low_dtype_names
 from amp_convert.validation.load_check import (
     ModelFile,
     ModelToCheck,
@@ -42,6 +41,9 @@ EMULATE_WARNING = (
     "value, but each op computes in FP32 on CPU (GPU kernels may accumulate differently), and "
     "latency is that of the emulation on CPU, not a GPU figure"
 )
+
+if TYPE_CHECKING:  # the emulator loads only when a validation uses it (amp-convert start-up)
+    from amp_convert.validation.emulate import EmulatedModel
 
 
 @dataclass
@@ -118,6 +120,8 @@ def _mode_warnings(
         warnings.append(CPU_WARNING)
     elif mode == "emulate":
         warnings.append(EMULATE_WARNING)
+    from amp_convert.validation.emulate import low_dtype_names
+
     if not low_dtype_names(cand_src.proto):
         warnings.append("the candidate has no FP16/BF16 values: nothing is in low precision")
     if low_dtype_names(ref_src.proto):
@@ -143,6 +147,8 @@ def _open(
         return runner
 
     if mode == "emulate":
+        from amp_convert.validation.emulate import build_emulated_model
+
         emulated = build_emulated_model(cand_src.proto)
         ref = session(ref_src, "reference", "cpu", True)
         cand = session(cand_src, "candidate", "cpu", True, model_override=emulated.model)

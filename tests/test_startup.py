@@ -1,0 +1,80 @@
+"""Start-up: the command line loads only what a command uses; bench/startup.py times it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import onnx
+
+from models.blocks import bert_encoder
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _modules_after(args: list[str]) -> tuple[int, set[str], str]:
+    """Run the console entry point with `args` in a fresh interpreter: (exit code, modules, out)."""
+    code = (
+        "import sys, json\n"
+        f"sys.argv = ['amp-convert', *{args!r}]\n"
+        "from amp_convert.startup import main\n"
+        "rc = 0\n"
+        "try:\n    main()\nexcept SystemExit as e:\n    rc = e.code or 0\n"
+        "print('MODULES=' + json.dumps([rc, sorted(sys.modules)]))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=False
+    )
+    line = next(x for x in done.stdout.splitlines() if x.startswith("MODULES="))
+    rc, modules = json.loads(line.removeprefix("MODULES="))
+    return rc, set(modules), done.stdout
+
+
+def test_version_loads_nothing_heavy() -> None:
+    rc, modules, out = _modules_after(["--version"])
+    assert rc == 0 and "amp-convert, version " in out
+    assert not {"onnx", "onnx_ir", "numpy", "click", "sympy"} & modules
+
+
+def test_conversion_skips_sympy_validation_auto_and_onnxruntime(tmp_path: Path) -> None:
+    src, dst = tmp_path / "m.onnx", tmp_path / "m.fp16.onnx"
+    onnx.save(bert_encoder(layers=1, hidden=32, heads=4, vocab=50), str(src))
+    rc, modules, out = _modules_after([str(src), "-o", str(dst), "-q"])
+    assert rc == 0 and dst.exists()
+    unused = {
+        "sympy.core",
+        "onnxruntime",
+        "amp_convert.validation.emulate",
+        "amp_convert.auto.search",
+        "amp_convert.html_report",
+    }
+    assert not unused & modules, unused & modules
+    assert "onnx_ir" in modules  # it did convert
+
+
+def test_deferred_sympy_still_works_when_used() -> None:
+    code = (
+        "import sys\n"
+        "from amp_convert.startup import defer_sympy\n"
+        "assert defer_sympy()\n"
+        "import onnx_ir as ir\n"
+        "assert 'sympy.core' not in sys.modules\n"
+        "d = ir.SymbolicDim('seq')\n"
+        "print(d * 2 + 1, 'sympy.core' in sys.modules)\n"
+        "import sympy\n"
+        "print(sympy.Symbol('x') + 1)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True
+    )
+    assert done.stdout.split("\n")[:2] == ["2*seq + 1 True", "x + 1"]
+
+
+def test_public_names_resolve_on_demand() -> None:
+    import amp_convert
+
+    for name in amp_convert.__all__:
+        assert getattr(amp_convert, name) is not None
+    assert set(amp_convert.__all__) <= set(dir(amp_convert))
