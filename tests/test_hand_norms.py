@@ -236,3 +236,32 @@ def test_matches_are_complete_norms() -> None:
     found, _ = _match(ocr_recogniser())
     assert len(found) == 5 and all(isinstance(f, NormMatch) for f in found)
     assert all(f.output.name.endswith("Add_1_out") for f in found)
+
+
+def test_the_steps_alone() -> None:
+    """rewrite_hand_norms edits the graph and says so; pin_norm_statistics pins only statistics."""
+    from amp_convert.onnx_checks import analyse
+    from amp_convert.op_lists import load_builtin
+    from amp_convert.options import make_options
+    from amp_convert.passes.classify import classify
+    from amp_convert.passes.hand_norms import pin_norm_statistics, rewrite_hand_norms
+    from amp_convert.passes.infer_dtypes import infer_dtypes
+    from amp_convert.precision import UniqueNames
+    from amp_convert.reasons import ReasonKind
+
+    m = ir.serde.deserialize_model(_norm_model("div", opset=14))
+    _, types = analyse(m)
+    infer_dtypes(m, types)
+    result = rewrite_hand_norms(m, UniqueNames.of_model(m), types, "none")
+    assert not result.modified and len(result.pinned) == 5
+    options = make_options(level="O2", target="none")
+    classes = classify(m, options, load_builtin(), None)
+    pinned = pin_norm_statistics(classes, result)
+    changed = {n.name for n in pinned if pinned[n] != classes[n]}
+    assert changed == {"mean", "square", "var", "add_eps", "sqrt"}
+    assert all(pinned[n].reasons[0].kind == ReasonKind.NORM_STATISTICS for n in result.pinned)
+    folded = ir.serde.deserialize_model(_norm_model("div", opset=17))
+    _, types = analyse(folded)
+    infer_dtypes(folded, types)
+    result = rewrite_hand_norms(folded, UniqueNames.of_model(folded), types, "none")
+    assert result.modified and [n.op_type for n in folded.graph] == ["LayerNormalization"]

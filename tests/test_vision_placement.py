@@ -15,8 +15,8 @@ import onnx_ir as ir
 import pytest
 
 import amp_convert
-from amp_convert.passes.global_pool import GlobalPoolPass
-from amp_convert.passes.infer_dtypes import InferDtypesPass
+from amp_convert.passes.global_pool import run_as_global_pool
+from amp_convert.passes.infer_dtypes import infer_dtypes
 from amp_convert.targets.accumulation import fp32_accumulating
 from models.vision import ARCHS, PAIRS, se_cnn
 from tests.helpers import casts, op_counts, run
@@ -87,8 +87,9 @@ def test_spatial_reduce_mean_runs_as_global_average_pool_on_ort_cuda() -> None:
     m = ir.serde.deserialize_model(model)
     inferred = onnx.shape_inference.infer_shapes(model).graph.value_info
     types = {vi.name: vi.type for vi in inferred}
-    InferDtypesPass(types)(m)
-    GlobalPoolPass(types)(m)
+    infer_dtypes(m, types)
+    assert run_as_global_pool(m, types, "none").notes == ()  # other targets: untouched
+    assert len(run_as_global_pool(m, types, "ort-cuda").notes) == pools
     rewritten = ir.serde.serialize_model(m)
     assert op_counts(rewritten)["GlobalAveragePool"] == pools
     rng = np.random.default_rng(0)
