@@ -1,8 +1,8 @@
 """Write the test models to a folder: ``python -m models.build OUTDIR [--only NAME ...] [--big]``.
 
-Without ``--only`` every block, focused, CNN, decoder and fused-transformer builder is written as
-``OUTDIR/NAME.onnx``. The tiny committed samples (``sample_bert``, ``sample_resnet``) are written
-with ``--samples`` or by naming them, e.g.
+Without ``--only`` every block, focused, CNN, decoder, fused-transformer and vision builder is
+written as ``OUTDIR/NAME.onnx``. The tiny committed samples (``sample_bert``,
+``sample_resnet``) are written with ``--samples`` or by naming them, e.g.
 ``python -m models.build models --only sample_bert sample_resnet``. ``--big`` (or ``--only big``)
 also writes ``OUTDIR/big.onnx`` + ``big.onnx.data`` (> 2 GB by default).
 """
@@ -24,6 +24,7 @@ from models.cnn import ALL_CNN
 from models.decoders import ALL_DECODERS
 from models.focused import ALL_FOCUSED
 from models.fused import ALL_FUSED
+from models.vision import ALL_VISION
 
 #: Small variants committed to the repository for README's first-use line (< 300 KB each).
 SAMPLES: dict[str, Callable[[], onnx.ModelProto]] = {
@@ -40,6 +41,7 @@ BUILDERS: dict[str, Callable[[], onnx.ModelProto]] = {
     **ALL_CNN,
     **ALL_DECODERS,
     **ALL_FUSED,
+    **ALL_VISION,
     **SAMPLES,
 }
 
@@ -72,7 +74,7 @@ def build(
             raise ValueError(f"unknown model(s): {', '.join(unknown)}")
     else:
         names = [
-            *ALL_BLOCKS, *ALL_FOCUSED, *ALL_CNN, *ALL_DECODERS, *ALL_FUSED,
+            *ALL_BLOCKS, *ALL_FOCUSED, *ALL_CNN, *ALL_DECODERS, *ALL_FUSED, *ALL_VISION,
             *(SAMPLES if samples else ()),
         ]  # fmt: skip
     written = []

@@ -265,3 +265,28 @@ def test_the_steps_alone() -> None:
     infer_dtypes(folded, types)
     result = rewrite_hand_norms(folded, UniqueNames.of_model(folded), types, "none")
     assert result.modified and [n.op_type for n in folded.graph] == ["LayerNormalization"]
+
+
+def test_auto_meets_a_folded_norm() -> None:
+    """--auto on a hand-written LayerNorm: wide inputs pass at O3 already (FP32 statistics); an
+    offset input loses precision in the value the fused norm reads, and --auto pins that one
+    fused node (it carries the name of the norm's last node, norm/Div)."""
+    import models.overflow as ov
+    from amp_convert.auto import auto_convert
+
+    model, _ = ov.hand_variance(normalise=True)
+    limits = {"min_cosine": 0.999, "max_nan": 0}
+    wide = ov.calibration(model, "wide")
+    o3 = amp_convert.convert(model, level="O3")
+    assert op_counts(o3)["LayerNormalization"] == 1
+    assert amp_convert.validate(
+        model, o3, provider="emulate", inputs=wide, runs=0, thresholds=limits
+    ).passed
+    offset = ov.calibration(model, "offset")
+    result, report = auto_convert(model, inputs=offset)
+    assert report.passed and [p.name for p in report.pinned] == ["norm/Div"]
+    fused = next(n for n in result.graph.node if n.op_type == "LayerNormalization")
+    assert fused.name == "norm/Div"
+    assert amp_convert.validate(
+        model, result, provider="emulate", inputs=offset, runs=0, thresholds=limits
+    ).passed

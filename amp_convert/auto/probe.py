@@ -29,10 +29,13 @@ DEFAULT_BUDGET = 512 << 20
 
 
 def expose(proto: onnx.ModelProto, values: Sequence[str], elem_types: Mapping[str, int]) -> None:
-    """Append ``values`` to ``proto``'s graph outputs in place (those not already outputs)."""
+    """Append ``values`` to ``proto``'s graph outputs in place (those not already outputs, and
+    only those the graph has: a conversion may fold a subgraph, e.g. a hand-written LayerNorm,
+    whose intermediates then do not exist in the candidate)."""
     present = {o.name for o in proto.graph.output}
+    produced = {v for n in proto.graph.node for v in n.output} | {i.name for i in proto.graph.input}
     for name in values:
-        if name not in present and name in elem_types:
+        if name not in present and name in elem_types and name in produced:
             proto.graph.output.append(helper.make_tensor_value_info(name, elem_types[name], None))
             present.add(name)
 

@@ -90,6 +90,14 @@ def _param(node: ir.Node | None, out: ir.Value, dims: list[int]) -> np.ndarray |
     return array.reshape(dims)
 
 
+def _carried_name(match: NormMatch, fallback: str, names: UniqueNames) -> str:
+    """The fused node takes the name of the node that produced the norm's output: the value it
+    carries keeps its name too, so a user's --exclude-nodes and --auto's pins (which name the
+    producer of the value where the error shows) still reach the norm."""
+    producer = match.output.producer()
+    return producer.name if producer is not None and producer.name else names.take(fallback)
+
+
 @dataclass(frozen=True)
 class NormsResult:
     """What `rewrite_hand_norms` did: a note per norm, the near misses, and the statistics nodes
@@ -189,7 +197,7 @@ class _Folder:
             inputs.append(self._initializer(graph, f"{base}/bias", beta.astype(np.float32)))
         out = ir.Value(name=self.names.take(f"{base}/{op}_out"), type=ir.TensorType(FLOAT))
         fused = ir.Node(
-            "", op, inputs, outputs=[out], name=self.names.take(f"{base}/{op}"),
+            "", op, inputs, outputs=[out], name=_carried_name(match, f"{base}/{op}", self.names),
             attributes=[ir.AttrInt64("axis", axis), ir.AttrFloat32("epsilon", match.epsilon),
                         ir.AttrInt64("stash_type", 1)],
         )  # fmt: skip
@@ -221,7 +229,7 @@ class _Folder:
         norm = ir.Node(
             "", "InstanceNormalization", [rows.outputs[0], one, zero],
             outputs=[value("normalised_rows")],
-            name=take(f"{base}/InstanceNormalization"),
+            name=_carried_name(match, f"{base}/InstanceNormalization", self.names),
             attributes=[ir.AttrFloat32("epsilon", match.epsilon)],
         )  # fmt: skip
         out = value("normalised")
