@@ -13,7 +13,7 @@ from models.blocks import bert_encoder
 
 PASSES = Path(amp_convert.__file__).parent / "passes"
 #: modules under passes/ that hold shared types or algorithms, not steps
-SHARED = {"plan", "mincut"}
+SHARED = {"plan", "mincut", "norm_match"}
 
 
 def test_no_step_imports_another_step() -> None:
@@ -35,10 +35,10 @@ def test_every_step_and_decision_is_logged(caplog) -> None:
     steps = [r.getMessage() for r in caplog.records if r.name == "amp_convert.pipeline"]
     names = [m.split(": ", 1)[1] for m in steps if " -> " not in m]
     assert names == [
-        "prepare", "analyse", "infer dtypes", "measure", "fold BN", "classify", "assign",
-        "rewrite", "cleanup", "verify",
+        "prepare", "analyse", "infer dtypes", "measure", "fold BN", "hand norms", "global pool",
+        "classify", "pin statistics", "assign", "rewrite", "cleanup", "verify",
     ]  # fmt: skip
-    assert any(m.startswith("step 7: assign -> PrecisionPlan: ") for m in steps)
+    assert any(m.startswith("step 10: assign -> PrecisionPlan: ") for m in steps)
     decisions = [r.getMessage() for r in caplog.records if r.name == "amp_convert.passes.assign"]
     assert decisions and all(m.startswith("assign ") for m in decisions)
 
@@ -54,6 +54,6 @@ def test_cli_verbose_shows_the_steps(tmp_path: Path) -> None:
 
     verbose = convert("-o", str(tmp_path / "o.onnx"), "-v")
     assert verbose.returncode == 0, verbose.stderr
-    assert "step 6: classify" in verbose.stderr and "step 10: verify ->" in verbose.stderr
+    assert "step 8: classify" in verbose.stderr and "step 13: verify ->" in verbose.stderr
     quiet = convert("-o", str(tmp_path / "q.onnx"))
-    assert quiet.returncode == 0 and "step 6" not in quiet.stderr + quiet.stdout
+    assert quiet.returncode == 0 and "step 8" not in quiet.stderr + quiet.stdout
