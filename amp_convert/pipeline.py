@@ -79,7 +79,7 @@ def run(model: ir.Model, options: ConvertOptions) -> ConversionReport:
     prepared = _step(1, "prepare", prepare, model)
     strict_error, inferred = _step(2, "analyse", analyse, model)
     report.warnings.extend(schema.unknown_warnings(model))
-    shapes = ShapeBook(inferred, options.dim_values)
+    shapes = ShapeBook(model, options.dim_values)  # sizes from the input dims (shapes.py)
     _step(3, "infer dtypes", infer_dtypes, model, inferred)
     before = _step(4, "measure", measure_original, model, shapes, low, keep_io)
     folded = _step(5, "fold BN", fold_batch_norm, model, low, inferred, prepared.names)
@@ -121,6 +121,8 @@ def run(model: ir.Model, options: ConvertOptions) -> ConversionReport:
         "result": model_traffic(model, shapes),
         "all_low": before.all_low,
     }
+    report.traffic_dims = dict(shapes.dims)
+    report.traffic_estimated = shapes.estimated
     model.metadata_props[STAMP_KEY] = options.stamp()
     return report
 

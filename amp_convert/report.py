@@ -77,6 +77,10 @@ class ConversionReport(Report):
     casts: list[CastNote] = field(default_factory=list)
     #: estimated bytes read+written per inference: original, result, original all in low precision
     traffic: dict[str, int] = field(default_factory=dict)
+    #: the input dims the traffic figures assume (the user's --dim, else the defaults)
+    traffic_dims: dict[str, int] = field(default_factory=dict)
+    #: values whose size no shape gave, estimated from their producer's inputs
+    traffic_estimated: int = 0
     folds: list[FoldNote] = field(default_factory=list)
     target: str = ""
     #: graph rewrites for the target or for precision: hand-written norms folded or given FP32
@@ -129,11 +133,7 @@ class ConversionReport(Report):
             f"kept FP32: {self.initializers_kept}",
         ]
         if self.traffic.get("original"):
-            t = self.traffic
-            lines.append(
-                f"traffic: 1.00 → {t['result'] / t['original']:.2f} "
-                f"(all-low {t['all_low'] / t['original']:.2f}; estimated bytes per inference)"
-            )
+            lines.append(self._traffic_line())
         if self.folds:
             actions = Counter(f.action for f in self.folds)
             lines.append(
@@ -151,6 +151,21 @@ class ConversionReport(Report):
                 lines.append(f"note: {t.name}: {t.action} ({t.detail})")
         lines.extend(f"warning: {w}" for w in self.warnings)
         return "\n".join(lines)
+
+    def _traffic_line(self) -> str:
+        t = self.traffic
+        original, result, all_low = _sizes(t["original"], t["result"], t["all_low"])
+        dims = ", ".join(f"{k}={v}" for k, v in self.traffic_dims.items()) or "all static"
+        guessed = (
+            f"; {self.traffic_estimated} value sizes estimated from neighbours"
+            if self.traffic_estimated
+            else ""
+        )
+        return (
+            f"traffic per inference: {original} → {result} (all-low {all_low}); "
+            f"1.00 → {t['result'] / t['original']:.2f} (all-low {t['all_low'] / t['original']:.2f})"
+            f"; estimated for dims {dims}{guessed}"
+        )
 
 
 def _top(counter: Counter[str], limit: int = 8) -> str:

@@ -226,9 +226,9 @@ def accuracy(reference: str, candidate: str, seed: int = 0) -> dict[str, Any]:
 def _file_traffic(path: str, all_low: bool) -> tuple[int, int | None]:
     """Estimated bytes per inference of a model file, and the same as if all FP32 were FP16.
 
-    amp_convert.traffic's estimate, as the converter makes it for its report: element types and
-    shapes from the file and ONNX inference of that file (symbolic dims: batch-like 1, others
-    128), the same for every converter's output. Values left untyped would count 0 bytes, hence
+    amp_convert.traffic's estimate, as the converter makes it for its report: element types from
+    the file and ONNX inference, shapes resolved from the default input dims (batch-like 1,
+    others 128; amp_convert.shapes), the same for every converter's output. Values left untyped would count 0 bytes, hence
     InferDtypesPass first.
     """
     import onnx_ir as ir
@@ -238,9 +238,8 @@ def _file_traffic(path: str, all_low: bool) -> tuple[int, int | None]:
     from amp_convert.traffic import ShapeBook, model_traffic
 
     model = ir.load(path)
-    types = analyse(model)[1]
-    InferDtypesPass(types)(model)
-    shapes = ShapeBook(types, {})
+    shapes = ShapeBook(model, {})
+    InferDtypesPass(analyse(model)[1])(model)
     low = model_traffic(model, shapes, low=ir.DataType.FLOAT16) if all_low else None
     return model_traffic(model, shapes), low
 

@@ -78,7 +78,11 @@ def test_traffic_is_reported_per_cast() -> None:
     _, report = _converted(bert_encoder(layers=1), level="O2", target="none")
     assert report.casts and all(c.bytes > 0 for c in report.casts)
     assert [c.bytes for c in report.casts] == sorted((c.bytes for c in report.casts), reverse=True)
-    assert "traffic: 1.00 →" in report.summary()
+    line = next(x for x in report.summary().splitlines() if x.startswith("traffic"))
+    # absolute bytes for the original, the result and all-low, the ratios, and the dims assumed
+    assert line.startswith("traffic per inference: ") and line.count(" MB") == 3
+    assert "1.00 → " in line and "estimated for dims batch=1, seq=128" in line
+    assert report.traffic_dims == {"batch": 1, "seq": 128} and report.traffic_estimated == 0
     assert report.traffic["all_low"] < report.traffic["result"] < report.traffic["original"]
 
 
