@@ -73,11 +73,22 @@ def assumed_dims(model: ir.Model, dims: Mapping[str, int]) -> dict[str, int]:
                 continue
             if key in dims:
                 out[key] = dims[key]
+            elif not isinstance(parse_dim(key), Sym) or len(parse_dim(key).terms) > 1:
+                continue  # `past + seq` follows from its names (see concrete_dim)
             elif is_batch_like(key) or axis == 0 and rank >= 2 and not _NOT_BATCH.search(key):
                 out[key] = BATCH_DIM  # a leading axis not named otherwise is a batch
             else:
                 out[key] = OTHER_DIM
     return out
+
+
+def concrete_dim(key: str | None, env: Mapping[str, int]) -> int | None:
+    """The size of an input dim key: set, or computed from the names of its expression."""
+    if key is None:
+        return None
+    if key in env:
+        return env[key]
+    return evaluate(parse_dim(key), env)
 
 
 # -- dim expressions written by exporters ("s0 + s1", "2*s0", "floor(s0/2)") ---------------------
@@ -395,10 +406,10 @@ def _onnx_concrete(model: ir.Model, env: Mapping[str, int]) -> dict[str, tuple[i
             if vi.name in weights or value is None or not vi.type.HasField("tensor_type"):
                 continue
             for axis, d in enumerate(vi.type.tensor_type.shape.dim):
-                key = input_dim_key(value, axis)
-                if key is not None and key in env:
+                size = concrete_dim(input_dim_key(value, axis), env)
+                if size is not None:
                     d.Clear()
-                    d.dim_value = env[key]
+                    d.dim_value = size
         del graph.value_info[:]
         for out in graph.output:  # an output's declared symbolic dims must not clash
             if out.type.HasField("tensor_type"):
