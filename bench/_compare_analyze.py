@@ -228,8 +228,8 @@ def _file_traffic(path: str, all_low: bool) -> tuple[int, int | None]:
 
     amp_convert.traffic's estimate, as the converter makes it for its report: element types from
     the file and ONNX inference, shapes resolved from the default input dims (batch-like 1,
-    others 128; amp_convert.shapes), the same for every converter's output. Values left untyped would count 0 bytes, hence
-    InferDtypesPass first.
+    others 128; amp_convert.shapes), the same for every converter's output. Values left untyped
+    would count 0 bytes, hence InferDtypesPass first.
     """
     import onnx_ir as ir
 
