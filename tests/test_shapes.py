@@ -1,4 +1,4 @@
-"""The cost model's shapes: symbolic dims, the rules ONNX lacks, the neighbour estimate, defaults."""
+"""The cost model's shapes: symbolic dims, rules ONNX lacks, the neighbour estimate, defaults."""
 
 from __future__ import annotations
 
