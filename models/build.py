@@ -22,6 +22,7 @@ from models.big import write_big_model
 from models.blocks import ALL_BLOCKS, bert_encoder, resnet_cnn
 from models.cnn import ALL_CNN
 from models.decoders import ALL_DECODERS
+from models.exporters import ALL_EXPORTERS
 from models.focused import ALL_FOCUSED
 from models.fused import ALL_FUSED
 from models.vision import ALL_VISION
@@ -42,6 +43,7 @@ BUILDERS: dict[str, Callable[[], onnx.ModelProto]] = {
     **ALL_DECODERS,
     **ALL_FUSED,
     **ALL_VISION,
+    **ALL_EXPORTERS,
     **SAMPLES,
 }
 
