@@ -13,6 +13,7 @@ Three sources, best first, for the dims the user set (`--dim`) or the defaults f
 
 from __future__ import annotations
 
+import ast
 import logging
 import math
 import re
@@ -22,6 +23,7 @@ import onnx
 import onnx_ir as ir
 
 from amp_convert import proto_walk, shape_layers
+from amp_convert.dims import parse_dim_expression
 from amp_convert.onnx_checks import call_on_stripped
 from amp_convert.shape_rules import RULES, UNKNOWN, Fact, Shape
 from amp_convert.symdim import Dim, Sym, add, evaluate, floordiv, mul, prod, sub
@@ -73,7 +75,7 @@ def assumed_dims(model: ir.Model, dims: Mapping[str, int]) -> dict[str, int]:
                 continue
             if key in dims:
                 out[key] = dims[key]
-            elif not isinstance(parse_dim(key), Sym) or len(parse_dim(key).terms) > 1:
+            elif parse_dim_expression(key) is not None:
                 continue  # `past + seq` follows from its names (see concrete_dim)
             elif is_batch_like(key) or axis == 0 and rank >= 2 and not _NOT_BATCH.search(key):
                 out[key] = BATCH_DIM  # a leading axis not named otherwise is a batch
@@ -92,54 +94,42 @@ def concrete_dim(key: str | None, env: Mapping[str, int]) -> int | None:
 
 
 # -- dim expressions written by exporters ("s0 + s1", "2*s0", "floor(s0/2)") ---------------------
-_TOKEN = re.compile(r"\s*(\d+|[A-Za-z_][\w.]*|//|[-+*/()])")
-
-
 def parse_dim(text: str) -> Dim:
-    """A dim_param as a symbolic dim: a plain name, or +,-,*,/,// arithmetic over names."""
-    tokens = _TOKEN.findall(text)
-    if "".join(tokens) != text.replace(" ", "") or not tokens:
+    """A dim_param as a symbolic dim: a plain name, or arithmetic over names.
+
+    The grammar is amp_convert.dims' (the one --dim and validation use); this turns the vetted
+    expression into a polynomial so that `past + seq` minus `past` is `seq` again.
+    """
+    stripped = text.strip()
+    if stripped.isdigit():
+        return int(stripped)
+    if parse_dim_expression(stripped) is None:
         return Sym.name(text)
-    if len(tokens) == 1:
-        return int(tokens[0]) if tokens[0].isdigit() else Sym.name(tokens[0])
-    pos = 0
+    return _sym_of(ast.parse(stripped, mode="eval").body, text)
 
-    def atom() -> Dim:
-        nonlocal pos
-        tok = tokens[pos]
-        pos += 1
-        if tok == "(":
-            d = expr()
-            pos += 1
-            return d
-        if tok == "-":
-            return mul(-1, atom())
-        if tok in ("floor", "FloorDiv") and pos < len(tokens) and tokens[pos] == "(":
-            return atom()
-        return int(tok) if tok.isdigit() else Sym.name(tok)
 
-    def term() -> Dim:
-        nonlocal pos
-        d = atom()
-        while pos < len(tokens) and tokens[pos] in ("*", "/", "//"):
-            op = tokens[pos]
-            pos += 1
-            d = mul(d, atom()) if op == "*" else floordiv(d, atom())
-        return d
-
-    def expr() -> Dim:
-        nonlocal pos
-        d = term()
-        while pos < len(tokens) and tokens[pos] in ("+", "-"):
-            op = tokens[pos]
-            pos += 1
-            d = add(d, term()) if op == "+" else sub(d, term())
-        return d
-
-    try:
-        return expr()
-    except (IndexError, ValueError):
-        return Sym.name(text)
+def _sym_of(node: ast.expr, text: str) -> Dim:
+    if isinstance(node, ast.Constant) and isinstance(node.value, int):
+        return node.value
+    if isinstance(node, ast.Name):
+        return Sym.name(node.id)
+    if isinstance(node, ast.UnaryOp):
+        inner = _sym_of(node.operand, text)
+        return mul(-1, inner) if isinstance(node.op, ast.USub) else inner
+    if isinstance(node, ast.BinOp):
+        a, b = _sym_of(node.left, text), _sym_of(node.right, text)
+        ops = {ast.Add: add, ast.Sub: sub, ast.Mult: mul, ast.FloorDiv: floordiv, ast.Div: floordiv}
+        op = ops.get(type(node.op))
+        if op is not None:
+            return op(a, b)
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "floor"
+        and len(node.args) == 1
+    ):
+        return _sym_of(node.args[0], text)  # floor(a / b) is a // b
+    return Sym.name(text)  # min/max/ceil/%: an opaque name (no value unless --dim sets it)
 
 
 def declared(value: ir.Value) -> Shape | None:

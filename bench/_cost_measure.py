@@ -106,6 +106,7 @@ _ORT_NAMES = {"float32": "float", "float64": "double", "float16": "float16"}
 
 def feeds_for(proto: onnx.ModelProto, dims: Mapping[str, int], seed: int = 0) -> dict:
     """Seeded inputs with every dynamic dim set (validation's rules for integer ids)."""
+    from amp_convert.dims import parse_dim_expression
     from amp_convert.validation.inputs import InputSpec, random_inputs
 
     inits = {t.name for t in proto.graph.initializer}
@@ -120,4 +121,5 @@ def feeds_for(proto: onnx.ModelProto, dims: Mapping[str, int], seed: int = 0) ->
             d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in t.shape.dim
         ]
         specs.append(InputSpec(vi.name, type_str, shape))
-    return random_inputs(specs, proto, dims=dict(dims), seed=seed).arrays
+    free = {k: v for k, v in dims.items() if parse_dim_expression(k) is None}  # `a + b` follows
+    return random_inputs(specs, proto, dims=free, seed=seed).arrays

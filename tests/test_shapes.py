@@ -40,6 +40,7 @@ def test_exporter_dim_expressions_are_parsed() -> None:
     )
     assert evaluate(parse_dim("2*s0 - 1"), {"s0": 10}) == 19
     assert evaluate(parse_dim("(s1 + 1)//2"), {"s1": 9}) == 5
+    assert evaluate(parse_dim("floor(s0/2)"), {"s0": 9}) == 4
     assert parse_dim("12") == 12
     assert evaluate(parse_dim("unk__3"), {}) is None  # a name no input dim sets stays unknown
 
