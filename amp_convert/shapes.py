@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping
 import onnx
 import onnx_ir as ir
 
-from amp_convert import proto_walk, shape_layers
+from amp_convert import domains, proto_walk, shape_layers
 from amp_convert.dims import parse_dim_expression
 from amp_convert.onnx_checks import call_on_stripped
 from amp_convert.shape_rules import RULES, UNKNOWN, Fact, Shape
@@ -222,12 +222,12 @@ class ShapeBook:
 
     def _node_facts(self, node: ir.Node) -> list[Fact] | None:
         facts = [self.fact(v) if v is not None else UNKNOWN for v in node.inputs]
-        if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
+        if node.op_type == "Constant" and domains.is_default(node.domain):
             attr = node.attributes.get("value")
             if attr is not None and attr.type == ir.AttributeType.TENSOR:
                 return [_tensor_fact(attr.value)]
             return None
-        if node.op_type in _SUB_OPS and node.domain in ("", "ai.onnx"):
+        if node.op_type in _SUB_OPS and domains.is_default(node.domain):
             return self._body_facts(node, facts)
         for attr in node.attributes.values():  # bodies of other ops: shapes from their own types
             if attr.type == ir.AttributeType.GRAPH:
@@ -236,7 +236,7 @@ class ShapeBook:
                 for g in attr.value:
                     self._propagate(g)
         rule = RULES.get(node.op_type)
-        if rule is None or node.domain not in ("", "ai.onnx", "com.microsoft"):
+        if rule is None or domains.normalise(node.domain) not in ("", "com.microsoft"):
             return None
         return rule(node, facts)
 
