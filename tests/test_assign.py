@@ -30,7 +30,7 @@ def _info(op_class: NodeClass, ins=(0,), outs=(0,), **kw) -> ClassInfo:
 
 def _assign(m: ir.Model, classes: dict[str, ClassInfo], **options) -> PrecisionPlan:
     by_node = types.MappingProxyType({node(m, name): info for name, info in classes.items()})
-    return assign(m, by_node, ShapeBook({}, {}), make_options(**options))
+    return assign(m, by_node, ShapeBook(m, {}), make_options(**options))
 
 
 def _chain(w: np.ndarray | None = None) -> ir.Model:
@@ -162,7 +162,7 @@ def test_result_is_frozen_and_inputs_untouched() -> None:
     before = proto_bytes(m)
     classes = types.MappingProxyType({node(m, n): info for n, info in CHAIN.items()})
     snapshot = dict(classes)
-    plan = assign(m, classes, ShapeBook({}, {}), make_options(level="O2"))
+    plan = assign(m, classes, ShapeBook(m, {}), make_options(level="O2"))
     assert proto_bytes(m) == before and dict(classes) == snapshot
     placement = plan.nodes[node(m, "mm")]
     assert isinstance(placement, Placement)
