@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar, overload
 
@@ -55,6 +57,74 @@ def convert(model, *, return_report: bool = False, **options: Any):
     return (result, report) if return_report else result
 
 
+@dataclass
+class FileConversion:
+    """A file conversion whose outputs are checked and whose folders are held (`plan`)."""
+
+    src: Path
+    proto: onnx.ModelProto | None
+    inputs: list[Path]
+    plan: output_rules.OutputPlan
+    options: ConvertOptions
+    external_data: bool | None
+
+    def run(self) -> ConversionReport:
+        """Convert and write the model to plan["output"] (and its data file)."""
+        start = time.perf_counter()
+        if self.proto is None:
+            raise InputError(f"{self.src}: this conversion already ran")
+        model = io.model_from_file(self.proto, self.src)
+        self.proto = None
+        external = self.external_data
+        if external is None:
+            external = io.uses_external_data(model) or None  # None: decide by size
+        report = pipeline.run(model, self.options)
+        out = self.plan["output"]
+        data_path = io.save_model(model, out, external=external, keep=self.inputs)
+        report.seconds = time.perf_counter() - start
+        report.size_before = io.files_size(self.inputs)
+        report.size_after = io.files_size([out.path] + ([data_path] if data_path else []))
+        return report
+
+
+@contextlib.contextmanager
+def open_file_conversion(
+    src: str | os.PathLike,
+    dst: str | os.PathLike | None = None,
+    *,
+    force: bool = False,
+    external_data: bool | None = None,
+    other_outputs: Mapping[str, str | os.PathLike | None] | None = None,
+    extra_inputs: Sequence[Sequence[Path]] = (),
+    **kwargs: Any,
+) -> Iterator[FileConversion]:
+    """Check everything a file conversion reads and writes, then hand it over to run.
+
+    The model, `dst` (default NAME.fp16.onnx next to it), its data file and `other_outputs`
+    ({label: path} of the caller's other files, e.g. a report) go through one output check
+    (output_rules.plan_outputs): no output is the input model, one of its external-data files or
+    one of `extra_inputs`, nor another output; an existing file only with `force`, and only a
+    regular file. The folders stay held until the block ends.
+    """
+    options = make_options(**kwargs)
+    if not isinstance(src, str | os.PathLike):
+        raise InputError(f"convert_file: src must be a path, not {type(src).__name__}")
+    src_path = Path(src)
+    proto = io.read_model_file(src_path)
+    dst_path = Path(dst) if dst is not None else io.default_output_path(src_path, options.dtype)
+    inputs = output_rules.model_files(src_path, proto)
+    outputs = [
+        ("output", dst_path),
+        ("output data file", output_rules.data_file_name(dst_path)),
+        *(
+            (label, Path(p) if p is not None else None)
+            for label, p in (other_outputs or {}).items()
+        ),
+    ]
+    with output_rules.plan_outputs(outputs, [inputs, *extra_inputs], force) as plan:
+        yield FileConversion(src_path, proto, inputs, plan, options, external_data)
+
+
 def convert_file(
     src: str | os.PathLike,
     dst: str | os.PathLike | None = None,
@@ -73,29 +143,10 @@ def convert_file(
     Before any work, `dst`, its data file and `other_outputs` ({label: path} of the other files
     the caller will write, e.g. a report) are checked: none may be the input model or one of its
     external-data files, nor another of these outputs, and an existing file is replaced only
-    with `force`. Raises an AmpConvertError subclass with one clear message on bad input.
+    with `force` (and only a regular file). Raises an AmpConvertError subclass with one clear
+    message on bad input.
     """
-    options = make_options(**kwargs)
-    start = time.perf_counter()
-    if not isinstance(src, str | os.PathLike):
-        raise InputError(f"convert_file: src must be a path, not {type(src).__name__}")
-    src_path = Path(src)
-    proto = io.read_model_file(src_path)
-    dst_path = Path(dst) if dst is not None else io.default_output_path(src_path, options.dtype)
-    inputs = output_rules.model_files(src_path, proto)
-    outputs = [
-        ("output", dst_path),
-        ("output data file", output_rules.data_file_name(dst_path)),
-        *((label, Path(p)) for label, p in (other_outputs or {}).items()),
-    ]
-    output_rules.check_outputs(outputs, [inputs], force)
-    model = io.model_from_file(proto, src_path)
-    del proto
-    if external_data is None:
-        external_data = io.uses_external_data(model) or None  # None: decide by size
-    report = pipeline.run(model, options)
-    data_path = io.save_model(model, dst_path, external=external_data, keep=inputs)
-    report.seconds = time.perf_counter() - start
-    report.size_before = io.files_size(inputs)
-    report.size_after = io.files_size([dst_path] + ([data_path] if data_path else []))
-    return report
+    with open_file_conversion(
+        src, dst, force=force, external_data=external_data, other_outputs=other_outputs, **kwargs
+    ) as conversion:
+        return conversion.run()

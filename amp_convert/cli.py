@@ -7,8 +7,10 @@ from ConvertOptions' declaration (amp_convert/options.py), so they are written o
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import enum
 import logging
+import os
 import sys
 import traceback
 from collections.abc import Callable
@@ -17,13 +19,20 @@ from typing import Any, TypeVar
 
 import click
 
-from amp_convert import __version__
+from amp_convert import __version__, safe_write
+from amp_convert.cli_paths import InputPath, OutputPath, check_needs, declared_outputs
 from amp_convert.errors import AmpConvertError, InputError
 from amp_convert.io import default_output_path
 from amp_convert.options import option_names, user_fields
-from amp_convert.validation.command import run_cli_validation, validate_command, validation_options
+from amp_convert.validation.command import (
+    VALIDATION_OPTION_NAMES,
+    run_cli_validation,
+    validate_command,
+    validation_options,
+)
 
 EXIT_ERROR = 2
+EXIT_INTERRUPTED = 130
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -45,7 +54,7 @@ def _click_option(f: dataclasses.Field) -> Callable[[F], F]:
     if kind == "flag":
         return click.option(*flags, f.name, is_flag=True, help=help_text)
     if kind == "path":
-        path_type = click.Path(dir_okay=False, path_type=Path)
+        path_type = InputPath(must_exist=False)  # make_options says why a file is missing
         return click.option(*flags, f.name, type=path_type, help=help_text)
     metavar = meta.get("metavar", "OP,..." if kind == "ops" else None)
     return click.option(*flags, f.name, multiple=True, metavar=metavar, help=help_text)
@@ -60,12 +69,40 @@ def conversion_options(f: F) -> F:
 
 
 class _ConvertByDefault(click.Group):
-    """`amp-convert model.onnx ...` means `amp-convert convert model.onnx ...`."""
+    """`amp-convert model.onnx ...` means `amp-convert convert model.onnx ...`.
+
+    Every error ends as one line on stderr: usage errors exit 2, Ctrl-C exits 130 (never 1, the
+    "thresholds not met" code); a first word that is no file but close to a command name gets
+    "did you mean".
+    """
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         if args and args[0] not in self.commands and args[0] not in ("--help", "-h", "--version"):
+            word = args[0]
+            close = difflib.get_close_matches(word, [c for c in self.commands if c != "convert"])
+            if close and not word.startswith("-") and not os.path.lexists(word):
+                raise click.UsageError(
+                    f"no such command or model file {word!r}; did you mean {close[0]!r}?", ctx
+                )
             args = ["convert", *args]
         return super().parse_args(ctx, args)
+
+    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        try:
+            code = super().main(*args, standalone_mode=False, **kwargs)
+        except click.ClickException as e:
+            click.echo(f"amp-convert: error: {_one_line(e.format_message())}", err=True)
+            sys.exit(e.exit_code)
+        except (click.exceptions.Abort, KeyboardInterrupt):
+            click.echo("amp-convert: interrupted", err=True)
+            sys.exit(EXIT_INTERRUPTED)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+def _one_line(text: str) -> str:
+    return " ".join(line.strip() for line in text.splitlines() if line.strip())
 
 
 @click.group(
@@ -89,18 +126,18 @@ def _fail(error: BaseException, verbose: bool, code: int = EXIT_ERROR) -> None:
 
 
 @cli.command("convert", context_settings={"help_option_names": ["-h", "--help"]})
-@click.argument("model", type=click.Path(dir_okay=False))
+@click.argument("model", type=InputPath(model=True, must_exist=False, as_str=True))
 @click.option(
     "-o",
     "--output",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=OutputPath("output"),
     help="Output path [default: MODEL.fp16.onnx / MODEL.bf16.onnx next to MODEL].",
 )
 @conversion_options
 @click.option(
     "--report",
     "report_path",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=OutputPath("report"),
     help="Write the full ConversionReport (per-node decisions and reasons) as JSON.",
 )
 @click.option("--force", is_flag=True, help="Overwrite the output and report files if they exist.")
@@ -120,7 +157,7 @@ def _fail(error: BaseException, verbose: bool, code: int = EXIT_ERROR) -> None:
 @click.option(
     "--html",
     "html_path",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=OutputPath("HTML report", needs=("--auto",)),
     help="With --auto: write a self-contained HTML report (error along the graph, pinned nodes).",
 )
 @click.option(
@@ -131,12 +168,12 @@ def _fail(error: BaseException, verbose: bool, code: int = EXIT_ERROR) -> None:
 )
 @click.option(
     "--validation-report",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=OutputPath("validation report", needs=("--validate",)),
     help="With --validate: write the ValidationReport as JSON.",
 )
 @click.option(
     "--junit",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=OutputPath("JUnit report", needs=("--validate",)),
     help="With --validate: write a JUnit XML file (one test case per output).",
 )
 @validation_options
@@ -161,67 +198,120 @@ def convert_command(
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(message)s")
     if verbose:  # each conversion step and node decision (pipeline.run and the passes log them)
         logging.getLogger("amp_convert").setLevel(logging.DEBUG)
+    ctx = click.get_current_context()
+    _check_companions(ctx, auto=auto, do_validate=do_validate, force_write=force_write)
     options = {name: kwargs.pop(name) for name in option_names() if name in kwargs}
     validation = kwargs
     # one --dim serves both the cast-cost estimate and the validation inputs
     options["dims"] = validation.get("dim") or {}
     options["dtype"] = options["dtype"].lower()
-    if auto:
-        output = output or default_output_path(model or ".", options["dtype"])
-        from amp_convert.auto.command import run_auto
-
-        level_given = click.get_current_context().get_parameter_source("level")
-        if level_given == click.core.ParameterSource.DEFAULT:
-            options["level"] = "O3"
-        try:
-            code = run_auto(
-                model, output, options, validation, force=force, force_write=force_write,
-                report_path=report_path, html_path=html_path, quiet=quiet,
-            )  # fmt: skip
-        except AmpConvertError as e:
-            _fail(e, verbose)
-        except Exception as e:  # a bug: still one line, traceback with -v
-            _fail(e, verbose, code=3)
-        sys.exit(code)
-    if html_path is not None or force_write:
-        misplaced = AmpConvertError("--html and --force-write go with --auto (or validate --html)")
-        _fail(misplaced, verbose)
+    if auto and ctx.get_parameter_source("level") == click.core.ParameterSource.DEFAULT:
+        options["level"] = "O3"
     try:
         if not model:
             raise InputError("empty model path ''")
         output = output or default_output_path(model, options["dtype"])
-        # every file this run writes, checked with -o before any work (never an input, never
-        # twice, --force to replace)
-        reports = {"report": report_path}
-        if do_validate:
-            reports |= {"validation report": validation_report, "JUnit report": junit}
-        others = {label: p for label, p in reports.items() if p is not None}
-        from amp_convert.api import convert_file  # imported on use: --help/--version stay light
-
-        report = convert_file(model, output, force=force, other_outputs=others, **options)
-        if report_path is not None:
-            report.to_json(report_path)
+        with safe_write.sigterm_cleans_up():
+            if auto:
+                code = _run_auto(ctx, model, output, options, validation, force, quiet)
+            else:
+                code = _run_convert(ctx, model, output, options, validation, force, quiet, verbose)
     except AmpConvertError as e:
         _fail(e, verbose)
     except Exception as e:  # a bug: still one line, traceback with -v
         _fail(e, verbose, code=3)
-    if not quiet:
-        click.echo(f"wrote {output}")
-        click.echo(report.summary())
-        if verbose:
-            for n in report.nodes:
-                click.echo(f"  {n.precision:5s} {n.op_type:22s} {n.name}: {n.reason}")
-    if do_validate:
-        code = run_cli_validation(
+    sys.exit(code)
+
+
+def _check_companions(
+    ctx: click.Context, *, auto: bool, do_validate: bool, force_write: bool
+) -> None:
+    """Options that do nothing without --validate / --auto are refused, never ignored."""
+    check_needs(ctx, {"--auto": auto, "--validate": do_validate})
+    if force_write and not auto:
+        raise click.UsageError("--force-write goes with --auto", ctx)
+    if do_validate and auto:
+        raise click.UsageError("--validate and --auto do not go together (--auto validates)", ctx)
+    if do_validate or auto:
+        return
+    for name in VALIDATION_OPTION_NAMES:
+        if name == "dim":
+            continue  # --dim also sizes the conversion's cost estimate
+        if ctx.get_parameter_source(name) != click.core.ParameterSource.DEFAULT:
+            flag = "--" + name.replace("_", "-")
+            raise click.UsageError(f"{flag} goes with --validate or --auto", ctx)
+
+
+def _run_auto(
+    ctx: click.Context,
+    model: str,
+    output: Path,
+    options: dict[str, Any],
+    validation: dict[str, Any],
+    force: bool,
+    quiet: bool,
+) -> int:
+    from amp_convert.auto.command import run_auto
+
+    outputs = [(label, output if label == "output" else p) for label, p in declared_outputs(ctx)]
+    return run_auto(
+        model, outputs, options, validation, force=force,
+        force_write=ctx.params["force_write"], quiet=quiet,
+        extra_inputs=_other_inputs(ctx),
+    )  # fmt: skip
+
+
+def _other_inputs(ctx: click.Context) -> list[list[Path]]:
+    """Files the run reads besides the model (an --inputs file, an --op-lists file)."""
+    return [
+        [Path(p)] for p in _paths(ctx.params.get("inputs")) + _paths(ctx.params.get("op_lists"))
+    ]
+
+
+def _paths(value: Any) -> list[Path]:
+    if value is None:
+        return []
+    return [Path(v) for v in value] if isinstance(value, list | tuple) else [Path(value)]
+
+
+def _run_convert(
+    ctx: click.Context,
+    model: str,
+    output: Path,
+    options: dict[str, Any],
+    validation: dict[str, Any],
+    force: bool,
+    quiet: bool,
+    verbose: bool,
+) -> int:
+    from amp_convert.api import open_file_conversion  # imported on use: --help/--version stay light
+
+    others = {label: p for label, p in declared_outputs(ctx) if label != "output"}
+    with open_file_conversion(
+        model, output, force=force, other_outputs=others, extra_inputs=_other_inputs(ctx),
+        **options,
+    ) as conversion:  # fmt: skip
+        report = conversion.run()
+        plan = conversion.plan
+        if plan.get("report") is not None:
+            report.to_json(plan["report"])
+        if not quiet:
+            click.echo(f"wrote {output}")
+            click.echo(report.summary())
+            if verbose:
+                for n in report.nodes:
+                    click.echo(f"  {n.precision:5s} {n.op_type:22s} {n.name}: {n.reason}")
+        if not ctx.params["do_validate"]:
+            return 0
+        return run_cli_validation(
             model,
             output,
-            report_path=validation_report,
-            junit_path=junit,
+            report_path=plan.get("validation report"),
+            junit_path=plan.get("JUnit report"),
             force=force,
             quiet=quiet,
             **validation,
         )
-        sys.exit(code)
 
 
 cli.add_command(validate_command)

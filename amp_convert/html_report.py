@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from amp_convert import safe_write
 from amp_convert.auto.report import AutoReport, PinnedNode, TracePoint
 from amp_convert.validation.metrics import OutputResult
 
@@ -43,8 +44,8 @@ class Page:
 
 
 def write(page: Page, path: str | Path) -> None:
-    """Write ``page`` to ``path`` (UTF-8)."""
-    Path(path).write_text(render(page), encoding="utf-8")
+    """Write ``page`` to ``path`` (UTF-8), atomically through the output registry's writer."""
+    safe_write.write_bytes(path, render(page).encode("utf-8"))
 
 
 def auto_page(report: AutoReport, title: str = "amp-convert --auto") -> Page:

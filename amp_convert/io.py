@@ -9,7 +9,6 @@ half-written output or a graph paired with the wrong weights, and the input is n
 from __future__ import annotations
 
 import contextlib
-import glob
 import os
 import re
 import secrets
@@ -22,6 +21,7 @@ import onnx_ir as ir
 
 from amp_convert import domains, proto_checks, safe_write
 from amp_convert.errors import InputError, OutputError
+from amp_convert.output_rules import file_identity
 
 MIN_OPSET = 1
 # Above this many bytes of tensor data a single protobuf cannot hold the model (2 GiB hard limit):
@@ -177,33 +177,37 @@ def _has_external_worthy_tensor(model: ir.Model) -> bool:
     )
 
 
-def _our_data_files(dst: Path) -> list[Path]:
-    """Data files the existing `dst` references that follow our naming (OUT.data, OUT.<hex>.data).
+def _our_data_files(slot: safe_write.Slot) -> list[str]:
+    """Data files the existing output references that follow our naming (OUT.data, OUT.<hex>.data).
 
     Only these are removed once a new pair is in place: a file the old model shared with other
-    models under another name is never ours to delete.
+    models under another name is never ours to delete. Names are looked up in the slot's folder.
     """
-    ours = re.compile(re.escape(dst.name) + r"(\.[0-9a-f]{8})?\.data")
-    candidates = [p for p in dst.parent.glob(glob.escape(dst.name) + ".*data") if p.is_file()]
-    if not dst.is_file() or not any(ours.fullmatch(p.name) for p in candidates):
+    ours = re.compile(re.escape(slot.name) + r"(\.[0-9a-f]{8})?\.data")
+    try:
+        names = os.listdir(slot.dir_fd)
+    except OSError:
+        return []
+    candidates = [n for n in names if ours.fullmatch(n)]
+    dst = slot.beside(slot.name)
+    if not candidates or not os.path.isfile(dst):
         return []
     try:
-        proto = onnx.load(str(dst), load_external_data=False)
+        proto = onnx.load(dst, load_external_data=False)
     except (google.protobuf.message.DecodeError, ValueError, RuntimeError, OSError):
         return []
-    names = proto_checks.external_locations(proto)
-    return [dst.with_name(name) for name in sorted(names) if ours.fullmatch(name)]
+    return sorted(n for n in proto_checks.external_locations(proto) if ours.fullmatch(n))
 
 
-def _reserve_data_file(dst: Path) -> Path:
+def _reserve_data_file(slot: safe_write.Slot) -> str:
     """OUT.data when free, else OUT.<8 hex>.data: a name no reader of the old pair uses."""
-    conventional = dst.with_name(dst.name + ".data")
-    if safe_write.reserve(conventional):
+    conventional = slot.name + ".data"
+    if safe_write.reserve(conventional, slot.dir_fd):
         return conventional
     while True:
-        path = dst.with_name(f"{dst.name}.{secrets.token_hex(4)}.data")
-        if safe_write.reserve(path):
-            return path
+        name = f"{slot.name}.{secrets.token_hex(4)}.data"
+        if safe_write.reserve(name, slot.dir_fd):
+            return name
 
 
 @contextlib.contextmanager
@@ -237,54 +241,72 @@ def save_model(
 ) -> Path | None:
     """Write `model` to `dst` atomically; return the external-data file written, if any.
 
+    `dst` is a path or a checked safe_write.Slot (output_rules.plan_outputs); everything is
+    written in the folder the slot holds open, so a folder swapped meanwhile cannot redirect it.
     External (auto: the model had external data or is too big for one protobuf) puts tensors over
     SIZE_THRESHOLD bytes in a data file next to `dst`; with none that big, nothing goes external.
     The pair is committed so that a reader never sees a new graph with old weights or the
     reverse: the weights go to a data file name no one uses (OUT.data, or OUT.<8 hex>.data while
     the replaced output still uses OUT.data), the graph to a temporary file renamed onto `dst`
     last, and only then are the replaced output's own data files (our naming, not in `keep`: the
-    input's files) removed. New files get 0666 & ~umask, replaced ones keep their mode. On any
-    failure, SIGTERM included, the temporary files go and `dst` is left as it was.
+    input's files) removed. The commit holds a lock on the folder, so concurrent writers of one
+    output each remove the data file of the pair they replaced: none is left orphaned. New files
+    get 0666 & ~umask, replaced ones keep their mode. On any failure, SIGTERM included, the
+    temporary files go and `dst` is left as it was.
     """
-    dst = Path(dst)
     if external is None:
         external = uses_external_data(model) or tensor_bytes(model) > EXTERNAL_DATA_THRESHOLD
     external = external and _has_external_worthy_tensor(model)
-    previous = _our_data_files(dst)
-    tmp = data_path = None
-    with safe_write.sigterm_cleans_up():
-        try:
-            tmp = safe_write.temp_beside(dst)
-            if external:
-                data_path = _reserve_data_file(dst)
-                # threads overlap the lazy FP32→low conversion of weights with the disk writes;
-                # onnx-ir bounds the bytes in flight, so memory stays flat
-                ir.save(
-                    model,
-                    tmp,
-                    external_data=data_path.name,
-                    size_threshold_bytes=SIZE_THRESHOLD,
-                    max_workers=min(4, os.cpu_count() or 1),
-                    max_in_flight_bytes=256 << 20,
-                )
-                if previous:
-                    safe_write.keep_mode(previous[0], data_path)
-            else:
-                with _weights_in_memory(model):
-                    ir.save(model, tmp)
-            safe_write.keep_mode(dst, tmp)
-            os.replace(tmp, dst)
-        except BaseException as e:
-            safe_write.unlink_quietly(tmp)
-            safe_write.unlink_quietly(data_path)
-            if isinstance(e, OSError):
-                raise OutputError(f"{dst}: cannot write: {e.strerror or e}") from None
-            raise
-    inputs = {os.path.realpath(p) for p in keep}
-    for old in previous:
-        if old != data_path and os.path.realpath(old) not in inputs:
-            safe_write.unlink_quietly(old)
-    return data_path
+    with safe_write.adhoc_slot(dst) as slot, safe_write.sigterm_cleans_up():
+        data_name = _write_pair(model, slot, external, {file_identity(Path(p)) for p in keep})
+    return slot.path.with_name(data_name) if data_name else None
+
+
+def _write_pair(
+    model: ir.Model, slot: safe_write.Slot, external: bool, inputs: set[tuple]
+) -> str | None:
+    """Write the data file and the graph, commit them; return the data file's name.
+
+    Under the folder lock: the replaced output's data files are read, the graph renamed into
+    place, then those data files (never one of `inputs`) removed.
+    """
+    tmp = data_name = None
+    committed = False
+    try:
+        tmp = safe_write.temp_name(slot)
+        if external:
+            data_name = _reserve_data_file(slot)
+            # threads overlap the lazy FP32→low conversion of weights with the disk writes;
+            # onnx-ir bounds the bytes in flight, so memory stays flat
+            ir.save(
+                model,
+                slot.beside(tmp),
+                external_data=data_name,
+                size_threshold_bytes=SIZE_THRESHOLD,
+                max_workers=min(4, os.cpu_count() or 1),
+                max_in_flight_bytes=256 << 20,
+            )
+        else:
+            with _weights_in_memory(model):
+                ir.save(model, slot.beside(tmp))
+        safe_write.keep_mode(slot.beside(slot.name), slot.beside(tmp))
+        with safe_write.folder_lock(slot):
+            previous = _our_data_files(slot)
+            if previous and data_name:
+                safe_write.keep_mode(slot.beside(previous[0]), slot.beside(data_name))
+            safe_write.commit(slot, tmp)
+            committed = True
+            for old in previous:
+                if old != data_name and file_identity(Path(slot.beside(old))) not in inputs:
+                    safe_write.unlink_quietly(old, slot.dir_fd)
+    except BaseException as e:
+        if not committed:
+            safe_write.unlink_quietly(tmp, slot.dir_fd)
+            safe_write.unlink_quietly(data_name, slot.dir_fd)
+        if isinstance(e, OSError):
+            raise OutputError(f"{slot.path}: cannot write: {e.strerror or e}") from None
+        raise
+    return data_name
 
 
 def files_size(paths: Iterable[Path]) -> int:

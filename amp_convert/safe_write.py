@@ -1,5 +1,11 @@
 """Write files so that a reader sees the old file or the new one, never a half-written one.
 
+Every file a command writes goes through here, as a ``Slot``: its path plus the folder opened
+when the path was checked (``output_rules.plan_outputs``). Temporary files are created in that
+folder and the final rename is made against it (``dir_fd``), so a folder swapped for a symlink
+during the work cannot redirect the write; only a regular file (or nothing) is replaced; without
+``force`` the file is linked into place (never replaced, even one that appeared meanwhile).
+
 * ``reserve``/``temp_beside``: claim a fresh name in the destination's folder (O_EXCL, so no
   other writer gets it) with mode 0666 & ~umask, as ``open()`` would create it (not mkstemp's
   0600).
@@ -17,38 +23,123 @@ import os
 import secrets
 import signal
 import stat
+import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 from amp_convert.errors import OutputError
 
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not POSIX
+    fcntl = None  # type: ignore[assignment]
+
 _OPEN_FLAGS = os.O_CREAT | os.O_EXCL | os.O_WRONLY | getattr(os, "O_CLOEXEC", 0)
+_DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
+#: /proc/self/fd/N names the folder held open, so writes by path cannot be redirected either
+_PROC_FD = os.path.isdir("/proc/self/fd")
+
+
+#: every temporary folder a command makes, by name prefix (in the system's temporary folder);
+#: each is removed when its owner closes it, on Ctrl-C and on SIGTERM (sigterm_cleans_up)
+TEMP_FOLDERS = {
+    "amp-auto-": "--auto: weights staged for ONNX Runtime (memory-mapped)",
+    "amp-auto-ref-": "--auto: reference values kept on disk",
+    "amp-validate-": "validate: a model too big for one protobuf, written for ONNX Runtime",
+}
+
+
+def temp_folder(prefix: str) -> tempfile.TemporaryDirectory:
+    """A fresh temporary folder of a declared kind (TEMP_FOLDERS)."""
+    if prefix not in TEMP_FOLDERS:
+        raise ValueError(f"undeclared temporary folder kind {prefix!r}")
+    return tempfile.TemporaryDirectory(prefix=prefix)
 
 
 class Terminated(BaseException):
     """SIGTERM arrived during a write (a BaseException, like KeyboardInterrupt)."""
 
 
-def reserve(path: Path) -> bool:
+class Slot(os.PathLike):
+    """One output file: its path, label, --force, and its folder opened at check time.
+
+    A Slot is os.PathLike (its path), so report writers take it wherever they take a path.
+    """
+
+    def __init__(self, label: str, path: Path, force: bool, dir_fd: int) -> None:
+        self.label, self.path, self.force, self.dir_fd = label, Path(path), force, dir_fd
+
+    def __fspath__(self) -> str:
+        return str(self.path)
+
+    def __repr__(self) -> str:
+        return f"Slot({self.label!r}, {str(self.path)!r})"
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    def beside(self, name: str) -> str:
+        """A path for `name` in the held folder (through /proc/self/fd where there is one)."""
+        if _PROC_FD:
+            return f"/proc/self/fd/{self.dir_fd}/{name}"
+        return str(self.path.with_name(name))
+
+
+def open_folder(path: Path) -> int:
+    """The folder of `path`, opened (OutputError when it cannot be)."""
+    parent = path.parent
+    try:
+        return os.open(parent, _DIR_FLAGS)
+    except OSError as e:
+        raise OutputError(f"{path}: cannot open folder {parent}: {e.strerror or e}") from None
+
+
+@contextlib.contextmanager
+def adhoc_slot(dst: str | os.PathLike, label: str = "output") -> Iterator[Slot]:
+    """A Slot for a path not planned by a command (API callers, temporary folders): force."""
+    if isinstance(dst, Slot):
+        yield dst
+        return
+    path = Path(dst)
+    fd = open_folder(path)
+    try:
+        yield Slot(label, path, True, fd)
+    finally:
+        os.close(fd)
+
+
+def reserve(path: Path | str, dir_fd: int | None = None) -> bool:
     """Create `path` empty if nobody has it yet (mode from the umask); False if it exists."""
     try:
-        fd = os.open(path, _OPEN_FLAGS, 0o666)
+        fd = os.open(path, _OPEN_FLAGS, 0o666, dir_fd=dir_fd)
     except FileExistsError:
         return False
     os.close(fd)
     return True
 
 
-def temp_beside(dst: Path, suffix: str = ".tmp") -> Path:
+def temp_beside(dst: Path | Slot, suffix: str = ".tmp") -> Path:
     """A fresh hidden file next to `dst` (same folder, so os.replace is atomic)."""
+    if isinstance(dst, Slot):
+        return Path(dst.beside(temp_name(dst, suffix)))
     while True:
         tmp = dst.with_name(f".{dst.name}.{secrets.token_hex(4)}{suffix}")
         if reserve(tmp):
             return tmp
 
 
-def keep_mode(replaced: Path, new: Path) -> None:
+def temp_name(slot: Slot, suffix: str = ".tmp") -> str:
+    """Reserve a fresh hidden name in the slot's folder; short enough for a 255-byte name."""
+    stem = slot.name[: 255 - len(suffix) - 11]  # "." + stem + "." + 8 hex + suffix
+    while True:
+        name = f".{stem}.{secrets.token_hex(4)}{suffix}"
+        if reserve(name, slot.dir_fd):
+            return name
+
+
+def keep_mode(replaced: Path | str, new: Path | str) -> None:
     """Give `new` the permission bits of `replaced` when that exists (--force keeps modes)."""
     try:
         mode = stat.S_IMODE(os.stat(replaced).st_mode)
@@ -57,10 +148,64 @@ def keep_mode(replaced: Path, new: Path) -> None:
     os.chmod(new, mode)
 
 
-def unlink_quietly(path: Path | None) -> None:
+def unlink_quietly(path: Path | str | None, dir_fd: int | None = None) -> None:
     if path is not None:
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
+            os.unlink(path, dir_fd=dir_fd)
+
+
+@contextlib.contextmanager
+def folder_lock(slot: Slot) -> Iterator[None]:
+    """Hold the slot's folder exclusively (flock) while a writer commits its files there."""
+    if fcntl is None:
+        yield
+        return
+    fcntl.flock(slot.dir_fd, fcntl.LOCK_EX)
+    try:
+        yield
+    finally:
+        fcntl.flock(slot.dir_fd, fcntl.LOCK_UN)
+
+
+def check_replaceable(slot: Slot) -> None:
+    """Refuse, at commit time, a destination that is not a regular file (FIFO, device, folder)."""
+    try:
+        st = os.stat(slot.name, dir_fd=slot.dir_fd)
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise OutputError(f"{slot.path}: cannot write {slot.label}: {e.strerror or e}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise OutputError(
+            f"{slot.path}: {slot.label} is not a regular file; only regular files are replaced"
+        )
+
+
+def commit(slot: Slot, tmp_name: str) -> None:
+    """Rename the finished temporary `tmp_name` onto the slot, both in the held folder.
+
+    Without force the file is hard-linked into place, which fails on an existing name: a file
+    that appeared during the run is never replaced.
+    """
+    fd = slot.dir_fd
+    check_replaceable(slot)
+    if slot.force:
+        os.replace(tmp_name, slot.name, src_dir_fd=fd, dst_dir_fd=fd)
+        return
+    try:
+        os.link(tmp_name, slot.name, src_dir_fd=fd, dst_dir_fd=fd, follow_symlinks=False)
+    except FileExistsError:
+        raise OutputError(
+            f"{slot.path}: {slot.label} appeared during the run (use --force to overwrite)"
+        ) from None
+    except OSError:  # no hard links here (some filesystems): a rename that may not replace
+        if os.path.lexists(slot.beside(slot.name)):
+            raise OutputError(
+                f"{slot.path}: {slot.label} appeared during the run (use --force to overwrite)"
+            ) from None
+        os.rename(tmp_name, slot.name, src_dir_fd=fd, dst_dir_fd=fd)
+        return
+    unlink_quietly(tmp_name, fd)
 
 
 @contextlib.contextmanager
@@ -97,21 +242,21 @@ def sigterm_cleans_up() -> Iterator[None]:
 
 
 def write_bytes(dst: str | os.PathLike, data: bytes) -> None:
-    """Write a small file atomically: temp file in the same folder, then os.replace.
+    """Write a small file atomically: temp file in the same folder, then a rename (dir_fd).
 
     A new file gets 0666 & ~umask, a replaced one keeps its mode. Raises OutputError.
     """
-    dst = Path(dst)
-    tmp = None
-    with sigterm_cleans_up():
+    with adhoc_slot(dst, "file") as slot, sigterm_cleans_up():
+        tmp = None
         try:
-            tmp = temp_beside(dst)
-            with open(tmp, "wb") as f:
+            tmp = temp_name(slot)
+            with open(slot.beside(tmp), "wb") as f:
                 f.write(data)
-            keep_mode(dst, tmp)
-            os.replace(tmp, dst)
+            keep_mode(slot.beside(slot.name), slot.beside(tmp))
+            with folder_lock(slot):
+                commit(slot, tmp)
         except BaseException as e:
-            unlink_quietly(tmp)
+            unlink_quietly(tmp, slot.dir_fd)
             if isinstance(e, OSError):
-                raise OutputError(f"{dst}: cannot write: {e.strerror or e}") from None
+                raise OutputError(f"{slot.path}: cannot write: {e.strerror or e}") from None
             raise

@@ -246,7 +246,7 @@ def test_report_write_is_atomic(tmp_path: Path, monkeypatch) -> None:
     report = tmp_path / "r.json"
     report.write_text("old")
 
-    def full_disk(src, dst):
+    def full_disk(*args, **kwargs):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(safe_write.os, "replace", full_disk)
@@ -302,10 +302,10 @@ def test_failed_force_rewrite_keeps_the_old_pair(
         Path(path).write_bytes(b"half")
         raise OSError(28, "No space left on device")
 
-    def rename_fails(a, b):  # everything written, the final rename of the .onnx fails
-        if Path(b) == out:
+    def rename_fails(a, b, **kw):  # everything written, the final rename of the .onnx fails
+        if Path(b).name == out.name:  # renames are made in the folder held open (dir_fd)
             raise OSError(28, "No space left on device")
-        return real_replace(a, b)
+        return real_replace(a, b, **kw)
 
     def data_disk_full(tensor, file, offset, length, budget):
         file.write(b"\0" * 10)

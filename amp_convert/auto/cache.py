@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from amp_convert import safe_write
+
 
 class ValueCache:
     """Per-sample reference values, in memory or on disk (``mode``)."""
@@ -26,7 +28,7 @@ class ValueCache:
         self.mode = mode
         self._memory: list[dict[str, Any]] = [{} for _ in range(samples)]
         self._files: list[dict[str, str]] = [{} for _ in range(samples)]
-        self._tmp = tempfile.TemporaryDirectory(prefix="amp-auto-ref-") if mode == "disk" else None
+        self._tmp = safe_write.temp_folder("amp-auto-ref-") if mode == "disk" else None
 
     @classmethod
     def plan(cls, samples: int, total_bytes: int, budget: int) -> ValueCache | None:

@@ -6,7 +6,7 @@ Exit codes: 0 thresholds met (model written), 1 not met (nothing written unless 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,61 +20,69 @@ from amp_convert.validation.command import thresholds_from_options
 
 def run_auto(
     model: Path,
-    output: Path,
+    outputs: Sequence[tuple[str, Path | None]],
     options: dict[str, Any],
     validation: Mapping[str, Any],
     *,
     force: bool,
     force_write: bool,
-    report_path: Path | None,
-    html_path: Path | None,
     quiet: bool,
+    extra_inputs: Sequence[Sequence[Path]] = (),
 ) -> int:
-    """Run the search for the CLI and return its exit code."""
+    """Run the search for the CLI and return its exit code.
+
+    `outputs` are the command's declared outputs by label ("output", "report", "HTML report");
+    with the output's data file they are checked together before the search (output_rules).
+    """
     files = validation.get("inputs") or ()
     if isinstance(files, str | Path):
         files = (files,)
     inputs_read = output_rules.model_files(Path(model))
+    by_label = dict(outputs)
+    output = Path(by_label["output"])  # type: ignore[arg-type]
     writes = [
-        ("output", Path(output)),
-        ("output data file", output_rules.data_file_name(Path(output))),
-        *((label, Path(p)) for label, p in (("report", report_path), ("HTML report", html_path))
-          if p is not None),
-    ]  # fmt: skip
-    output_rules.check_outputs(writes, [inputs_read, *([Path(f)] for f in files)], force)
+        ("output", output),
+        ("output data file", output_rules.data_file_name(output)),
+        *((label, p) for label, p in outputs if label != "output"),
+    ]
+    read = [inputs_read, *([Path(f)] for f in files), *extra_inputs]
     provider = validation.get("provider") or "auto"
     if provider == "cpu":
         raise OptionError(
             "--auto needs --provider emulate or cuda (ORT CPU runs FP16 nodes in FP32 and hides "
             "the errors the search looks for)"
         )
-    dims = dict(options.pop("dims", None) or validation.get("dim") or {})
-    result, report = auto_convert(
-        model,
-        inputs=[str(f) for f in files] or None,
-        thresholds=thresholds_from_options(validation),
-        provider=provider,
-        dims=dims or None,
-        seed=validation.get("seed") or 0,
-        **options,
-    )
-    if not quiet:
-        click.echo(report.summary())
-    if report_path is not None:
-        report.to_json(report_path)
-    if html_path is not None:
-        from amp_convert import html_report
-
-        page = html_report.auto_page(report, f"amp-convert --auto: {Path(model).name}")
-        html_report.write(page, html_path)
-    if report.passed or force_write:
-        io.save_model(result, output, keep=inputs_read)
-        if not quiet:
-            click.echo(f"wrote {output}")
-    else:
-        click.echo(
-            "amp-convert: the thresholds cannot be met with these inputs; nothing written "
-            "(--force-write writes the closest model anyway)",
-            err=True,
+    with output_rules.plan_outputs(writes, read, force) as plan:
+        dims = dict(options.pop("dims", None) or validation.get("dim") or {})
+        result, report = auto_convert(
+            model,
+            inputs=[str(f) for f in files] or None,
+            thresholds=thresholds_from_options(validation),
+            provider=provider,
+            dims=dims or None,
+            seed=validation.get("seed") or 0,
+            **options,
         )
+        if not quiet:
+            click.echo(report.summary())
+        if plan.get("report") is not None:
+            report.to_json(plan["report"])
+        if plan.get("HTML report") is not None:
+            from amp_convert import html_report
+
+            page = html_report.auto_page(report, f"amp-convert --auto: {Path(model).name}")
+            html_report.write(page, plan["HTML report"])
+        if report.passed or force_write:
+            # an input with external data gives an output with external data (never one
+            # protobuf holding every weight)
+            external = True if len(inputs_read) > 1 else None
+            io.save_model(result, plan["output"], external=external, keep=inputs_read)
+            if not quiet:
+                click.echo(f"wrote {output}")
+        else:
+            click.echo(
+                "amp-convert: the thresholds cannot be met with these inputs; nothing written "
+                "(--force-write writes the closest model anyway)",
+                err=True,
+            )
     return 0 if report.passed else 1

@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from amp_convert import safe_write
 from amp_convert.report import ConversionReport
 from amp_convert.validation.metrics import OutputResult
 
@@ -88,7 +89,7 @@ class AutoReport:
         return _finite(data)
 
     def to_json(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+        safe_write.write_bytes(path, (json.dumps(self.to_dict(), indent=2) + "\n").encode())
 
     def summary(self) -> str:
         """A few lines for the terminal."""

@@ -20,7 +20,7 @@ from typing import Any
 import onnx
 import onnx_ir as ir
 
-from amp_convert import io
+from amp_convert import io, safe_write
 from amp_convert.validation.runtime import ModelSource
 
 #: weights above this many bytes go to a temporary external-data file instead of the protobuf
@@ -70,7 +70,7 @@ def stage(model: ir.Model, label: str, *, spill_bytes: int | None = None) -> Sta
         return Staged(ModelSource(label, b"", proto, dirs.pop()), mapped=True)
     if in_memory <= spill_bytes and not dirs:
         return Staged(ModelSource(label, b"", ir.serde.serialize_model(model), None), False)
-    tmp = tempfile.TemporaryDirectory(prefix="amp-auto-")
+    tmp = safe_write.temp_folder("amp-auto-")
     try:
         path = os.path.join(tmp.name, "model.onnx")
         io.save_model(model, path, external=True)

@@ -29,9 +29,11 @@ from typing import Any, TypeVar
 
 import click
 
+from amp_convert.cli_paths import InputPath, OutputPath, declared_inputs, declared_outputs
 from amp_convert.dims import parse_dims
 from amp_convert.errors import AmpConvertError, ValidationError
-from amp_convert.output_rules import check_outputs, model_files
+from amp_convert.output_rules import check_outputs, model_files, plan_outputs
+from amp_convert.safe_write import Slot, sigterm_cleans_up
 from amp_convert.validation.core import validate
 from amp_convert.validation.metrics import MATCH_MODES, Thresholds
 from amp_convert.validation.sessions import PROVIDERS
@@ -141,7 +143,7 @@ def validation_options(f: F) -> F:
             "cannot run on them.",
         ),
         click.option(
-            "--inputs", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+            "--inputs", type=InputPath(),
             multiple=True, metavar="FILE.npz",
             help="Real inputs: one array per model input, by name (repeatable: each file is a "
             "sample, every sample is judged).",
@@ -223,6 +225,24 @@ def _coerce_threshold(key: str, raw: Any) -> ThresholdOption:
     return parse_threshold(key, tuple(str(r) for r in raw))
 
 
+def _checked_reports(
+    reference: str | Path,
+    candidate: str | Path,
+    inputs: list[Path],
+    report_path: str | Path | None,
+    junit_path: str | Path | None,
+    force: bool,
+) -> tuple[str | Path | None, str | Path | None]:
+    """The report paths checked by the output registry (Slots already are: planned by the CLI)."""
+    given = [(label, p) for label, p in (("report", report_path), ("JUnit report", junit_path))
+             if p is not None]  # fmt: skip
+    if all(isinstance(p, Slot) for _, p in given):
+        return report_path, junit_path
+    read = [model_files(Path(reference)), model_files(Path(candidate)), inputs]
+    check_outputs([(label, Path(p)) for label, p in given], read, force)
+    return report_path, junit_path
+
+
 def run_cli_validation(
     reference_path: str | Path,
     candidate_path: str | Path,
@@ -236,7 +256,8 @@ def run_cli_validation(
     """Validate, print the table (stdout) or errors (stderr), write reports; return exit code.
 
     The report paths are checked before anything runs: never one of the models' files (or the
-    inputs file), never each other, an existing file only with `force`.
+    inputs file), never each other, an existing file only with `force` (Slots from a command's
+    output plan are checked already).
     """
     unknown = set(validation_option_values) - set(VALIDATION_OPTION_NAMES)
     if unknown:
@@ -246,16 +267,10 @@ def run_cli_validation(
     if isinstance(files, list | tuple):  # repeatable: one sample per file
         v["inputs"] = list(files) if len(files) > 1 else (files[0] if files else None)
     input_files = [Path(f) for f in _as_list(v.get("inputs")) if isinstance(f, str | Path)]
-    report_files = [
-        (label, Path(p))
-        for label, p in (("report", report_path), ("JUnit report", junit_path))
-        if p is not None
-    ]
     try:
-        if report_files:
-            read = [model_files(Path(reference_path)), model_files(Path(candidate_path))]
-            read.append(input_files)
-            check_outputs(report_files, read, force)
+        report_path, junit_path = _checked_reports(
+            reference_path, candidate_path, input_files, report_path, junit_path, force
+        )
         dims = parse_dims(v.get("dim") or {})
         report = validate(
             reference_path,
@@ -293,15 +308,15 @@ def run_cli_validation(
 
 
 @click.command("validate")
-@click.argument("original", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.argument("converted", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("original", type=InputPath(model=True))
+@click.argument("converted", type=InputPath(model=True))
 @validation_options
-@click.option("--report", "report_path", type=click.Path(dir_okay=False, path_type=Path),
+@click.option("--report", "report_path", type=OutputPath("report"),
               metavar="FILE.json", help="Write the full report as JSON.")  # fmt: skip
-@click.option("--junit", "junit_path", type=click.Path(dir_okay=False, path_type=Path),
+@click.option("--junit", "junit_path", type=OutputPath("JUnit report"),
               metavar="FILE.xml", help="Write JUnit XML (one testcase per output).")  # fmt: skip
 @click.option("--force", is_flag=True, help="Overwrite the report files if they exist.")
-@click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path),
+@click.option("--html", "html_path", type=OutputPath("HTML report"),
               metavar="FILE.html", help="Write a self-contained HTML report (error along the "
               "graph, precision by op type).")  # fmt: skip
 @click.option("-q", "--quiet", is_flag=True, help="No table or progress; failures on stderr.")
@@ -320,22 +335,27 @@ def validate_command(
     Exit code 0 when nothing fails (with no thresholds the result is NOT JUDGED, not PASS), 1 when
     an output fails its thresholds or has new NaN/Inf (thresholds or not), 2 on usage errors,
     models/inputs that cannot be loaded or run, or an explicit --provider cuda that cannot start.
+    Every file it writes is checked first (output_rules): never a model, its data or the inputs
+    file, never another of its outputs, an existing file only with --force.
     """
-    code = run_cli_validation(
-        original,
-        converted,
-        report_path=report_path,
-        junit_path=junit_path,
-        force=force,
-        quiet=quiet,
-        **values,
-    )
-    if html_path is not None and code != 2:
-        from amp_convert.html_report import write_validation_html
+    ctx = click.get_current_context()
+    try:
+        plan = plan_outputs(declared_outputs(ctx), declared_inputs(ctx), force)
+    except AmpConvertError as e:
+        click.echo(f"error: {e}", err=True)
+        ctx.exit(2)
+    with plan, sigterm_cleans_up():
+        code = run_cli_validation(
+            original, converted, report_path=plan.get("report"),
+            junit_path=plan.get("JUnit report"), force=force, quiet=quiet, **values,
+        )  # fmt: skip
+        html = plan.get("HTML report")
+        if html is not None and code != 2:
+            from amp_convert.html_report import write_validation_html
 
-        try:
-            write_validation_html(original, converted, html_path, **values)
-        except (AmpConvertError, OSError) as e:
-            click.echo(f"error: cannot write HTML report {html_path}: {e}", err=True)
-            code = 2
-    click.get_current_context().exit(code)
+            try:
+                write_validation_html(original, converted, html, **values)
+            except (AmpConvertError, OSError) as e:
+                click.echo(f"error: cannot write HTML report {html_path}: {e}", err=True)
+                code = 2
+    ctx.exit(code)

@@ -19,7 +19,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto
 
-from amp_convert import proto_walk
+from amp_convert import proto_walk, safe_write
 from amp_convert.errors import ValidationError
 
 
@@ -179,7 +179,7 @@ def serialize_for_ort(src: ModelSource) -> str | bytes:
     """Bytes for ORT, or a temporary external-data file when the model is over 2 GiB."""
     if src.proto.ByteSize() < _PROTO_LIMIT:
         return src.proto.SerializeToString()
-    tmp = tempfile.TemporaryDirectory(prefix="amp-validate-")
+    tmp = safe_write.temp_folder("amp-validate-")
     src._tmp = tmp
     path = os.path.join(tmp.name, "model.onnx")
     proto = onnx.ModelProto()
