@@ -108,7 +108,7 @@ def run(model: ir.Model, options: ConvertOptions) -> ConversionReport:
             "check verified the result"
         )
     report.nodes = decisions(model, plan, rewritten)
-    report.tensors.extend(plan.tensor_notes)
+    report.tensors.extend((*plan.tensor_notes, *rewritten.saturated))
     report.initializers_converted = rewritten.initializers_converted
     report.initializers_kept = rewritten.initializers_kept
     report.folds = list(folded.records)

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 import numpy as np
 import onnx_ir as ir
 
-from amp_convert import domains, schema
+from amp_convert import domains, schema, weight_range
 from amp_convert.dtypes import (  # re-exported: the precision vocabulary's element types
     BFLOAT16,
     FLOAT,
@@ -133,9 +133,9 @@ def constant_tensor(value: ir.Value) -> ir.TensorProtocol | None:
 
 
 def low_array(array: np.ndarray, dtype: ir.DataType, saturate: bool = False) -> np.ndarray:
-    """`array` in `dtype`; `saturate` clips a reported sentinel to the FP16 range first."""
-    if saturate and dtype == FLOAT16:
-        array = np.clip(array, -FP16_MAX, FP16_MAX)
+    """`array` in `dtype`; `saturate` clips a reported mask fill to the low type's range first."""
+    if saturate and dtype in (FLOAT16, BFLOAT16):
+        array = weight_range.saturated(array, dtype)
     return array.astype(numpy_type(dtype) if dtype in NUMPY_TYPES else np.float32)
 
 

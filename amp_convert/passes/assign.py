@@ -4,7 +4,8 @@
 - O2: everything LOW except DENY and what DENY reaches forward through INFER/CLEAR (like TF's
   auto mixed precision); INFER/CLEAR go back to FP32 where that needs fewer casts.
 - O3: every node the schemas allow is LOW; built-in DENY is ignored (user rules are not).
-Hard limits win at every level: weights beyond the low type's range keep their readers FP32.
+Hard limits win at every level: weights the low type cannot hold (weight_range) keep their
+readers FP32.
 """
 
 from __future__ import annotations
@@ -15,19 +16,18 @@ from dataclasses import dataclass, field
 
 import onnx_ir as ir
 
-from amp_convert.dtypes import FLOAT16, FP16_MAX
 from amp_convert.options import ConvertOptions, Level
 from amp_convert.passes.mincut import INF, FlowNetwork
 from amp_convert.passes.plan import FP32, LOW, Classes, ClassInfo, Placement, PrecisionPlan
 from amp_convert.precision import NodeClass, Precision, constant_tensor, is_float_tensor
 from amp_convert.reasons import Reason, ReasonKind
 from amp_convert.report import TensorNote
-from amp_convert.tensors import max_abs_finite
+from amp_convert.tensors import read, release
 from amp_convert.traffic import LAUNCH_BYTES, ShapeBook
+from amp_convert.weight_range import check_weight
 
 log = logging.getLogger(__name__)
 
-SENTINEL = 1e9  # a scalar constant this large is a "minus infinity" fill, not data
 K = ReasonKind
 
 
@@ -43,7 +43,7 @@ class _Draft:
 
 @dataclass
 class _Weights:
-    """What the range check found in the weights: sentinels to saturate, lines for the report."""
+    """What the range check found in the weights: mask fills to saturate, lines for the report."""
 
     saturate: set[str] = field(default_factory=set)
     notes: list[TensorNote] = field(default_factory=list)
@@ -100,15 +100,12 @@ def assign(
 def _range_limits(
     plan: PrecisionPlan, drafts: dict[ir.Node, _Draft], nodes: list[ir.Node], weights: _Weights
 ) -> None:
-    """Readers of weights that do not fit FP16 keep FP32: never clamp silently.
+    """Readers of weights the low type cannot hold keep FP32: never clamp or flush silently.
 
-    One exception, always reported: a scalar constant of magnitude >= 1e9 is a sentinel
-    ("minus infinity" mask fills such as float32's min, -1e9), not a learned value; it is
-    saturated to +-65504, which is still far beyond any activation it is compared or added to.
+    The checks (overflow, flush to zero, subnormal loss; a scalar mask fill is saturated
+    instead) are weight_range's, for FP16 and BF16 alike; here each weight is judged once.
     """
-    if plan.low != FLOAT16:
-        return  # bfloat16 has float32's range
-    checked: dict[int, bool] = {}
+    refused: dict[int, str | None] = {}  # value -> why it cannot be low (None: it can)
     for node in nodes:
         d = drafts[node]
         if not d.info.candidate:
@@ -118,27 +115,29 @@ def _range_limits(
             tensor = constant_tensor(value) if value is not None else None
             if value is None or tensor is None or not is_float_tensor(value):
                 continue
-            if id(value) not in checked:
-                checked[id(value)] = _fits(weights, value, tensor)
-            if not checked[id(value)]:
-                detail = f"input {value.name!r} exceeds FP16 (never clamped)"
-                d.info = d.info.pinned(Reason(K.RANGE, "range", detail))
+            if id(value) not in refused:
+                refused[id(value)] = _refusal(weights, value, tensor, plan.low)
+            why = refused[id(value)]
+            if why is not None:
+                d.info = d.info.pinned(Reason(K.RANGE, "range", f"input {value.name!r} {why}"))
                 break
 
 
-def _fits(weights: _Weights, value: ir.Value, tensor: ir.TensorProtocol) -> bool:
-    peak = max_abs_finite(tensor)
-    if peak <= FP16_MAX:
-        return True
+def _refusal(
+    weights: _Weights, value: ir.Value, tensor: ir.TensorProtocol, low: ir.DataType
+) -> str | None:
+    """Why `value` cannot be stored low (noted for the report), or None; a mask fill saturates."""
+    verdict = check_weight(read(tensor), low, value.uses())
+    release(tensor)
     name = value.name or ""
-    if tensor.size == 1 and peak >= SENTINEL:
-        weights.saturate.add(name)
-        detail = f"sentinel of magnitude {peak:.3g} stored as +-{FP16_MAX:g}"
-        weights.notes.append(TensorNote(name, "saturated", detail))
-        return True
-    detail = f"max |value| {peak:.4g} > {FP16_MAX:g}; its readers stay FP32 instead of clamping"
-    weights.notes.append(TensorNote(name, "kept FP32", detail))
-    return False
+    if verdict.action == "saturate":
+        weights.saturate.add(name)  # rewrite reports it where the low copy is stored
+    elif verdict.action == "keep":
+        weights.notes.append(
+            TensorNote(name, "kept FP32", f"{verdict.detail}; its readers stay FP32")
+        )
+        return verdict.detail
+    return None
 
 
 def _data_source(drafts: dict[ir.Node, _Draft], value: ir.Value | None) -> ir.Value | None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx_ir as ir
 
-from amp_convert import domains
+from amp_convert import domains, weight_range
 from amp_convert.dtypes import FLOAT, SUFFIX
 from amp_convert.passes.plan import ANY, FREE, LOW, LoweredAs, Placed, PrecisionPlan
 from amp_convert.precision import (
@@ -28,6 +28,7 @@ from amp_convert.precision import (
     is_float_tensor,
     low_array,
 )
+from amp_convert.report import TensorNote
 from amp_convert.tensors import to_low
 
 log = logging.getLogger(__name__)
@@ -47,6 +48,8 @@ class RewriteResult:
     attributes_retargeted: int = 0  # nodes whose dtype attribute followed their precision
     #: new node -> the planned node whose decision it carries out (a low Clip run as Min/Max)
     replaced: Mapping[ir.Node, ir.Node] = field(default_factory=lambda: types.MappingProxyType({}))
+    #: mask fills stored saturated in the low type (only those actually stored low)
+    saturated: tuple[TensorNote, ...] = ()
 
     @property
     def modified(self) -> bool:
@@ -80,6 +83,7 @@ class _Rewriter:
              "initializers_kept", "attributes_retargeted"), 0
         )  # fmt: skip
         self.replaced: dict[ir.Node, ir.Node] = {}
+        self.saturated: dict[str, TensorNote] = {}
 
     def run(self, model: ir.Model) -> RewriteResult:
         self.opset = domains.opset_version(model.opset_imports)
@@ -94,7 +98,11 @@ class _Rewriter:
         lowered = [n for n in model.graph.all_nodes() if self._lowered_as(n) == LoweredAs.MIN_MAX]
         for node in lowered:
             self._clip_as_min_max(node)
-        result = RewriteResult(**self.counts, replaced=types.MappingProxyType(self.replaced))
+        result = RewriteResult(
+            **self.counts,
+            replaced=types.MappingProxyType(self.replaced),
+            saturated=tuple(self.saturated.values()),
+        )
         log.debug("rewrite: %s", result)
         return result
 
@@ -169,7 +177,7 @@ class _Rewriter:
 
     def _store_low(self, value: ir.Value, tensor: ir.TensorProtocol) -> None:
         plan = self.plan
-        saturate = value.name in plan.saturate
+        saturate = self._saturating(value, tensor)
         producer = value.producer()
         if producer is not None:  # a Constant node
             low = to_low(tensor, plan.low, False, saturate)
@@ -177,6 +185,17 @@ class _Rewriter:
         else:
             value.const_value = to_low(tensor, plan.low, saturate=saturate)
             self.counts["initializers_converted"] += 1
+
+    def _saturating(self, value: ir.Value, tensor: ir.TensorProtocol) -> bool:
+        """A mask fill stored low is saturated: said once in the report, only where it is done."""
+        name = value.name or ""
+        if name not in self.plan.saturate:
+            return False
+        if name not in self.saturated:
+            self.saturated[name] = TensorNote(
+                name, "saturated", weight_range.saturation_detail(tensor, self.plan.low)
+            )
+        return True
 
     def _connect(self, value: ir.Value, home: Precision) -> None:
         plan = self.plan
@@ -214,7 +233,7 @@ class _Rewriter:
             and not value.is_graph_output()
             and (target != FLOAT or tensor.size <= SMALL_CONSTANT or not self.cast_optional_params)
         ):
-            saturate = value.name in self.plan.saturate
+            saturate = target != FLOAT and self._saturating(value, tensor)
             if target == FLOAT:
                 data = ir.Tensor(low_array(np.asarray(tensor.numpy()), FLOAT), dtype=FLOAT)
             else:
