@@ -290,7 +290,15 @@ class _Search:
             stats, outputs = self._compare(cand_feeds)
             if first_stats is None:
                 first_stats = stats
-            passed = all(o.passed for o in outputs)
+            if all(o.status == "skipped" for o in outputs):
+                raise ValidationError(
+                    "--auto: nothing to compare on these inputs (every reference output is "
+                    "empty, not a tensor, or has no finite value); choose other --inputs"
+                )
+            # outputs with nothing to compare (0 elements, non-tensor) neither pass nor block
+            passed = any(o.passed for o in outputs) and all(
+                o.passed or o.status == "skipped" for o in outputs
+            )
             report.history.append(
                 {
                     "round": round_no,
@@ -311,7 +319,7 @@ class _Search:
                     f"{len(pinned)} nodes pinned FP32"
                 )
                 break
-            failing = [o.name for o in outputs if not o.passed]
+            failing = [o.name for o in outputs if not o.passed and o.status != "skipped"]
             new, whole = self._localise(stats, conv, cand_feeds, failing, pinned)
             if not new:
                 report.warnings.append(

@@ -22,6 +22,7 @@ names such as ``output:0:1e-3`` work).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -68,8 +69,12 @@ def parse_threshold(key: str, items: tuple[str, ...] | list[str]) -> ThresholdOp
         except ValueError:
             kind = "an integer" if key == "max_nan" else "a number"
             raise ValidationError(f"{flag} {item!r}: expected [NAME:]VALUE with {kind}") from None
+        if not math.isfinite(value):
+            raise ValidationError(f"{flag} {item!r}: must be a finite number")
         if value < 0:
             raise ValidationError(f"{flag} {item!r}: must not be negative")
+        if key == "min_cosine" and value > 1:
+            raise ValidationError(f"{flag} {item!r}: a cosine is at most 1")
         if sep and not name:
             raise ValidationError(f"{flag} {item!r}: empty output name before ':'")
         if not sep:
@@ -289,6 +294,9 @@ def run_cli_validation(
     except AmpConvertError as e:
         click.echo(f"error: {e}", err=True)
         return 2
+    except Exception as e:  # a bug: one line (exit 3), never a traceback read as "failed"
+        click.echo(f"internal error: {type(e).__name__}: {e}", err=True)
+        return 3
     if not quiet:
         click.echo(report.format_table())
     elif report.failed:

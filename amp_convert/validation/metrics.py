@@ -128,8 +128,10 @@ def _number(key: str, v: Any) -> float | int:
         raise ValidationError(f"thresholds: {key} must be a number, got {v!r}") from None
     if key == "max_nan" and (x < 0 or float(v) != x):
         raise ValidationError(f"thresholds: max_nan must be a non-negative integer, got {v!r}")
-    if key in ("atol", "rtol") and (x < 0 or math.isnan(x)):
-        raise ValidationError(f"thresholds: {key} must be >= 0, got {v!r}")
+    if key in ("atol", "rtol") and not (0 <= x < math.inf):
+        raise ValidationError(f"thresholds: {key} must be a finite number >= 0, got {v!r}")
+    if key == "min_cosine" and not (-1.0 <= x <= 1.0):
+        raise ValidationError(f"thresholds: min_cosine must be between -1 and 1, got {v!r}")
     return x
 
 
@@ -154,6 +156,8 @@ class OutputResult:
     mean_abs: float | None = None
     cosine: float | None = None
     cosine_finite: float | None = None
+    #: ||candidate|| / ||reference|| over finite positions: the scale cosine does not see
+    norm_ratio: float | None = None
     top1: float | None = None
     mismatches: int | None = None
     reference_nan: int = 0
@@ -236,6 +240,11 @@ def compare_output(
         checked=limits.active,
         match=match,
     )
+    if ref.shape == cand.shape and (
+        ref.size == 0 or (_is_float(ref) and not np.isfinite(ref.astype(np.float64)).any())
+    ):
+        res.kind = "skipped"  # nothing to compare (no element, no finite value): never a PASS
+        return res
     if match == "sort" and ref.shape == cand.shape and ref.ndim >= 1:
         ref, cand, top1 = np.sort(ref, axis=-1), np.sort(cand, axis=-1), False
     if ref.shape != cand.shape:
@@ -264,7 +273,9 @@ def _compare_exact(res: OutputResult, ref: np.ndarray, cand: np.ndarray) -> None
     res.kind = "exact"
     diff = ref != cand
     res.mismatches = int(np.count_nonzero(diff))
-    if ref.size:
+    if ref.dtype.kind in "OUSV" or cand.dtype.kind in "OUSV":
+        pass  # strings and other non-numbers: compared exactly, no distance
+    elif ref.size:
         delta = np.abs(ref.astype(np.float64) - cand.astype(np.float64))
         res.max_abs = float(delta.max())
         res.mean_abs = float(delta.mean())
@@ -308,6 +319,7 @@ def _compare_float(
         rv, cv = r[both], c[both]
         dot, rr, cc = float(np.dot(rv, cv)), float(np.dot(rv, rv)), float(np.dot(cv, cv))
         res.cosine_finite = _cosine(dot, rr, cc) if rv.size else None
+        res.norm_ratio = math.sqrt(cc / rr) if rr > 0 else (1.0 if cc == 0 else math.inf)
         if res.nonfinite:
             ref_finite = r[r_fin]
             s2 = float(np.mean(ref_finite * ref_finite)) if ref_finite.size else 0.0

@@ -263,6 +263,7 @@ class ValidationReport(Report):
         for o in self.outputs:
             for f in o.failures:
                 lines.append(f"  {o.name}: {f}")
+        lines.extend(f"  {note}" for note in self.notes())
         if self.reference_latency and self.candidate_latency:
             rl, cl = self.reference_latency, self.candidate_latency
             sp = self.speedup
@@ -325,19 +326,36 @@ class ValidationReport(Report):
             "set --atol/--rtol/--min-cosine/--max-nan to judge)"
         )
 
+    def notes(self) -> list[str]:
+        """What the numbers alone hide: a scale change (norms > 1% apart), empty outputs."""
+        out = []
+        for o in self.outputs:
+            if o.norm_ratio is not None and abs(o.norm_ratio - 1.0) > NORM_TOLERANCE:
+                out.append(
+                    f"{o.name}: norms differ: ||candidate|| / ||reference|| = {o.norm_ratio:.4g} "
+                    "(a scale change cosine does not see)"
+                )
+            if o.kind == "skipped" and o.reference_dtype != "non-tensor":
+                why = "0 elements" if o.elements == 0 else "no finite reference value"
+                out.append(f"{o.name}: {why}, nothing compared")
+        return out
+
     def summary_line(self) -> str:
         """One line for quiet mode and assertion messages."""
+        notes = "".join(f"; {n}" for n in self.notes())
         if self.passed:
-            return f"validation passed ({len(self.outputs)} outputs, {self.provider})"
+            return f"validation passed ({len(self.outputs)} outputs, {self.provider}){notes}"
         if not self.failed:
             return (
                 f"validation not judged: no thresholds set, nothing failed "
-                f"({len(self.outputs)} outputs, {self.provider})"
+                f"({len(self.outputs)} outputs, {self.provider}){notes}"
             )
         parts = [f"{o.name}: {'; '.join(o.failures)}" for o in self.outputs if o.failed]
-        return f"validation FAILED ({self.provider}): " + " | ".join(parts)
+        return f"validation FAILED ({self.provider}): " + " | ".join(parts) + notes
 
 
+#: norms of reference and candidate further apart than this are called out
+NORM_TOLERANCE = 0.01
 _STATUS_CELL = {"pass": "PASS", "fail": "FAIL", "not_judged": "-", "skipped": "skip"}
 
 
