@@ -13,7 +13,7 @@ from typing import Any, TypeVar, overload
 import onnx
 import onnx_ir as ir
 
-from amp_convert import io, output_rules, pipeline
+from amp_convert import io, option_checks, output_rules, pipeline
 from amp_convert.errors import InputError
 from amp_convert.options import ConvertOptions, make_options
 from amp_convert.report import ConversionReport
@@ -25,6 +25,7 @@ def convert_ir(model: ir.Model, options: ConvertOptions) -> ConversionReport:
     """Convert an ir.Model in place (the building block of the other entry points)."""
     start = time.perf_counter()
     report = pipeline.run(model, options)
+    report.warnings[:0] = model.meta.get(io.LOAD_NOTES, [])
     report.seconds = time.perf_counter() - start
     return report
 
@@ -75,10 +76,13 @@ class FileConversion:
             raise InputError(f"{self.src}: this conversion already ran")
         model = io.model_from_file(self.proto, self.src)
         self.proto = None
+        option_checks.check_ops(self.options, model)
+        option_checks.check_dims(self.options, model)
         external = self.external_data
         if external is None:
             external = io.uses_external_data(model) or None  # None: decide by size
         report = pipeline.run(model, self.options)
+        report.warnings[:0] = model.meta.get(io.LOAD_NOTES, [])
         out = self.plan["output"]
         data_path = io.save_model(model, out, external=external, keep=self.inputs)
         report.seconds = time.perf_counter() - start

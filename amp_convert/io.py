@@ -19,7 +19,7 @@ import google.protobuf.message
 import onnx
 import onnx_ir as ir
 
-from amp_convert import domains, proto_checks, safe_write
+from amp_convert import domains, graph_checks, proto_checks, proto_walk, safe_write
 from amp_convert.errors import InputError, OutputError
 from amp_convert.output_rules import file_identity
 
@@ -55,17 +55,47 @@ def _check_versions(model: ir.Model, where: str) -> None:
         )
 
 
+#: key in ir.Model.meta of the repairs made at load (list of sentences for the report)
+LOAD_NOTES = "amp_convert.load_notes"
+
+
 def _from_proto(proto: onnx.ModelProto, where: str, path: Path | None = None) -> ir.Model:
     if not proto.HasField("graph"):
         raise InputError(f"{where}: not an ONNX model (no graph)")
     proto_checks.check_tensor_data(proto, where)
+    graph_checks.check_dtype_attributes(proto, where)
+    graph_checks.check_single_assignment(proto, where)
     if path is not None:
         proto_checks.check_external_data(proto, path)
+    proto, notes = _repaired(proto, where)
     proto_checks.check_topological_order(proto, where)
     try:
-        return ir.serde.deserialize_model(proto)
+        model = ir.serde.deserialize_model(proto)
     except Exception as e:  # onnx-ir raises several kinds on malformed graphs
         raise InputError(f"{where}: malformed ONNX model: {e}") from None
+    model.meta[LOAD_NOTES] = notes
+    return model
+
+
+def _repaired(proto: onnx.ModelProto, where: str) -> tuple[onnx.ModelProto, list[str]]:
+    """Sparse initializers made dense, repeated node names made unique (on a copy), and why."""
+    graphs = list(proto_walk.graphs(proto.graph))
+    names = [n.name for g in graphs for n in g.node if n.name]
+    if not any(g.sparse_initializer for g in graphs) and len(set(names)) == len(names):
+        return proto, []
+    copy = onnx.ModelProto()
+    copy.CopyFrom(proto)  # the caller's proto is never changed
+    notes = []
+    dense = graph_checks.densify_sparse_initializers(copy, where)
+    if dense:
+        notes.append(f"{dense} sparse initializer(s) stored as dense initializers")
+    renamed = graph_checks.unique_node_names(copy)
+    if renamed:
+        notes.append(
+            f"{renamed} repeated node name(s) made unique with a __N suffix (ONNX Runtime "
+            "refuses a graph with two nodes of one name)"
+        )
+    return copy, notes
 
 
 def read_model_file(path: Path) -> onnx.ModelProto:

@@ -154,9 +154,23 @@ def _nothing_to_do(model: ir.Model, options: ConvertOptions, report: ConversionR
         report.warnings.append("level O0: the model is re-saved unchanged")
         return True
     if model.metadata_props.get(STAMP_KEY) == options.stamp():
-        report.already_converted = True
-        return True
+        if _holds_low(model, options.low_dtype):
+            report.already_converted = True
+            return True
+        report.warnings.append(
+            f"the model carries amp-convert's stamp for these options but holds no "
+            f"{options.dtype.upper()} value: a stale stamp, ignored (converted again)"
+        )
     return False
+
+
+def _holds_low(model: ir.Model, low: ir.DataType) -> bool:
+    """Whether any value or weight of the model has the low type (a real converted model)."""
+    for graph in model.graphs():
+        values = (*graph.inputs, *graph.outputs, *graph.initializers.values())
+        if any(v.dtype == low for v in values):
+            return True
+    return any(out.dtype == low for node in model.graph.all_nodes() for out in node.outputs)
 
 
 def _verify(model: ir.Model, strict_error: str | None) -> Verified:

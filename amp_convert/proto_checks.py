@@ -165,6 +165,7 @@ def check_external_data(proto: onnx.ModelProto, model_path: Path) -> None:
                     "links; refused (copy it to a file of its own)"
                 )
             sizes[path] = st.st_size
+            _check_readable(model_path, location, path)
         try:
             offset = int(entries.get("offset", "0"))
             length = int(entries["length"]) if "length" in entries else None
@@ -176,12 +177,28 @@ def check_external_data(proto: onnx.ModelProto, model_path: Path) -> None:
                 f"{model_path}: {what}: external data length {length} but its dims "
                 f"{list(t.dims)} need {need} bytes"
             )
+        if offset < 0 or (length is not None and length < 0):
+            raise InputError(
+                f"{model_path}: {what}: negative external data offset/length ({offset}, "
+                f"{length}); the file is corrupt"
+            )
         end = offset + (length if length is not None else need or 0)
-        if offset < 0 or end > sizes[path]:
+        if end > sizes[path]:
             raise InputError(
                 f"{model_path}: {what}: external data file {location!r} holds {sizes[path]} "
                 f"bytes, shorter than the {end} declared (offset {offset}); truncated?"
             )
+
+
+def _check_readable(model_path: Path, location: str, path: Path) -> None:
+    """The data file opens for reading (else onnx-ir fails later with an errno)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError as e:
+        raise InputError(
+            f"{model_path}: cannot read external data file {location!r}: {e.strerror or e}"
+        ) from None
+    os.close(fd)
 
 
 def _node_label(node: onnx.NodeProto, index: int) -> str:

@@ -12,9 +12,22 @@ import contextlib
 import numpy as np
 import onnx_ir as ir
 
+from amp_convert.errors import InputError
 from amp_convert.precision import low_array
 
 _CHUNK = 1 << 22
+
+
+def read(tensor: ir.TensorProtocol) -> np.ndarray:
+    """The tensor's values; a data file that changed or vanished since load is an InputError."""
+    try:
+        return np.asarray(tensor.numpy())
+    except (OSError, ValueError, BufferError) as e:
+        what = getattr(tensor, "path", None) or "its data"
+        raise InputError(
+            f"weight {tensor.name!r}: cannot read {what} ({e}); was the external data file "
+            "changed or truncated during the conversion?"
+        ) from None
 
 
 def max_abs_finite(tensor: ir.TensorProtocol) -> float:
@@ -23,7 +36,7 @@ def max_abs_finite(tensor: ir.TensorProtocol) -> float:
     min/max per chunk need no temporary; only a chunk holding NaN/Inf is masked. A memory-mapped
     tensor is released afterwards so its pages do not stay resident.
     """
-    best = _max_abs(np.asarray(tensor.numpy()).reshape(-1))
+    best = _max_abs(read(tensor).reshape(-1))
     release(tensor)
     return best
 
@@ -56,7 +69,7 @@ def to_low(
     """The tensor rounded to the low type; lazy so big weights stream at save time."""
 
     def convert() -> ir.Tensor:
-        array = low_array(np.asarray(tensor.numpy()), low, saturate)
+        array = low_array(read(tensor), low, saturate)
         release(tensor)  # the converted copy is all the save needs
         return ir.Tensor(array, dtype=low, name=tensor.name)
 

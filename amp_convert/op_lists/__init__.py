@@ -11,6 +11,7 @@ Users extend or trim them with a file in the same line format, split in sections
 from __future__ import annotations
 
 import functools
+import math
 import operator
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -138,7 +139,7 @@ def _parse_entries(text: str, cls: str, where: str, lists: OpLists, user: bool =
         reason = reason.strip() or "listed"
         if op.startswith("-"):
             lists.remove(cls, op[1:])
-        elif not op.replace(":", "").replace(".", "").replace("_", "").isalnum():
+        elif not (op.isascii() and op.replace(":", "").replace(".", "").replace("_", "").isalnum()):
             raise OptionError(f"{where}:{n}: not an op type: {op!r}")
         else:
             lists.add(cls, op, reason, user)
@@ -158,8 +159,16 @@ def _parse_rule(raw: str, where: str, user: bool = False) -> Rule:
         raise OptionError(f"{where}: unknown test {test!r} in rule {raw.strip()!r}")
     if cls not in CLASSES:
         raise OptionError(f"{where}: unknown class {cls!r} in rule {raw.strip()!r}")
-    if not (subject.startswith("@") or subject.isdigit()):
+    if not (subject.startswith("@") or (subject.isascii() and subject.isdigit())):
         raise OptionError(f"{where}: subject must be an input index or @attribute: {subject!r}")
+    if test == "==":  # compares text: any value
+        return Rule(op, subject, test, values, cls, reason, user)
+    try:
+        bounds = [float(v) for v in values]
+    except ValueError:
+        raise OptionError(f"{where}: the bounds of a rule are numbers: {raw.strip()!r}") from None
+    if any(math.isnan(b) for b in bounds) or (test == "between" and bounds[0] > bounds[1]):
+        raise OptionError(f"{where}: nonsense bounds {' '.join(values)} in rule {raw.strip()!r}")
     return Rule(op, subject, test, values, cls, reason, user)
 
 
@@ -184,9 +193,11 @@ def _builtin() -> OpLists:
 def apply_user_file(lists: OpLists, path: str | Path) -> OpLists:
     """Extend/trim `lists` with a user file of [allow]/[infer]/[clear]/[deny]/[rules] sections."""
     try:
-        text = Path(path).read_text()
+        text = Path(path).read_bytes().decode("utf-8")
     except OSError as e:
         raise OptionError(f"cannot read op list file {path}: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise OptionError(f"op list file {path} is not UTF-8 text (byte {e.start})") from None
     section: str | None = None
     out = lists.copy()
     user_rules: list[Rule] = []
