@@ -105,7 +105,9 @@ def read_model_file(path: Path) -> onnx.ModelProto:
     if not path.exists():
         raise InputError(f"{path}: no such file")
     if not path.is_file():
-        raise InputError(f"{path}: not a file")
+        raise InputError(
+            f"{path}: not a file" + ("" if path.is_dir() else " (a FIFO, device or socket)")
+        )
     if path.stat().st_size == 0:
         raise InputError(f"{path}: empty file, not an ONNX model")
     try:

@@ -30,8 +30,12 @@ from amp_convert.safe_write import Slot, open_folder
 
 #: labels whose path is never written under its own name by the rules here (only claimed)
 CLAIM_ONLY = ("output data file",)
-#: longest file name we write (a temporary sibling adds 14 characters and must fit in 255)
-MAX_NAME_BYTES = 240
+#: longest file name (bytes) a model output may have: its data file OUT.<8 hex>.data adds 14
+MAX_MODEL_NAME_BYTES = 255 - 14
+#: longest file name of any other output (temporary names are shortened to fit)
+MAX_NAME_BYTES = 255
+#: labels of outputs that may come with an external-data file
+_MODEL_LABELS = ("output",)
 
 
 def data_file_name(dst: Path) -> Path:
@@ -70,10 +74,12 @@ def _check_name(label: str, path: Path) -> None:
         raise OutputError(f"{label}: empty path")
     if text.endswith(("/", os.sep)) or path.name in ("", ".", ".."):
         raise OutputError(f"{text}: {label} must name a file, not a folder")
-    if len(os.fsencode(path.name)) > MAX_NAME_BYTES:
+    limit = MAX_MODEL_NAME_BYTES if label in _MODEL_LABELS else MAX_NAME_BYTES
+    size = len(os.fsencode(path.name))
+    if size > limit:
+        why = " (its data file needs 14 more)" if label in _MODEL_LABELS else ""
         raise OutputError(
-            f"{path.name[:40]}...: {label} file name is {len(os.fsencode(path.name))} bytes "
-            f"long; at most {MAX_NAME_BYTES}"
+            f"{path.name[:40]}...: {label} file name is {size} bytes long; at most {limit}{why}"
         )
 
 
