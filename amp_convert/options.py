@@ -10,7 +10,6 @@ from __future__ import annotations
 import enum
 import hashlib
 import json
-import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -22,6 +21,7 @@ import onnx_ir as ir
 from amp_convert.dims import parse_dims
 from amp_convert.dtypes import LOW_BY_OPTION, numpy_type
 from amp_convert.errors import OptionError
+from amp_convert.name_patterns import NamePattern, compile_pattern
 from amp_convert.targets import TARGETS
 
 
@@ -108,7 +108,7 @@ class ConvertOptions:
         "choice",
         choices=tuple(TARGETS),
     )
-    exclude_patterns: tuple[re.Pattern[str], ...] = field(
+    exclude_patterns: tuple[NamePattern, ...] = field(
         default=(), compare=False, repr=False, metadata={"derived": True}
     )
 
@@ -170,10 +170,7 @@ def make_options(**kwargs: Any) -> ConvertOptions:
     excludes = _strings("exclude_nodes", kwargs.get("exclude_nodes", ()))
     patterns = []
     for pattern in excludes:
-        try:
-            patterns.append(re.compile(pattern))
-        except re.error as e:
-            raise OptionError(f"--exclude-nodes {pattern!r}: bad regular expression: {e}") from None
+        patterns.append(compile_pattern(pattern))  # refuses patterns that could hang
     cast_optional = kwargs.get("cast_optional_params", False)
     if not isinstance(cast_optional, bool | np.bool_):
         raise OptionError(f"cast_optional_params must be True or False, not {cast_optional!r}")

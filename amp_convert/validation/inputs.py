@@ -27,6 +27,7 @@ import numpy as np
 import onnx
 
 from amp_convert import domains
+from amp_convert.budget import check_inputs_budget, npz_members
 from amp_convert.errors import ValidationError
 from amp_convert.validation.input_dims import Dim, DimPlan, axis_key, is_static
 from amp_convert.validation.runtime import NP_DTYPES
@@ -122,6 +123,7 @@ def random_inputs(
     plan.check_user(dims)
     values = {**plan.defaults, **dims}
     shapes = {spec.name: plan.shape(spec, values) for spec in specs}
+    check_inputs_budget((s.name, shapes[s.name], s.dtype) for s in specs)  # before allocating
     rng = np.random.default_rng(seed)
     ranges = _metadata_ranges(model)
     bounds = _gather_bounds(model)
@@ -207,6 +209,7 @@ def _read_arrays(
         path = Path(source)
         if not path.is_file():
             raise ValidationError(f"inputs {path}: no such file")
+        npz_members(path)  # sizes from the headers, within the budget, before anything loads
         try:
             with np.load(path, allow_pickle=False) as npz:
                 arrays = {k: npz[k] for k in npz.files}

@@ -1,0 +1,182 @@
+"""Issue 16 item 9 and 11: bounded work on hostile input.
+
+Generated inputs and npz members are sized from shapes and headers before anything is allocated
+or loaded; --exclude-nodes patterns match in linear time (RE2), or are refused up front when the
+backtracking fallback could explode.
+"""
+
+from __future__ import annotations
+
+import io
+import time
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from click.testing import CliRunner
+from onnx import TensorProto, helper, numpy_helper
+
+import amp_convert
+from amp_convert import budget, name_patterns
+from amp_convert.cli import cli
+from amp_convert.errors import OptionError, ValidationError
+from amp_convert.validation import inputs as validation_inputs
+
+W = np.random.default_rng(0).standard_normal((16, 16)).astype(np.float32)
+HOSTILE_NAME = "a" * 35  # (a+)+$ backtracks 2**35 ways on it in Python's re
+
+
+def invoke(*args: object):
+    return CliRunner().invoke(cli, [str(a) for a in args])
+
+
+def save(path: Path, node_name: str = "mm", batch: object = "batch") -> Path:
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"], name=node_name)],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 16])],
+        [numpy_helper.from_array(W, "w")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, path)
+    return path
+
+
+def one_line_error(result, *needles: str) -> str:
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output and "internal error" not in result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1, result.output
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    return lines[0]
+
+
+# ------------------------------------------------------------------ item 11: patterns
+
+
+def test_catastrophic_pattern_finishes_on_a_hostile_name(tmp_path: Path) -> None:
+    """--exclude-nodes '(a+)+$' on a 35-character node name never finished."""
+    src = save(tmp_path / "m.onnx", node_name=HOSTILE_NAME + "b")
+    start = time.perf_counter()
+    result = invoke(src, "-o", tmp_path / "o.onnx", "--exclude-nodes", "(a+)+$")
+    assert time.perf_counter() - start < 20
+    if name_patterns.re2 is not None:
+        assert result.exit_code == 0, result.output  # linear time: no match, converted
+    else:
+        one_line_error(result, "exponential time")
+
+
+def test_linear_matcher_still_excludes_what_it_matches(tmp_path: Path) -> None:
+    if name_patterns.re2 is None:
+        pytest.skip("google-re2 not installed")
+    src = save(tmp_path / "m.onnx", node_name=HOSTILE_NAME)
+    _, report = amp_convert.convert(onnx.load(str(src)), return_report=True,
+                                    exclude_nodes=["(a+)+$"])  # fmt: skip
+    assert report.decision(HOSTILE_NAME).precision == "fp32"
+    with pytest.raises(OptionError, match="not supported by the linear-time matcher"):
+        name_patterns.compile_pattern(r"(\w)\1")
+
+
+@pytest.mark.parametrize(
+    ("pattern", "why"),
+    [
+        ("(a+)+$", "exponential"),
+        ("(a|ab)*c", "exponential"),
+        ("(a?)*b", "exponential"),
+        (r"(\w+)\1", "backreferences"),
+        ("[a-z]*[a-z]*[a-z]*[a-z]*0", "more than 3 open-ended repeats"),
+    ],
+)
+def test_fallback_refuses_patterns_that_could_hang(monkeypatch, pattern: str, why: str) -> None:
+    monkeypatch.setattr(name_patterns, "re2", None)
+    with pytest.raises(OptionError, match=why):
+        name_patterns.compile_pattern(pattern)
+
+
+@pytest.mark.parametrize(
+    "pattern", [r"encoder/layer\.(0|1)/.*", ".*Softmax.*", "^mm$", r"\w+\.\w+", "(ab)+", "a{2,5}"]
+)
+def test_fallback_keeps_ordinary_patterns(monkeypatch, pattern: str) -> None:
+    monkeypatch.setattr(name_patterns, "re2", None)
+    assert name_patterns.compile_pattern(pattern).pattern == pattern
+
+
+# ------------------------------------------------------------------ item 9: generated inputs
+
+
+def test_huge_dim_is_one_line_not_a_memory_error(tmp_path: Path) -> None:
+    """--dim batch=1000000000000 was a MemoryError traceback."""
+    src = save(tmp_path / "m.onnx")
+    out = tmp_path / "o.onnx"
+    amp_convert.convert_file(src, out)
+    result = invoke(
+        "validate", src, out, "--provider", "emulate", "--runs", "0", "--dim", "batch=1000000000000"
+    )
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    assert "the inputs would take" in result.output and "more than" in result.output
+
+
+def test_input_budget_is_checked_before_allocation(monkeypatch) -> None:
+    monkeypatch.setenv("AMP_CONVERT_MEMORY_BUDGET", "4000")  # 1000 bytes of inputs allowed
+    spec = validation_inputs.InputSpec("x", "tensor(float)", ["batch", 16])
+
+    class NoAllocation:
+        def __getattr__(self, name: str):
+            raise AssertionError(f"rng.{name} called before the budget check")
+
+    monkeypatch.setattr(validation_inputs.np.random, "default_rng", lambda *a: NoAllocation())
+    with pytest.raises(ValidationError, match="the inputs would take 1.0 KiB"):
+        validation_inputs.random_inputs([spec], onnx.ModelProto(), dims={"batch": 16})
+
+
+def _npz_with_header_only(path: Path, shape: tuple[int, ...]) -> Path:
+    """An .npz whose member 'big' declares `shape` (float64) in its header but holds no data."""
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(
+        header, {"descr": "<f8", "fortran_order": False, "shape": shape}
+    )
+    with zipfile.ZipFile(path, "w") as archive:
+        buf = io.BytesIO()
+        np.lib.format.write_array(buf, np.ones((1, 16), np.float32))
+        archive.writestr("x.npy", buf.getvalue())
+        archive.writestr("big.npy", b"\x93NUMPY" + bytes([1, 0]) + header.getvalue()[8:])
+    return path
+
+
+def test_npz_members_are_sized_from_their_headers(tmp_path: Path, monkeypatch) -> None:
+    """An npz with a 2 GiB extra member was loaded whole before being refused."""
+    monkeypatch.setenv("AMP_CONVERT_MEMORY_BUDGET", str(4 << 30))  # 1 GiB of inputs
+    npz = _npz_with_header_only(tmp_path / "in.npz", (2**28,))  # 2 GiB declared
+
+    def no_load(*a, **k):
+        raise AssertionError("np.load called before the sizes were checked")
+
+    monkeypatch.setattr(validation_inputs.np, "load", no_load)
+    spec = validation_inputs.InputSpec("x", "tensor(float)", [1, 16])
+    with pytest.raises(ValidationError, match=r"'big' of shape \[268435456\], 2.0 GiB"):
+        validation_inputs.load_inputs(npz, [spec])
+
+
+def test_validate_refuses_an_oversized_npz_in_one_line(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("AMP_CONVERT_MEMORY_BUDGET", str(4 << 30))
+    src = save(tmp_path / "m.onnx", batch=1)
+    out = tmp_path / "o.onnx"
+    amp_convert.convert_file(src, out)
+    npz = _npz_with_header_only(tmp_path / "in.npz", (2**28,))
+    result = invoke("validate", src, out, "--provider", "emulate", "--runs", "0", "--inputs", npz)
+    assert result.exit_code == 2, result.output
+    assert "the inputs would take" in result.output and "Traceback" not in result.output
+
+
+def test_npz_header_reader_matches_numpy(tmp_path: Path) -> None:
+    path = tmp_path / "a.npz"
+    np.savez(path, a=np.zeros((3, 4), np.float16), b=np.arange(5))
+    members = {m.name: m for m in budget.npz_members(path)}
+    assert members["a"].shape == (3, 4) and members["a"].dtype == np.float16
+    assert members["a"].nbytes == 24 and members["b"].nbytes == 5 * np.dtype(int).itemsize
