@@ -410,3 +410,18 @@ def test_temporary_folders_are_declared() -> None:
         safe_write.temp_folder("tmp-")
     with safe_write.temp_folder("amp-auto-") as name:
         assert Path(name).name.startswith("amp-auto-")
+
+
+def test_auto_writes_an_external_data_model_as_external_data(tmp_path: Path) -> None:
+    """--auto wrote an external-data model as one protobuf holding every weight."""
+    src = external(tmp_path / "m.onnx")
+    out = tmp_path / "a.onnx"
+    result = invoke(src, "--auto", "-o", out, "--provider", "emulate")
+    assert result.exit_code == 0, result.output
+    proto = onnx.load(str(out), load_external_data=False)
+    locations = {
+        e.value for t in proto.graph.initializer for e in t.external_data if e.key == "location"
+    }
+    assert locations == {"a.onnx.data"}
+    assert (tmp_path / "a.onnx.data").stat().st_size > out.stat().st_size
+    onnx.checker.check_model(str(out), full_check=True)
