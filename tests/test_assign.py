@@ -6,6 +6,7 @@ import dataclasses
 import types
 
 import numpy as np
+import onnx
 import onnx_ir as ir
 import pytest
 from onnx import helper
@@ -107,24 +108,41 @@ def test_weight_beyond_fp16_pins_its_reader_and_is_reported() -> None:
     plan = _assign(m, CHAIN, level="O2")
     mm = plan.nodes[node(m, "mm")]
     assert (mm.precision, mm.op_class) == (FP32, NodeClass.FIXED)
-    assert mm.reasons == (Reason(K.RANGE, "range", "input 'w' exceeds FP16 (never clamped)"),)
+    assert [r.kind for r in mm.reasons] == [K.RANGE]
+    assert mm.reasons[0].detail.startswith("input 'w' exceeds FP16")  # weight_range says why
     assert [(t.name, t.action) for t in plan.tensor_notes] == [("w", "kept FP32")]
     assert not plan.saturate
-    bf16 = _assign(m, CHAIN, level="O2", dtype="bf16")  # bfloat16 has float32's range
+    bf16 = _assign(m, CHAIN, level="O2", dtype="bf16")  # 1e5 is well inside bfloat16's range
     assert bf16.nodes[node(m, "mm")].precision == LOW and not bf16.tensor_notes
+    beyond = _chain(np.full((4, 4), 3.4e38))  # but not float32's max (issue 16 item 6)
+    assert (
+        _assign(beyond, CHAIN, level="O2", dtype="bf16").nodes[node(beyond, "mm")].precision == FP32
+    )
 
 
-def test_scalar_sentinel_is_saturated_not_pinned() -> None:
+def test_scalar_mask_fill_is_saturated_not_pinned() -> None:
     m = model(
-        [helper.make_node("Add", ["x", "fill"], ["y"], name="add")],
-        [tensor("x", [2])],
+        [helper.make_node("Where", ["cond", "x", "fill"], ["y"], name="where")],
+        [tensor("cond", [2], onnx.TensorProto.BOOL), tensor("x", [2])],
         [tensor("y", [2])],
         [weight("fill", -3.4e38)],
     )
-    plan = _assign(m, {"add": _info(ALLOW, ins=(0, 1))}, level="O2")
-    assert plan.nodes[node(m, "add")].precision == LOW
+    plan = _assign(m, {"where": _info(ALLOW, ins=(1, 2))}, level="O2")
+    assert plan.nodes[node(m, "where")].precision == LOW
     assert plan.saturate == {"fill"}
-    assert [(t.name, t.action) for t in plan.tensor_notes] == [("fill", "saturated")]
+    assert plan.tensor_notes == ()  # rewrite reports it, where the low copy is stored
+
+
+def test_huge_divisor_is_data_not_a_mask_fill() -> None:
+    """Issue 16 item 7: a divisor of 1e9 was saturated to 65504 (15,000x off)."""
+    m = model(
+        [helper.make_node("Div", ["x", "d"], ["y"], name="div")],
+        [tensor("x", [2])],
+        [tensor("y", [2])],
+        [weight("d", 1e9)],
+    )
+    plan = _assign(m, {"div": _info(ALLOW, ins=(0, 1))}, level="O2")
+    assert plan.nodes[node(m, "div")].precision == FP32 and not plan.saturate
 
 
 def test_low_between_low_next_to_fp32_keeps_fp32() -> None:
