@@ -67,12 +67,12 @@ def check_inputs_budget(arrays: Iterable[tuple[str, Sequence[int], np.dtype | ty
     """Refuse (one line) inputs whose total size exceeds INPUT_SHARE of the memory budget."""
     limit = int(memory_budget() * INPUT_SHARE)
     total = 0
-    largest = ("", (), 0)
+    largest: tuple[str, tuple[int, ...], int] = ("", (), 0)
     for name, shape, dtype in arrays:
         size = array_bytes(shape, dtype)
         total += size
         if size >= largest[2]:
-            largest = (name, tuple(shape), size)
+            largest = (name, tuple(int(d) for d in shape), size)
     if total > limit:
         name, shape, size = largest
         raise ValidationError(

@@ -87,11 +87,17 @@ class _ConvertByDefault(click.Group):
             args = ["convert", *args]
         return super().parse_args(ctx, args)
 
-    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+    def main(  # type: ignore[override]
+        self,
+        args: Any = None,
+        prog_name: str | None = None,
+        standalone_mode: bool = True,
+        **kw: Any,
+    ) -> Any:
         if not standalone_mode:
-            return super().main(*args, standalone_mode=False, **kwargs)
+            return super().main(args, prog_name, standalone_mode=False, **kw)
         try:
-            code = super().main(*args, standalone_mode=False, **kwargs)
+            code = super().main(args, prog_name, standalone_mode=False, **kw)
         except click.ClickException as e:
             click.echo(f"amp-convert: error: {_one_line(e.format_message())}", err=True)
             sys.exit(e.exit_code)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import html
 import math
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,7 +44,7 @@ class Page:
     warnings: Sequence[str] = ()
 
 
-def write(page: Page, path: str | Path) -> None:
+def write(page: Page, path: str | os.PathLike) -> None:
     """Write ``page`` to ``path`` (UTF-8), atomically through the output registry's writer."""
     safe_write.write_bytes(path, render(page).encode("utf-8"))
 
@@ -97,7 +98,7 @@ def auto_page(report: AutoReport, title: str = "amp-convert --auto") -> Page:
 
 
 def write_validation_html(
-    original: str | Path, converted: str | Path, path: str | Path, **values: Any
+    original: str | Path, converted: str | Path, path: str | os.PathLike, **values: Any
 ) -> None:
     """``validate --html``: per-node trace of ``converted`` vs ``original`` (two more sessions)."""
     from amp_convert.auto.trace import validation_page

@@ -45,7 +45,8 @@ _REPEATS = {_sre.MAX_REPEAT, _sre.MIN_REPEAT, getattr(_sre, "POSSESSIVE_REPEAT",
 class NamePattern(Protocol):
     """What the converter asks of a compiled pattern (re.Pattern and RE2's both have it)."""
 
-    pattern: str
+    @property
+    def pattern(self) -> str: ...
 
     def search(self, text: str) -> Any: ...
 
@@ -68,7 +69,7 @@ def compile_pattern(text: str, flag: str = "--exclude-nodes") -> NamePattern:
             raise OptionError(
                 f"{flag} {text!r}: not supported by the linear-time matcher (RE2: {why})"
             ) from None
-    problem = _problem(list(tree), [0])
+    problem = _problem(list(tree), [0])  # type: ignore[call-overload]
     if problem:
         raise OptionError(
             f"{flag} {text!r}: {problem}; node names are matched with a bounded regex subset "

@@ -19,7 +19,7 @@ from amp_convert.validation.command import thresholds_from_options
 
 
 def run_auto(
-    model: Path,
+    model: str | Path,
     outputs: Sequence[tuple[str, Path | None]],
     options: dict[str, Any],
     validation: Mapping[str, Any],

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 from amp_convert import safe_write
@@ -88,7 +88,7 @@ class AutoReport:
         data["low_weight_percent"] = round(self.low_weight_percent, 2)
         return _finite(data)
 
-    def to_json(self, path: str | Path) -> None:
+    def to_json(self, path: str | os.PathLike) -> None:
         safe_write.write_bytes(path, (json.dumps(self.to_dict(), indent=2) + "\n").encode())
 
     def summary(self) -> str:

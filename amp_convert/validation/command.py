@@ -23,6 +23,7 @@ names such as ``output:0:1e-3`` work).
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -234,10 +235,10 @@ def _checked_reports(
     reference: str | Path,
     candidate: str | Path,
     inputs: list[Path],
-    report_path: str | Path | None,
-    junit_path: str | Path | None,
+    report_path: str | os.PathLike | None,
+    junit_path: str | os.PathLike | None,
     force: bool,
-) -> tuple[str | Path | None, str | Path | None]:
+) -> tuple[str | os.PathLike | None, str | os.PathLike | None]:
     """The report paths checked by the output registry (Slots already are: planned by the CLI)."""
     given = [(label, p) for label, p in (("report", report_path), ("JUnit report", junit_path))
              if p is not None]  # fmt: skip
@@ -252,8 +253,8 @@ def run_cli_validation(
     reference_path: str | Path,
     candidate_path: str | Path,
     *,
-    report_path: str | Path | None = None,
-    junit_path: str | Path | None = None,
+    report_path: str | os.PathLike | None = None,
+    junit_path: str | os.PathLike | None = None,
     force: bool = False,
     quiet: bool = False,
     **validation_option_values: Any,
