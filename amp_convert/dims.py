@@ -135,7 +135,7 @@ def _allowed(node: ast.AST, names: set[str]) -> bool:
 
 
 def _eval(node: ast.expr, values: Mapping[str, int]) -> Fraction:
-    if isinstance(node, ast.Constant):
+    if isinstance(node, ast.Constant) and isinstance(node.value, int):
         return Fraction(node.value)
     if isinstance(node, ast.Name):
         if node.id not in values:

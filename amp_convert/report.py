@@ -146,9 +146,9 @@ class ConversionReport(Report):
         if self.size_before:
             before, after = _sizes(self.size_before, self.size_after)
             lines.append(f"size: {before} -> {after} in {self.seconds:.2f} s")
-        for t in self.tensors:
-            if t.action != "converted":
-                lines.append(f"note: {t.name}: {t.action} ({t.detail})")
+        for note in self.tensors:
+            if note.action != "converted":
+                lines.append(f"note: {note.name}: {note.action} ({note.detail})")
         lines.extend(f"warning: {w}" for w in self.warnings)
         return "\n".join(lines)
 

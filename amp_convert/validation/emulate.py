@@ -193,7 +193,7 @@ class EmulatePass(ir.passes.InPlacePass):
                 continue  # IR < 4: an initializer declared as input keeps its stored type
             dtype = _low_tensor_dtype(value)
             if is_main and dtype is not None:
-                self.result.low_inputs[value.name] = LOW_NAMES[dtype]
+                self.result.low_inputs[str(value.name)] = LOW_NAMES[dtype]
             _retype(value)
         for node in list(graph):
             subs = list(_subgraphs(node))
@@ -205,7 +205,7 @@ class EmulatePass(ir.passes.InPlacePass):
                 if subs:  # If/Loop/Scan outputs were rounded inside their bodies
                     _retype(value)
                 elif value.type is None:
-                    self.result.unknown_types.append(value.name)
+                    self.result.unknown_types.append(str(value.name))
                 else:
                     added.extend(self._round(node, value))
             if added:

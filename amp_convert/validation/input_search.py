@@ -87,15 +87,15 @@ def gather_samples(
     sources = _as_list(inputs)
     if not sources:
         raise ValidationError("inputs: an empty list (give at least one .npz file or dict)")
-    warnings: list[str] = []
+    notes: list[str] = []
     if dims:
-        warnings.append("dims are ignored when inputs are given (shapes come from the data)")
+        notes.append("dims are ignored when inputs are given (shapes come from the data)")
     items: list[Sample[T]] = []
     for source in sources:
         feeds = load_inputs(source, specs)
-        warnings.extend(feeds.notes)
+        notes.extend(feeds.notes)
         items.append(Sample(feeds, run(feeds.arrays)))
-    return Samples(items, False, warnings)
+    return Samples(items, False, notes)
 
 
 def _as_list(inputs: Any) -> list[InputSource]:

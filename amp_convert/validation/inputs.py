@@ -146,6 +146,7 @@ def _values(
         return np.ones(shape, np.bool_)
     if not np.issubdtype(dtype, np.integer):
         return rng.standard_normal(shape).astype(np.float32).astype(dtype)
+    arr: np.ndarray
     if spec.name in ranges:
         lo, hi = ranges[spec.name]
         arr = rng.integers(lo, hi, size=shape)

@@ -152,11 +152,9 @@ def load_source(model: Any, role: str) -> ModelSource:
     elif isinstance(model, onnx.ModelProto):
         src = ModelSource("<ModelProto>", b"", model)
     else:
-        try:
-            import onnx_ir as ir
-        except ImportError:  # pragma: no cover - onnx-ir is a hard dependency
-            ir = None
-        if ir is None or not isinstance(model, ir.Model):
+        import onnx_ir as ir  # a hard dependency
+
+        if not isinstance(model, ir.Model):
             raise ValidationError(
                 f"{role}: expected a path, bytes, onnx.ModelProto or onnx_ir.Model, "
                 f"got {type(model).__name__}"
