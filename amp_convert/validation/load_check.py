@@ -148,7 +148,10 @@ def check_default_load(
 
 def _crash_message(model: ModelToCheck, sig: str, providers: Sequence[str]) -> str:
     """The crash, and the settings at which the model does load (each tried in a child)."""
-    head = f"ONNX Runtime crashes loading {model.what} at its default optimizations ({sig}); "
+    head = (
+        f"ONNX Runtime ({providers[0]}) crashes loading {model.what} at its default "
+        f"optimizations ({sig}); "
+    )
     for level in FALLBACK_LEVELS:
         if run_child([model.path], level=level, providers=providers).ok:
             works = [f"it loads with {level}"]
