@@ -288,3 +288,28 @@ def test_unknown_contrib_slot_or_op_kept_with_a_warning(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, [str(src), "-o", str(dst)], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     assert "FutureGelu" in result.output and dst.exists()
+
+
+@pytest.mark.parametrize("keep_io", [True, False])
+@pytest.mark.parametrize("name", FUSED)
+def test_converted_fused_model_is_left_as_it_is(name: str, keep_io: bool) -> None:
+    first = convert(ALL_FUSED[name](), keep_io_types=keep_io)
+    _, report = convert(first, keep_io_types=keep_io, return_report=True)
+    assert report.already_converted  # the stamp
+    del first.metadata_props[:]  # without it, a second pass finds nothing to change
+    again, report = convert(first, keep_io_types=keep_io, return_report=True)
+    assert not report.already_converted and not report.warnings
+    assert [(n.op_type, n.domain) for n in again.graph.node] == [
+        (n.op_type, n.domain) for n in first.graph.node
+    ]
+
+
+def test_emulate_runs_ort_converter_output_with_omitted_optional_outputs() -> None:
+    """ORT's converter types the omitted ('') outputs of SkipSimplifiedLayerNormalization; the
+    emulated copy must leave them alone (it once gave them a Cast with no output)."""
+    from onnxruntime.transformers.float16 import convert_float_to_float16
+
+    original = genai_llama()
+    theirs = convert_float_to_float16(genai_llama(), keep_io_types=False)
+    report = validate(original, theirs, provider="emulate", inputs=feeds(original), runs=1)
+    assert min(o.cosine for o in report.outputs) >= 0.999

@@ -202,6 +202,8 @@ class EmulatePass(ir.passes.InPlacePass):
             self._retarget_attributes(node)
             added: list[ir.Node] = []
             for value in node.outputs:
+                if not value.name:  # an omitted optional output: nothing to round
+                    continue
                 if subs:  # If/Loop/Scan outputs were rounded inside their bodies
                     _retype(value)
                 elif value.type is None:
