@@ -18,6 +18,7 @@ import math
 
 import numpy as np
 import onnx
+from onnx import TensorProto, helper, numpy_helper
 
 from models._graph import FLOAT, INT64, GraphBuilder, first_doc_paragraph
 
@@ -411,10 +412,47 @@ def bert_plain(
     return b.model(opset=14, doc=first_doc_paragraph(bert_plain))
 
 
+def in_graph_rotary(head_dim: int = 16) -> onnx.ModelProto:
+    """Rotary angles as torch exports them unfused: Cast(position_ids) x inv_freq -> Cos/Sin.
+
+    x*cos(p*f) + x*sin(p*f) with the angles computed in the graph from int64 position ids (what
+    ORT's fused RotaryEmbedding replaces by cos/sin caches). Trap: FP16 holds integers exactly
+    only to 2048, and Sin/Cos need the angle's absolute precision.
+    """
+    inv = 1.0 / 10000 ** (np.arange(0, head_dim, 2) / head_dim)
+    nodes = [
+        helper.make_node("Cast", ["position_ids"], ["pos"], to=TensorProto.FLOAT, name="cast"),
+        helper.make_node("Unsqueeze", ["pos", "axis1"], ["pos3"], name="unsqueeze"),
+        helper.make_node("MatMul", ["inv_freq", "pos3"], ["freqs"], name="matmul"),
+        helper.make_node("Transpose", ["freqs"], ["freqs_t"], perm=[0, 2, 1], name="transpose"),
+        helper.make_node("Concat", ["freqs_t", "freqs_t"], ["emb"], axis=-1, name="concat"),
+        helper.make_node("Cos", ["emb"], ["cos"], name="cos"),
+        helper.make_node("Sin", ["emb"], ["sin"], name="sin"),
+        helper.make_node("Mul", ["x", "cos"], ["xc"], name="mul_cos"),
+        helper.make_node("Mul", ["x", "sin"], ["xs"], name="mul_sin"),
+        helper.make_node("Add", ["xc", "xs"], ["y"], name="add"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "in_graph_rotary",
+        [
+            helper.make_tensor_value_info("position_ids", TensorProto.INT64, [1, "s"]),
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "s", head_dim]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, "s", head_dim])],
+        [
+            numpy_helper.from_array(inv.astype(np.float32).reshape(1, -1, 1), "inv_freq"),
+            numpy_helper.from_array(np.array([1], np.int64), "axis1"),
+        ],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
+
+
 ALL_FUSED = {
     "fused_bert": fused_bert,
     "fused_gpt2_past": fused_gpt2_past,
     "genai_llama": genai_llama,
     "genai_llama_mha": lambda: genai_llama(attention="mha"),
     "bert_plain": bert_plain,
+    "in_graph_rotary": in_graph_rotary,
 }

@@ -13,7 +13,7 @@ from models.blocks import bert_encoder
 
 PASSES = Path(amp_convert.__file__).parent / "passes"
 #: modules under passes/ that hold shared types or algorithms, not steps
-SHARED = {"plan", "mincut", "norm_match"}
+SHARED = {"plan", "mincut", "norm_match", "angles"}
 
 
 def test_no_step_imports_another_step() -> None:

@@ -27,6 +27,7 @@ from amp_convert import domains, schema
 from amp_convert.dtypes import FLOAT, LOW_TYPES, onnx_name
 from amp_convert.op_lists import OpLists, op_key
 from amp_convert.options import ConvertOptions
+from amp_convert.passes import angles
 from amp_convert.passes.plan import Classes, ClassInfo, LoweredAs
 from amp_convert.precision import CONTROL_FLOW, NodeClass, constant_tensor, has_stash_type
 from amp_convert.reasons import Reason, ReasonKind
@@ -61,6 +62,10 @@ def classify(
         if log.isEnabledFor(logging.DEBUG):
             log.debug("classify %s (%s): %s, %s", node.name, node.op_type, info.op_class,
                       "; ".join(r.text() for r in info.reasons))  # fmt: skip
+    for node in angles.angle_nodes(model):  # rotary angles from integer positions
+        info = classes[node]
+        if not info.user and info.op_class != NONE:
+            classes[node] = info.pinned(Reason(K.RANGE, "range", angles.DETAIL))
     return types.MappingProxyType(classes)
 
 
