@@ -13,9 +13,12 @@ then stay FP32 with the reason in the report, like an overflowing weight.
 
 One exception, the **mask fill**: a scalar of magnitude >= SENTINEL (float32's lowest, -1e9)
 used only as the fill of a masked path (Where's branches, Min/Max bounds, an Add whose other
-operand comes from a mask) is a "minus infinity", not data; it is stored saturated to the low
-type's max, still far beyond any activation. As a divisor or a multiplier it is data (1e9 / x
-saturated to 65504 / x is 15,000x off), so the ordinary rules apply.
+operand comes from a mask, a Mul by a 0/1 mask indicator such as Hugging Face's
+`(1 - mask) * finfo.min`) is a "minus infinity", not data; it is stored saturated to the low
+type's max, still far beyond any activation. As a divisor, or a multiplier of anything but a 0/1
+indicator, it is data (1e9 / x saturated to 65504 / x is 15,000x off), so the ordinary rules
+apply. A 0/1 indicator times the fill is exactly 0 or the fill, so saturating it changes nothing
+but the size of "minus infinity".
 """
 
 from __future__ import annotations
@@ -139,7 +142,7 @@ def check_weight(
 
 
 #: ops whose inputs may be a mask fill, and which of their inputs (None: any)
-_FILL_SLOTS = {"Where": (1, 2), "Min": None, "Max": None, "Add": None}
+_FILL_SLOTS = {"Where": (1, 2), "Min": None, "Max": None, "Add": None, "Mul": None}
 #: ops a mask passes through unchanged in meaning on its way to the fill
 _MASK_CARRIERS = {"Cast", "Reshape", "Unsqueeze", "Squeeze", "Expand", "Transpose", "Not"}
 _MASK_SOURCES = {
@@ -149,9 +152,10 @@ _MASK_SOURCES = {
 
 
 def is_mask_fill(uses: Iterable[tuple[ir.Node, int]]) -> bool:
-    """True when every use is a fill: Where's branches, a Min/Max bound, or an Add to a mask.
+    """True when every use is a fill: Where's branches, a Min/Max bound, an Add to a mask or a
+    Mul by a 0/1 mask indicator.
 
-    Mul, Div and every other reader make the value data, never a fill.
+    Div, a Mul by anything else and every other reader make the value data, never a fill.
     """
     uses = list(uses)
     if not uses:
@@ -162,11 +166,36 @@ def is_mask_fill(uses: Iterable[tuple[ir.Node, int]]) -> bool:
             return False
         if slots is not None and idx not in slots:
             return False
-        if node.op_type == "Add":
+        if node.op_type in ("Add", "Mul"):
             others = [v for i, v in enumerate(node.inputs) if i != idx and v is not None]
-            if not others or not all(_from_mask(v) for v in others):
+            test = _from_mask if node.op_type == "Add" else _indicator
+            if not others or not all(test(v) for v in others):
                 return False
     return True
+
+
+def _indicator(value: ir.Value) -> bool:
+    """Whether `value` is a 0/1 mask indicator: a mask, or `1 - mask` (Sub from a constant 1)."""
+    producer = value.producer()
+    if producer is not None and producer.op_type == "Sub" and len(producer.inputs) == 2:
+        one, rest = producer.inputs
+        if one is not None and rest is not None and _is_one(one):
+            return _from_mask(rest)
+    return _from_mask(value)
+
+
+def _is_one(value: ir.Value) -> bool:
+    """A constant (initializer or Constant node) whose every element is 1."""
+    tensor = value.const_value
+    if tensor is None:
+        producer = value.producer()
+        attr = producer.attributes.get("value") if producer is not None else None
+        if producer is None or producer.op_type != "Constant" or attr is None:
+            return False
+        tensor = attr.as_tensor()
+    if tensor.size > 1024:
+        return False
+    return bool(np.all(np.asarray(tensor.numpy()) == 1))
 
 
 def _from_mask(value: ir.Value, depth: int = 8) -> bool:

@@ -15,6 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import amp_convert
 from amp_convert import weight_range
+from amp_convert.options import DTYPES
 from tests.helpers import FLOAT, node_by_name, run
 
 FLT_MAX = float(np.finfo(np.float32).max)
@@ -84,14 +85,14 @@ def scalar_op(op: str, value: float, *, mask: bool = False) -> onnx.ModelProto:
     ],
 )
 def test_judge_boundaries(dtype: str, value: float, action: str) -> None:
-    low = amp_convert.options.DTYPES[dtype]
+    low = DTYPES[dtype]
     array = np.full((4, 4), value, np.float32)
     verdict = weight_range.check_weight(array, low, [])
     assert verdict.action == action, verdict
 
 
 def test_a_few_tiny_values_do_not_pin_a_weight() -> None:
-    low = amp_convert.options.DTYPES["fp16"]
+    low = DTYPES["fp16"]
     w = np.random.default_rng(0).standard_normal(10_000).astype(np.float32) * 0.02
     w[:50] = 1e-9  # 0.5% flush, well under FLUSH_SHARE
     assert weight_range.check_weight(w, low, []).action == "fits"
@@ -207,3 +208,60 @@ def test_nothing_is_said_when_the_fill_stays_fp32() -> None:
     assert float(numpy_helper.to_array(initializer(converted, "c"))) == -FLT_MAX
     assert not [t for t in report.tensors if t.action == "saturated"]
     assert "saturat" not in report.summary()
+
+
+def hf_mask_bias(fill: float, *, mask_dtype: int = TensorProto.INT64, one: float = 1.0):
+    """Hugging Face's extended attention mask: (1 - Cast(mask)) * fill, added to the scores."""
+    graph = helper.make_graph(
+        [
+            helper.make_node("Unsqueeze", ["attention_mask", "axes"], ["m1"], name="unsq"),
+            helper.make_node("Cast", ["m1"], ["mf"], name="cast", to=TensorProto.FLOAT),
+            helper.make_node("Sub", ["one", "mf"], ["inv"], name="sub"),
+            helper.make_node("Mul", ["inv", "c"], ["bias"], name="op"),
+            helper.make_node("MatMul", ["x", "xt"], ["s"], name="scores"),
+            helper.make_node("Add", ["s", "bias"], ["sb"], name="add"),
+            helper.make_node("Softmax", ["sb"], ["y"], name="softmax", axis=-1),
+        ],
+        "g",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8]),
+            helper.make_tensor_value_info("xt", TensorProto.FLOAT, [1, 8, 4]),
+            helper.make_tensor_value_info("attention_mask", mask_dtype, [1, 4]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 4])],
+        [
+            numpy_helper.from_array(np.array([1], np.int64), "axes"),
+            numpy_helper.from_array(np.array(one, np.float32), "one"),
+            numpy_helper.from_array(np.array(fill, np.float32), "c"),
+        ],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_mask_indicator_times_the_fill_is_a_mask_fill() -> None:
+    """(1 - mask) * finfo.min is 0 or "minus infinity": saturated, said so, no extra Cast."""
+    original = hf_mask_bias(-FLT_MAX)
+    converted, report = convert(original, level="O2")
+    stored = numpy_helper.to_array(initializer(converted, "c"))
+    assert stored.dtype == np.float16 and float(stored) == -65504.0
+    assert report.decision("op").precision == "low"
+    (note,) = [t for t in report.tensors if t.action == "saturated"]
+    assert note.name == "c" and "mask fill" in note.detail
+    assert sum(n.op_type == "Cast" for n in converted.graph.node) == 3 + 1  # I/O + the mask's
+    rng = np.random.default_rng(0)
+    feeds = {
+        "x": rng.standard_normal((1, 4, 8), dtype=np.float32),
+        "xt": rng.standard_normal((1, 8, 4), dtype=np.float32),
+        "attention_mask": np.array([[1, 1, 1, 0]], np.int64),
+    }
+    ref, got = run(original, feeds)[0], run(converted, feeds)[0]
+    assert np.isfinite(got).all()
+    np.testing.assert_allclose(got, ref, atol=2e-3)
+
+
+@pytest.mark.parametrize("one", [2.0, 0.5])
+def test_a_multiplier_that_is_not_a_0_1_indicator_is_data(one: float) -> None:
+    """(k - mask) * fill with k != 1 is not 0-or-fill: the huge value stays data (FP32)."""
+    converted, report = convert(hf_mask_bias(-FLT_MAX, one=one), level="O2")
+    assert initializer(converted, "c").data_type == FLOAT
+    assert not [t for t in report.tensors if t.action == "saturated"]
