@@ -87,7 +87,7 @@ def run(model: ir.Model, options: ConvertOptions) -> ConversionReport:
     norms = _step(6, "hand norms", rewrite_hand_norms, model, prepared.names, inferred, target)
     pooled = _step(7, "global pool", run_as_global_pool, model, inferred, target)
     classes = _step(8, "classify", classify, model, options, lists, table)
-    classes = _step(9, "pin statistics", pin_norm_statistics, classes, norms)
+    classes = _step(9, "pin statistics", pin_norm_statistics, classes, norms, options.level)
     plan = _step(10, "assign", assign, model, classes, shapes, options)
     rewritten = _step(
         11, "rewrite", rewrite, model, plan, prepared.names,

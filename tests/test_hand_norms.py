@@ -242,7 +242,7 @@ def test_the_steps_alone() -> None:
     """rewrite_hand_norms edits the graph and says so; pin_norm_statistics pins only statistics."""
     from amp_convert.onnx_checks import analyse
     from amp_convert.op_lists import load_builtin
-    from amp_convert.options import make_options
+    from amp_convert.options import Level, make_options
     from amp_convert.passes.classify import classify
     from amp_convert.passes.hand_norms import pin_norm_statistics, rewrite_hand_norms
     from amp_convert.passes.infer_dtypes import infer_dtypes
@@ -256,7 +256,8 @@ def test_the_steps_alone() -> None:
     assert not result.modified and len(result.pinned) == 5
     options = make_options(level="O2", target="none")
     classes = classify(m, options, load_builtin(), None)
-    pinned = pin_norm_statistics(classes, result)
+    assert pin_norm_statistics(classes, result, Level.O3) is classes  # O3: all low
+    pinned = pin_norm_statistics(classes, result, Level.O2)
     changed = {n.name for n in pinned if pinned[n] != classes[n]}
     assert changed == {"mean", "square", "var", "add_eps", "sqrt"}
     assert all(pinned[n].reasons[0].kind == ReasonKind.NORM_STATISTICS for n in result.pinned)

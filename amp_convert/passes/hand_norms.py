@@ -34,6 +34,7 @@ import onnx
 import onnx_ir as ir
 
 from amp_convert import domains
+from amp_convert.options import Level
 from amp_convert.passes.norm_match import NoMatch, NormMatch, find_norms
 from amp_convert.passes.plan import Classes
 from amp_convert.precision import FLOAT, UniqueNames, constant_tensor
@@ -56,6 +57,33 @@ def _dims(value: ir.Value, inferred: Mapping[str, onnx.TypeProto]) -> list[int |
     ):
         return None
     return [d.dim_value if d.HasField("dim_value") else None for d in tp.tensor_type.shape.dim]
+
+
+def _named_dims(value: ir.Value, inferred: Mapping[str, onnx.TypeProto]) -> list[int | str]:
+    """The value's dims as ints or dim names ("" where ONNX knows nothing)."""
+    if value.shape is not None:
+        return [d if isinstance(d, int) else (d.value or "") for d in value.shape]
+    tp = inferred.get(value.name or "")
+    if tp is None or tp.WhichOneof("value") != "tensor_type":
+        return []
+    return [
+        d.dim_value if d.HasField("dim_value") else d.dim_param for d in tp.tensor_type.shape.dim
+    ]
+
+
+def _rows_shape(x: ir.Value, inferred: Mapping[str, onnx.TypeProto], size: int) -> ir.Shape:
+    """The shape of x as rows of `size`: (leading product, 1, size). A symbolic product is
+    written as an expression ("16*batch"), so size estimates see what the reshape holds."""
+    dims = _named_dims(x, inferred)
+    lead = dims[: len(dims) - 1] if dims else []
+    static = int(np.prod([d for d in lead if isinstance(d, int)]))
+    names = [d for d in lead if isinstance(d, str)]
+    if not dims or "" in names:
+        return ir.Shape([None, 1, size])
+    if not names:
+        return ir.Shape([static, 1, size])
+    expr = "*".join(([str(static)] if static != 1 else []) + names)
+    return ir.Shape([expr, 1, size])
 
 
 def _normalised_dims(
@@ -147,10 +175,11 @@ def rewrite_hand_norms(
     return NormsResult(tuple(notes), tuple(misses), types.MappingProxyType(pinned))
 
 
-def pin_norm_statistics(classes: Classes, norms: NormsResult) -> Classes:
-    """The classes with the statistics of unfolded hand-written norms pinned FP32 (never a node
-    the user decided); the data path (centring, normalising, affine) is left to placement."""
-    if not norms.pinned:
+def pin_norm_statistics(classes: Classes, norms: NormsResult, level: Level) -> Classes:
+    """The classes with the statistics of unfolded hand-written norms pinned FP32 at O1/O2 (never
+    a node the user decided); the data path (centring, normalising, affine) is left to placement.
+    O3 puts everything low, as it does with the deny list."""
+    if not norms.pinned or level not in (Level.O1, Level.O2):
         return classes
     out = dict(classes)
     for node, detail in norms.pinned.items():
@@ -219,20 +248,22 @@ class _Folder:
         one = self._initializer(graph, f"{base}/in_scale", np.ones(1, np.float32))
         zero = self._initializer(graph, f"{base}/in_bias", np.zeros(1, np.float32))
 
-        def value(name: str, dtype: ir.DataType = FLOAT) -> ir.Value:
-            return ir.Value(name=take(f"{base}/{name}"), type=ir.TensorType(dtype))
+        def value(name: str, shape: ir.Shape | None, dtype: ir.DataType = FLOAT) -> ir.Value:
+            return ir.Value(name=take(f"{base}/{name}"), type=ir.TensorType(dtype), shape=shape)
 
-        shape = ir.Node("", "Shape", [match.x], outputs=[value("x_shape", ir.DataType.INT64)],
-                        name=take(f"{base}/Shape"))  # fmt: skip
-        rows = ir.Node("", "Reshape", [match.x, rows_shape], outputs=[value("rows")],
+        rank = len(_named_dims(match.x, self.inferred)) or None
+        x_shape = value("x_shape", ir.Shape([rank]) if rank else None, ir.DataType.INT64)
+        shape = ir.Node("", "Shape", [match.x], outputs=[x_shape], name=take(f"{base}/Shape"))
+        row_dims = _rows_shape(match.x, self.inferred, size)
+        rows = ir.Node("", "Reshape", [match.x, rows_shape], outputs=[value("rows", row_dims)],
                        name=take(f"{base}/Reshape"))  # fmt: skip
         norm = ir.Node(
             "", "InstanceNormalization", [rows.outputs[0], one, zero],
-            outputs=[value("normalised_rows")],
+            outputs=[value("normalised_rows", row_dims)],
             name=_carried_name(match, f"{base}/InstanceNormalization", self.names),
             attributes=[ir.AttrFloat32("epsilon", match.epsilon)],
         )  # fmt: skip
-        out = value("normalised")
+        out = value("normalised", None)
         back = ir.Node("", "Reshape", [norm.outputs[0], shape.outputs[0]], outputs=[out],
                        name=take(f"{base}/Reshape_back"))  # fmt: skip
         old = match.nodes
