@@ -345,8 +345,11 @@ class ShapeBook:
         return size
 
     def cast_bytes(self, value: ir.Value, low: ir.DataType) -> int:
-        """What a Cast of `value` between FP32 and `low` moves: one read plus one write."""
-        return int(self.elements(value) * (4 + low.itemsize))
+        """What a Cast of `value` between FP32 and `low` moves per inference: one read plus one
+        write, as many times as the graph that holds `value` runs (a Loop body per trip)."""
+        producer = value.producer()
+        home = producer.graph if producer is not None else value.graph
+        return int(self.elements(value) * (4 + low.itemsize) * self.runs(home))
 
     def shape(self, value: ir.Value) -> tuple[int | None, ...] | None:
         """The value's shape for the assumed dims (None where unknown)."""

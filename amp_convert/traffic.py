@@ -80,6 +80,7 @@ def cast_notes(model: ir.Model, shapes: ShapeBook) -> list[CastNote]:
             continue
         to = ir.DataType(node.attributes["to"].value)
         moved = shapes.elements(source) * (_dtype_size(source.dtype) + _dtype_size(to))
+        moved *= shapes.runs(node.graph)  # a Cast in a Loop body runs once per trip
         notes.append(CastNote(source.name or "", to.name, int(moved)))
     return sorted(notes, key=lambda n: -n.bytes)
 

@@ -117,6 +117,9 @@ def test_loop_body_shapes_and_runs_per_trip() -> None:
     tanh = next(n for n in body if n.op_type == "Tanh")
     assert book.shape(tanh.outputs[0]) == (3, 32)
     assert book.shape(loop.outputs[1]) == (8, 3, 32)
+    # a Cast of a body value runs once per trip: placement and the report weigh it so
+    assert book.cast_bytes(tanh.outputs[0], ir.DataType.FLOAT16) == 8 * 3 * 32 * (4 + 2)
+    assert book.cast_bytes(loop.outputs[0], ir.DataType.FLOAT16) == 3 * 32 * (4 + 2)
 
 
 def test_weights_are_not_read_to_resolve_shapes(tmp_path) -> None:
