@@ -225,3 +225,70 @@ def _depth_space(node: ir.Node, facts: list[Fact]) -> list[Fact]:
     if node.op_type == "DepthToSpace":
         return [Fact((n, floordiv(c, b * b), mul(h, b), mul(w, b)))]
     return [Fact((n, mul(c, b * b), floordiv(h, b), floordiv(w, b)))]
+
+
+# -- com.microsoft fused ops (ORT's transformers optimizer, onnxruntime-genai) -------------------
+@rule("SkipLayerNormalization", "SkipSimplifiedLayerNormalization")
+def _skip_norm(node: ir.Node, facts: list[Fact]) -> list[Fact]:
+    s = facts[0].shape
+    stats = Fact((*s[:-1], 1)) if s else UNKNOWN
+    return [Fact(s), stats, stats, Fact(s)][: max(1, len(node.outputs))]
+
+
+@rule("EmbedLayerNormalization")
+def _embed_norm(node: ir.Node, facts: list[Fact]) -> list[Fact]:
+    ids, word = facts[0].shape, facts[2].shape if len(facts) > 2 else None
+    if ids is None or word is None or len(ids) != 2:
+        return [UNKNOWN] * len(node.outputs)
+    out = Fact((*ids, word[-1]))
+    return [out, Fact((ids[0],)), out][: len(node.outputs)]
+
+
+@rule("Attention")
+def _attention(node: ir.Node, facts: list[Fact]) -> list[Fact]:
+    """input [B, S, H_in], weights [H_in, Hq+Hk+Hv] -> [B, S, Hv]; present [2, B, n, past+S, d]."""
+    x, w = facts[0].shape, facts[1].shape
+    if x is None or w is None or len(x) != 3:
+        return [UNKNOWN] * len(node.outputs)
+    sizes = ints_attr(node, "qkv_hidden_sizes")
+    hv: Dim = sizes[2] if sizes else floordiv(w[-1], 3)
+    heads = int_attr(node, "num_heads", 1)
+    past = facts[4].shape if len(facts) > 4 else None
+    total = add(past[3], x[1]) if past is not None and len(past) == 5 else x[1]
+    present = Fact((2, x[0], heads, total, floordiv(hv, heads)))
+    return [Fact((x[0], x[1], hv)), present][: len(node.outputs)]
+
+
+@rule("MultiHeadAttention")
+def _mha(node: ir.Node, facts: list[Fact]) -> list[Fact]:
+    """query [B, S, Hq] -> [B, S, Hv]; present key/value [B, n, past+L, d]."""
+    q = facts[0].shape
+    if q is None or len(q) != 3:
+        return [UNKNOWN] * len(node.outputs)
+    v = facts[2].shape if len(facts) > 2 else None
+    hv = v[-1] if v is not None and len(v) == 3 else q[2]
+    heads = int_attr(node, "num_heads", 1)
+    past = facts[6].shape if len(facts) > 6 else None
+    total = add(past[2], q[1]) if past is not None and len(past) == 4 else q[1]
+    present = Fact((q[0], heads, total, floordiv(hv, heads)))
+    return [Fact((q[0], q[1], hv)), present, present][: len(node.outputs)]
+
+
+@rule("GroupQueryAttention")
+def _gqa(node: ir.Node, facts: list[Fact]) -> list[Fact]:
+    """query [B, S, Hq] (or packed QKV) -> [B, S, n*d]; present key/value [B, kv, past+S, d]."""
+    q = facts[0].shape
+    past = facts[3].shape if len(facts) > 3 else None
+    if q is None or len(q) != 3 or past is None or len(past) != 4:
+        return [UNKNOWN] * len(node.outputs)
+    heads, kv = int_attr(node, "num_heads", 1), int_attr(node, "kv_num_heads", 1)
+    d = past[3]
+    present = Fact((q[0], kv, add(past[2], q[1]), d))
+    return [Fact((q[0], q[1], mul(heads, d))), present, present][: len(node.outputs)]
+
+
+@rule("MatMulNBits")
+def _matmul_nbits(node: ir.Node, facts: list[Fact]) -> list[Fact]:
+    a = facts[0].shape
+    n = int_attr(node, "N", 0)
+    return [Fact((*a[:-1], n)) if a is not None and n else UNKNOWN]

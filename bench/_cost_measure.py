@@ -39,16 +39,20 @@ def estimate(path: str | Path, dims: Mapping[str, int]) -> Estimate:
 
 
 def _elem_types(proto: onnx.ModelProto) -> dict[str, int]:
-    try:
-        inferred = onnx.shape_inference.infer_shapes(proto, strict_mode=False)
-    except Exception:  # noqa: BLE001 - a model ONNX cannot infer still runs
-        inferred = proto
-    g = inferred.graph
-    out: dict[str, int] = {}
-    for vi in (*g.input, *g.value_info, *g.output):
-        if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
-            out[vi.name] = vi.type.tensor_type.elem_type
-    return out
+    """Element types of every value, contrib ops included (the converter's dtype inference)."""
+    import onnx_ir as ir
+
+    from amp_convert.onnx_checks import analyse
+    from amp_convert.passes.infer_dtypes import InferDtypesPass
+
+    model = ir.from_proto(proto)
+    InferDtypesPass(analyse(model)[1])(model)
+    return {
+        v.name: int(v.dtype)
+        for node in model.graph
+        for v in node.outputs
+        if v.name and v.dtype is not None
+    }
 
 
 def _init_bytes(t: onnx.TensorProto) -> int:

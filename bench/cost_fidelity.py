@@ -143,6 +143,7 @@ def _fmt(r: dict) -> str:
         f"{r['model']:<48} measured {r['measured'] / 1e6:9.3f} MB  est/meas --dim "
         f"{r['ratio_dims']:6.3f}  default {r['ratio_default']:7.3f}  "
         f"neighbour-estimated {r['estimated_values']:3d}  [{dims}]"
+        + (f"  ({r['unseen']} values not exposed)" if r["unseen"] else "")
         + ("  (bodies not measured)" if r["bodies"] else "")
     )
 
