@@ -51,7 +51,7 @@ def _elem_types(proto: onnx.ModelProto) -> dict[str, int]:
         v.name: int(v.dtype)
         for node in model.graph
         for v in node.outputs
-        if v.name and v.dtype is not None
+        if v.name and isinstance(v.type, ir.TensorType)  # sequences stay unexposed
     }
 
 

@@ -64,6 +64,9 @@ def measure_dims(path: Path, user: dict[str, int]) -> dict[str, int]:
         k: user.get(k, MEASURE_BATCH if v == 1 else MEASURE_OTHER)
         for k, v in assumed_dims(model, {}).items()
     }
+    total, past, seq = "total_sequence_length", "past_sequence_length", "sequence_length"
+    if total in dims and total not in user and past in dims and seq in dims:
+        dims[total] = dims[past] + dims[seq]  # onnxruntime-genai names past + seq on its own
     for value in model.graph.inputs:  # a dim written `past + seq` follows from its names
         for axis in range(len(value.shape or ())):
             key = input_dim_key(value, axis)
