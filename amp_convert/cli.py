@@ -23,7 +23,7 @@ from amp_convert import __version__, safe_write
 from amp_convert.cli_paths import InputPath, OutputPath, check_needs, declared_outputs
 from amp_convert.errors import AmpConvertError, InputError
 from amp_convert.io import default_output_path
-from amp_convert.options import option_names, user_fields
+from amp_convert.options import cli_fields, option_names
 from amp_convert.validation.command import (
     VALIDATION_OPTION_NAMES,
     run_cli_validation,
@@ -62,7 +62,7 @@ def _click_option(f: dataclasses.Field) -> Callable[[F], F]:
 
 def conversion_options(f: F) -> F:
     """Every ConvertOptions field as a command-line option (--dim comes with validation's)."""
-    for field in reversed(list(user_fields())):
+    for field in reversed(list(cli_fields())):
         if field.metadata["kind"] != "dims":
             f = _click_option(field)(f)
     return f

@@ -108,6 +108,8 @@ class ConvertOptions:
         "choice",
         choices=tuple(TARGETS),
     )
+    #: exact names of nodes kept FP32 (the API's typed pin set; ``--auto`` passes its pins here)
+    pinned_nodes: frozenset[str] = field(default=frozenset(), metadata={"kind": "api"})
     exclude_patterns: tuple[NamePattern, ...] = field(
         default=(), compare=False, repr=False, metadata={"derived": True}
     )
@@ -131,6 +133,8 @@ class ConvertOptions:
                 value = value.value
             elif isinstance(value, tuple):
                 value = [list(v) if isinstance(v, tuple) else v for v in value]
+            elif isinstance(value, frozenset):
+                value = sorted(value)
             data[f.name] = value
         return json.dumps(data, sort_keys=True)
 
@@ -142,6 +146,11 @@ def user_fields() -> Iterator[Any]:
 
 def option_names() -> tuple[str, ...]:
     return tuple(f.name for f in user_fields())
+
+
+def cli_fields() -> Iterator[Any]:
+    """The fields the command line shows (API-only ones such as ``pinned_nodes`` left out)."""
+    return (f for f in user_fields() if f.metadata.get("kind") != "api")
 
 
 def _file_digest(path: Path) -> str:
@@ -192,6 +201,7 @@ def make_options(**kwargs: Any) -> ConvertOptions:
         op_lists=op_lists,
         dims=_dims(kwargs.get("dims", ())),
         target=_target(kwargs.get("target", "ort-cuda")),
+        pinned_nodes=frozenset(_strings("pinned_nodes", kwargs.get("pinned_nodes", ()))),
         exclude_patterns=tuple(patterns),
     )
 

@@ -16,7 +16,8 @@ explicitly; no step reads another step's object, and every graph edit happens in
    11. rewrite         passes/rewrite.py       -> RewriteResult
    12. cleanup         passes/cleanup.py       -> CleanupResult
    13. verify          passes/verify.py        -> Verified (or VerificationError: never written)
-   14. report          report.py               -> ConversionReport
+   14. report          report.py               -> ConversionReport (and the ValueMap, built from
+                                                   the records of steps 5, 6, 11 and 12)
 
 Each step logs its result (and classify/assign each node's decision) at DEBUG (`amp-convert -v`).
 """
@@ -57,6 +58,8 @@ from amp_convert.reasons import render
 from amp_convert.report import ConversionReport, NodeDecision
 from amp_convert.targets import KernelTable, load_target, uncovered_nodes
 from amp_convert.traffic import ShapeBook, cast_notes, measure_original, model_traffic
+from amp_convert.value_map import METADATA_KEY, Snapshot, ValueMap, ValueRecord
+from amp_convert.value_map import build as build_value_map
 
 log = logging.getLogger(__name__)
 STAMP_KEY = "amp_convert"
@@ -76,6 +79,7 @@ def run(model: ir.Model, options: ConvertOptions) -> ConversionReport:
     table = load_target(options.target) if options.target != "none" else None
     low, keep_io = options.low_dtype, options.keep_io_types
 
+    snapshot = Snapshot.take(model)  # the original's values and nodes: the value map's keys
     prepared = _step(1, "prepare", prepare, model)
     strict_error, inferred = _step(2, "analyse", analyse, model)
     report.warnings.extend(schema.unknown_warnings(model))
@@ -93,7 +97,7 @@ def run(model: ir.Model, options: ConvertOptions) -> ConversionReport:
         11, "rewrite", rewrite, model, plan, prepared.names,
         cast_optional_params=options.cast_optional_params,
     )  # fmt: skip
-    _step(12, "cleanup", cleanup, model)
+    cleaned = _step(12, "cleanup", cleanup, model)
     _step(13, "verify", _verify, model, strict_error)
 
     if prepared.promoted:
@@ -108,6 +112,8 @@ def run(model: ir.Model, options: ConvertOptions) -> ConversionReport:
             "check verified the result"
         )
     report.nodes = decisions(model, plan, rewritten)
+    records = (*folded.values, *rewritten.values, *cleaned.values)
+    report.value_map = _value_map(snapshot, records, model, plan, rewritten)
     report.tensors.extend((*plan.tensor_notes, *rewritten.saturated))
     report.initializers_converted = rewritten.initializers_converted
     report.initializers_kept = rewritten.initializers_kept
@@ -124,6 +130,7 @@ def run(model: ir.Model, options: ConvertOptions) -> ConversionReport:
     report.traffic_dims = dict(shapes.dims)
     report.traffic_estimated = shapes.estimated
     model.metadata_props[STAMP_KEY] = options.stamp()
+    model.metadata_props[METADATA_KEY] = report.value_map.to_metadata()
     return report
 
 
@@ -216,6 +223,24 @@ def decisions(model: ir.Model, plan: PrecisionPlan, rewritten: RewriteResult) ->
             )
         )
     return out
+
+
+def _value_map(
+    snapshot: Snapshot,
+    records: tuple[ValueRecord, ...],
+    model: ir.Model,
+    plan: PrecisionPlan,
+    rewritten: RewriteResult,
+) -> ValueMap:
+    """Where each original value and node went, from the records the steps returned."""
+
+    def precision(node: ir.Node) -> Precision | None:
+        placement = plan.placement(rewritten.replaced.get(node, node))
+        if placement is None or placement.op_class == NodeClass.NONE:
+            return None
+        return placement.precision
+
+    return build_value_map(snapshot, records, model, precision)
 
 
 def _describe_target(report: ConversionReport, model: ir.Model, table: KernelTable | None) -> None:

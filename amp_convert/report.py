@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field
 from typing import ClassVar
 
 from amp_convert.report_base import Report
+from amp_convert.value_map import ValueMap
 
 SCHEMA_VERSION = 1
 
@@ -86,6 +87,8 @@ class ConversionReport(Report):
     #: graph rewrites for the target or for precision: hand-written norms folded or given FP32
     #: statistics, spatial ReduceMeans run as GlobalAveragePool (node, action, into, detail)
     rewrites: list[FoldNote] = field(default_factory=list)
+    #: where each original value and node went (see value_map.py)
+    value_map: ValueMap = field(default_factory=ValueMap)
 
     @property
     def casts_inserted(self) -> int:
@@ -111,6 +114,7 @@ class ConversionReport(Report):
 
     def to_dict(self) -> dict:
         data = self.versioned(asdict(self))
+        data["value_map"] = self.value_map.to_dict()
         data["casts_inserted"] = self.casts_inserted
         data["nodes_low"] = self.nodes_low
         data["nodes_fp32"] = self.nodes_fp32

@@ -13,9 +13,11 @@ import pytest
 from click.testing import CliRunner
 
 import amp_convert
+from amp_convert import convert
 from amp_convert.auto import auto_convert
-from amp_convert.auto.graph import name_nodes, pin_patterns
+from amp_convert.auto.graph import name_nodes
 from amp_convert.cli import cli
+from amp_convert.precision import Precision
 from models import overflow as ov
 from models.big import write_big_model
 from models.blocks import loop_rnn
@@ -284,6 +286,7 @@ def test_large_weights_reach_ort_memory_mapped(tmp_path, monkeypatch) -> None:
     """No in-memory copy of the weights: the reference uses the model's own data file, the
     candidate is written to a temporary one, and ORT maps both without prepacked copies."""
     from amp_convert.auto import search as search_module
+    from amp_convert.auto import sessions as sessions_module
     from amp_convert.auto import staging
 
     info = write_big_model(tmp_path / "big.onnx", target_bytes=12_000_000, width=256)
@@ -295,6 +298,7 @@ def test_large_weights_reach_ort_memory_mapped(tmp_path, monkeypatch) -> None:
         return staged[-1]
 
     monkeypatch.setattr(search_module, "stage", spy)
+    monkeypatch.setattr(sessions_module, "stage", spy)
     options: list[tuple[str, bool]] = []
     real = ort.InferenceSession
 
@@ -316,7 +320,7 @@ def test_large_weights_reach_ort_memory_mapped(tmp_path, monkeypatch) -> None:
     assert options == [("1", False), ("1", True)]  # no prepacking; arena for the candidate only
 
 
-def test_unnamed_nodes_get_unique_names_and_exact_patterns() -> None:
+def test_unnamed_nodes_get_unique_names_and_pins_are_exact_names() -> None:
     import onnx_ir as ir
 
     model, _ = ov.mlp_ok()
@@ -326,7 +330,12 @@ def test_unnamed_nodes_get_unique_names_and_exact_patterns() -> None:
     assert name_nodes(work) == 2
     names = [n.name for n in work.graph]
     assert len(set(names)) == len(names) and all(names)
-    assert pin_patterns(["a.b[1]"]) == [r"^a\.b\[1\]$"]
+    # pins are a typed set of exact names: "a.b" pins that node, not "aXb" (no regex)
+    pinned = names[0]
+    _, conv = convert(work, level="O3", pinned_nodes=frozenset({pinned}), return_report=True)
+    assert conv.value_map.precision(pinned) == Precision.FP32
+    assert all(conv.value_map.precision(n) == Precision.LOW for n in names[1:]
+               if conv.value_map.precision(n) is not None)
 
 
 def test_cli_auto_writes_model_report_and_html(tmp_path) -> None:

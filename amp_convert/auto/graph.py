@@ -10,7 +10,6 @@ itself pins every node of its bodies.
 from __future__ import annotations
 
 import contextlib
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -47,11 +46,6 @@ def name_nodes(model: ir.Model) -> int:
         taken.add(name)
         changed += 1
     return changed
-
-
-def pin_patterns(names: Iterable[str]) -> list[str]:
-    """exclude_nodes patterns that pin exactly these names (the one place this is chosen)."""
-    return [f"^{re.escape(n)}$" for n in sorted(set(names))]
 
 
 def _captured(graph: onnx.GraphProto) -> set[str]:

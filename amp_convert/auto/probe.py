@@ -23,6 +23,7 @@ from amp_convert.validation.runtime import (
     make_session,
     to_ortvalue,
 )
+from amp_convert.value_map import ValueMap
 
 #: default bytes of activations fetched (and held) at once, per model
 DEFAULT_BUDGET = 512 << 20
@@ -42,15 +43,31 @@ def expose(proto: onnx.ModelProto, values: Sequence[str], elem_types: Mapping[st
 
 @dataclass
 class Probe:
-    """A session over a model with intermediates exposed; ``fetch`` returns named values."""
+    """A session over a model with intermediates exposed; ``fetch`` returns named values.
+
+    Values are asked for by their *reference* names; ``aliases`` (from the value map) gives the
+    name of the value that carries each in this model. A reference value nothing carries (folded,
+    removed) is simply not returned.
+    """
 
     runner: Runner
-    #: exposed values this model really has (others are absent from the candidate)
+    #: exposed values this model really has, by its own names
     available: set[str] = field(default_factory=set)
+    #: reference name -> this model's name of the value that carries it (identity when absent)
+    aliases: Mapping[str, str] | None = None
+
+    def own_name(self, name: str) -> str | None:
+        """This model's name for reference value ``name``, or None when it has no carrier."""
+        own = name if self.aliases is None else self.aliases.get(name)
+        return own if own is not None and own in self.available else None
 
     def fetch(self, feeds: Mapping[str, np.ndarray], names: Sequence[str]) -> dict[str, Any]:
-        """One run that returns ``names`` (those available) as numpy arrays on the host."""
-        names = [n for n in names if n in self.available]
+        """One run that returns ``names`` (those carried here) as numpy arrays on the host."""
+        asked = {n: own for n in names if (own := self.own_name(n)) is not None}
+        got = self._fetch(feeds, list(dict.fromkeys(asked.values())))
+        return {n: got[own] for n, own in asked.items()}
+
+    def _fetch(self, feeds: Mapping[str, np.ndarray], names: Sequence[str]) -> dict[str, Any]:
         if not names:
             return {}
         runner = self.runner
@@ -84,13 +101,39 @@ def open_probe(
     device: str,
     disable_optimizations: bool,
     configure: Callable[[Any], None] | None = None,
+    aliases: Mapping[str, str] | None = None,
 ) -> Probe:
-    """Open a session on ``model`` (``src``'s graph, or a rewritten copy of it)."""
+    """Open a session on ``model`` (``src``'s graph, or a rewritten copy of it); ``aliases``:
+    reference name -> ``model``'s name of each value to fetch (see ``Probe``)."""
     runner = make_session(
         src, role, device=device, disable_optimizations=disable_optimizations,
         model_override=model, configure=configure,
     )  # fmt: skip
-    return Probe(runner, {n for n, _ in runner.outputs})
+    return Probe(runner, {n for n, _ in runner.outputs}, aliases)
+
+
+def produced_names(proto: onnx.ModelProto) -> set[str]:
+    """Values of the main graph a session can return: node outputs and graph inputs/outputs."""
+    graph = proto.graph
+    names = {o for node in graph.node for o in node.output if o}
+    names.update(i.name for i in graph.input)
+    names.update(o.name for o in graph.output)
+    return names
+
+
+def carrier_aliases(
+    value_map: ValueMap, names: Sequence[str], proto: onnx.ModelProto
+) -> dict[str, str]:
+    """Reference name -> candidate name for each of ``names`` that a value of ``proto``'s main
+    graph carries (a graph output by the Cast that gives it its interface type)."""
+    present = produced_names(proto)
+    out: dict[str, str] = {}
+    for name in names:
+        fate = value_map.fate(name)
+        own = fate.via_cast or fate.carrier
+        if own is not None and own in present:
+            out[name] = own
+    return out
 
 
 def plan_batches(

@@ -33,14 +33,22 @@ class PinnedNode:
 
 @dataclass
 class TracePoint:
-    """One main-graph node along the graph (topological order), for the error plot."""
+    """One node along the graph (topological order; a body node right after its If/Loop/Scan).
+
+    ``precision``: "low", "fp32", "fp32 (pinned)", "folded", "removed" or "n/a". Errors are None
+    where the value was not compared (folded away, or inside a body: measured at its outputs).
+    """
 
     node: str
     op_type: str
-    max_abs: float
+    max_abs: float | None
     first_error: float | None
     final_error: float | None
     precision: str
+    #: "folded": the node that absorbed it
+    folded_into: str = ""
+    #: a body node: the main-graph control-flow node it sits in
+    inside: str = ""
 
 
 @dataclass

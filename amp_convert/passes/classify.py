@@ -298,6 +298,8 @@ def _refine_deny(node: ir.Node, info: ClassInfo, has_stash: bool, target: str) -
 
 def _list_class(node: ir.Node, ctx: _Context) -> tuple[NodeClass, Reason, bool]:
     """The node's class from the lists, its reason, and whether the user decided it."""
+    if node.name and node.name in ctx.options.pinned_nodes:
+        return FIXED, Reason(K.USER, "pinned_nodes", "pinned FP32 by the caller"), True
     for pattern in ctx.options.exclude_patterns:
         if node.name and pattern.search(node.name):
             return FIXED, Reason(K.USER, "user", f"--exclude-nodes {pattern.pattern}"), True

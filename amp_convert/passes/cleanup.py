@@ -15,6 +15,7 @@ import onnx_ir as ir
 
 from amp_convert import domains
 from amp_convert.dtypes import FLOAT, LOW_TYPES
+from amp_convert.value_map import Carried, ValueRecord
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +27,8 @@ class CleanupResult:
     rewired: int = 0  # casts that now read the low value behind a widening cast
     bypassed: int = 0  # identity casts whose readers now read the input
     removed: int = 0  # casts without readers, removed
+    #: each bypassed or removed Cast's output is carried by its input (for the value map)
+    values: tuple[ValueRecord, ...] = ()
 
     @property
     def modified(self) -> bool:
@@ -48,6 +51,7 @@ def count_casts(model: ir.Model) -> int:
 def cleanup(model: ir.Model) -> CleanupResult:
     """Fold and remove redundant Cast nodes (ours and the model's own), in place."""
     rewired = bypassed = 0
+    records: list[ValueRecord] = []
     for node in list(model.graph.all_nodes()):
         if not is_cast(node) or node.inputs[0] is None:
             continue
@@ -66,13 +70,15 @@ def cleanup(model: ir.Model) -> CleanupResult:
         out = node.outputs[0]
         if source.dtype == _target(node) and not out.is_graph_output() and out.uses():
             out.replace_all_uses_with(source)
+            records.append(Carried(out, source, "Cast to its own type dropped"))
             bypassed += 1
-    result = CleanupResult(rewired, bypassed, _remove_dead_casts(model))
+    removed = _remove_dead_casts(model, records)
+    result = CleanupResult(rewired, bypassed, removed, tuple(records))
     log.debug("cleanup: %s", result)
     return result
 
 
-def _remove_dead_casts(model: ir.Model) -> int:
+def _remove_dead_casts(model: ir.Model, records: list[ValueRecord]) -> int:
     removed = total = 0
     while True:
         removed = 0
@@ -80,6 +86,9 @@ def _remove_dead_casts(model: ir.Model) -> int:
             out = node.outputs[0] if node.outputs else None
             if is_cast(node) and out is not None and not out.uses() and not out.is_graph_output():
                 assert node.graph is not None
+                if node.inputs[0] is not None:
+                    why = f"Cast {node.name!r} without readers dropped"
+                    records.append(Carried(out, node.inputs[0], why))
                 node.graph.remove(node, safe=True)
                 removed += 1
         total += removed

@@ -35,6 +35,7 @@ from amp_convert.dtypes import FLOAT, FP16_MAX, FP16_MIN_NORMAL
 from amp_convert.onnx_checks import call_on_stripped
 from amp_convert.precision import UniqueNames, constant_tensor
 from amp_convert.report import FoldNote
+from amp_convert.value_map import Carried, Folded, NodeCarried, NodeFolded, ValueRecord
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +64,8 @@ class FoldResult:
     """One record per inference BatchNormalization: folded, decomposed or kept (and why)."""
 
     records: tuple[FoldNote, ...] = ()
+    #: what became of each value and node a fold touched (for the value map)
+    values: tuple[ValueRecord, ...] = ()
 
     @property
     def modified(self) -> bool:
@@ -97,7 +100,7 @@ def fold_batch_norm(
         log.debug("fold BatchNormalization %s: %s %s %s", name, record.action, record.into,
                   record.detail)  # fmt: skip
         records.append(record)
-    return FoldResult(tuple(records))
+    return FoldResult(tuple(records), tuple(folder.values))
 
 
 class FoldBatchNormPass(ir.passes.InPlacePass):
@@ -135,6 +138,7 @@ class _Folder:
         self._model = model
         self._value_types = value_types
         self._names = names
+        self.values: list[ValueRecord] = []
 
     def rewrite(self, bn: ir.Node, name: str, opset: int) -> FoldNote:
         _check_inference(bn, opset)
@@ -298,6 +302,9 @@ class _Folder:
         graph = producer.graph
         assert graph is not None
         base = producer.name or name
+        why = f"BatchNormalization {name!r} folded into {op} {producer.name!r}"
+        self.values.append(Folded(producer.outputs[0], producer.name or "", why))
+        self.values.append(NodeFolded(bn, producer.name or "", why))
         self._set_constant(producer, 1, w32, f"{base}/weight_bn_folded")
         if op == "MatMul":
             b_value = self._initializer(graph, f"{base}/bias_bn_folded", b32)
@@ -315,7 +322,7 @@ class _Folder:
             if op == "Gemm":
                 producer.attributes["beta"] = ir.AttrFloat32("beta", 1.0)
             result = producer.outputs[0]
-        self._replace_bn(bn, result)
+        self._replace_bn(bn, result, why)
         bias_how = "added by a new Add" if op == "MatMul" else "(b - mean)*s + B"
         detail = f"W*s on {axis}, bias {bias_how}; s = scale/sqrt(var+eps) in float64"
         return FoldNote(name, "folded", producer.name or "", detail)
@@ -345,7 +352,9 @@ class _Folder:
         graph.insert_after(bn, [mul, add])
         mul_out.dtype = FLOAT
         mul_out.shape = bn.outputs[0].shape
-        self._replace_bn(bn, add_out)
+        why = f"BatchNormalization {name!r} decomposed into Mul + Add"
+        self.values.append(NodeCarried(bn, add, why))
+        self._replace_bn(bn, add_out, why)
         shape = "x".join(str(d) for d in s32.shape)
         detail = f"Mul + Add with float64 constants of shape [{shape}] ({why_not})"
         return FoldNote(name, "decomposed", "", detail)
@@ -374,16 +383,28 @@ class _Folder:
         ):
             old.const_value = ir.Tensor(array, name=old.name)
             old.shape = ir.Shape(array.shape)
+            why = f"BatchNormalization folded into {node.op_type} {node.name!r}"
+            self.values.append(Folded(old, node.name or "", why))
             return
         graph = node.graph
         assert graph is not None
-        node.replace_input_with(index, self._initializer(graph, base, array))
+        new = self._initializer(graph, base, array)
+        node.replace_input_with(index, new)
         if old is not None:
+            if not old.uses() and not old.is_graph_output():
+                why = f"BatchNormalization folded into {node.op_type} {node.name!r}"
+                self.values.append(Folded(old, new.name or "", why))
             _drop_if_dead(old)
 
-    def _replace_bn(self, bn: ir.Node, result: ir.Value) -> None:
+    def _replace_bn(self, bn: ir.Node, result: ir.Value, why: str) -> None:
         """Readers of the BN's output read ``result``; the BN and its dead constants go."""
         old = bn.outputs[0]
+        self.values.append(Carried(old, result, why))
+        producer = result.producer()
+        into = (producer.name or "") if producer is not None else ""
+        for value in bn.inputs[1:]:
+            if value is not None and len(value.uses()) == 1 and not value.is_graph_output():
+                self.values.append(Folded(value, into, why))
         if result.dtype is None:
             result.dtype = old.dtype if old.dtype is not None else FLOAT
         if result.shape is None and old.shape is not None:

@@ -40,6 +40,7 @@ from amp_convert.passes.plan import Classes
 from amp_convert.precision import FLOAT, UniqueNames, constant_tensor
 from amp_convert.reasons import Reason, ReasonKind
 from amp_convert.report import FoldNote
+from amp_convert.value_map import Carried, Folded, NodeCarried, NodeFolded, ValueRecord
 
 #: fused op and the opset it appears at, per norm kind
 FUSED = {"layer": ("LayerNormalization", 17), "rms": ("RMSNormalization", 23)}
@@ -134,6 +135,8 @@ class NormsResult:
     notes: tuple[FoldNote, ...] = ()
     misses: tuple[NoMatch, ...] = ()
     pinned: Mapping[ir.Node, str] = field(default_factory=dict, repr=False)
+    #: the norms' values and nodes merged into the fused op (for the value map)
+    values: tuple[ValueRecord, ...] = field(default=(), compare=False, repr=False)
 
     @property
     def modified(self) -> bool:
@@ -172,7 +175,9 @@ def rewrite_hand_norms(
             reason = f"statistics of a hand-written {kind} (from {first}): FP32 like stash_type=1"
             pinned.update((node, reason) for node in match.stats)
             notes.append(FoldNote(first, f"hand-written {kind}", "statistics FP32", ""))
-    return NormsResult(tuple(notes), tuple(misses), types.MappingProxyType(pinned))
+    return NormsResult(
+        tuple(notes), tuple(misses), types.MappingProxyType(pinned), tuple(folder.values)
+    )
 
 
 def pin_norm_statistics(classes: Classes, norms: NormsResult, level: Level) -> Classes:
@@ -199,6 +204,22 @@ class _Folder:
         self.names = names
         self.inferred = inferred
         self.target = target
+        self.values: list[ValueRecord] = []
+
+    def _record(self, match: NormMatch, fused: ir.Node, out: ir.Value) -> None:
+        """The norm's output is carried by ``out``; its other values and nodes are in ``fused``."""
+        why = f"hand-written norm run as {fused.op_type} {fused.name!r}"
+        into = fused.name or ""
+        last = match.output.producer()
+        self.values.append(Carried(match.output, out, why))
+        for node in match.nodes:
+            if node is last:
+                self.values.append(NodeCarried(node, fused, why))
+            else:
+                self.values.append(NodeFolded(node, into, why))
+            for value in node.outputs:
+                if value is not match.output:
+                    self.values.append(Folded(value, into, why))
 
     def fold(self, graph: ir.Graph, match: NormMatch, opset: int) -> str:
         """Replace `match` by a fused op; the op's name, or "" when it cannot be folded."""
@@ -231,6 +252,7 @@ class _Folder:
                         ir.AttrInt64("stash_type", 1)],
         )  # fmt: skip
         old = match.nodes
+        self._record(match, fused, out)
         ir.convenience.replace_nodes_and_values(
             graph, match.output.producer() or old[-1], old, [fused], [match.output], [out]
         )
@@ -267,6 +289,7 @@ class _Folder:
         back = ir.Node("", "Reshape", [norm.outputs[0], shape.outputs[0]], outputs=[out],
                        name=take(f"{base}/Reshape_back"))  # fmt: skip
         old = match.nodes
+        self._record(match, norm, out)
         ir.convenience.replace_nodes_and_values(
             graph, match.output.producer() or old[-1], old, [shape, rows, norm, back],
             [match.output], [out],

@@ -30,6 +30,7 @@ from amp_convert.precision import (
 )
 from amp_convert.report import TensorNote
 from amp_convert.tensors import to_low
+from amp_convert.value_map import BehindCast, Carried, NodeCarried, ValueRecord
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +51,8 @@ class RewriteResult:
     replaced: Mapping[ir.Node, ir.Node] = field(default_factory=lambda: types.MappingProxyType({}))
     #: mask fills stored saturated in the low type (only those actually stored low)
     saturated: tuple[TensorNote, ...] = ()
+    #: graph outputs now behind a Cast, Clips now Min/Max: for the value map
+    values: tuple[ValueRecord, ...] = ()
 
     @property
     def modified(self) -> bool:
@@ -84,6 +87,7 @@ class _Rewriter:
         )  # fmt: skip
         self.replaced: dict[ir.Node, ir.Node] = {}
         self.saturated: dict[str, TensorNote] = {}
+        self.values: list[ValueRecord] = []
 
     def run(self, model: ir.Model) -> RewriteResult:
         self.opset = domains.opset_version(model.opset_imports)
@@ -102,6 +106,7 @@ class _Rewriter:
             **self.counts,
             replaced=types.MappingProxyType(self.replaced),
             saturated=tuple(self.saturated.values()),
+            **self.counts, replaced=types.MappingProxyType(self.replaced), values=tuple(self.values)
         )
         log.debug("rewrite: %s", result)
         return result
@@ -154,6 +159,9 @@ class _Rewriter:
         origin = self.replaced.pop(clip, clip)
         for new in nodes:
             self.replaced[new] = origin
+        why = f"low Clip {clip.name!r} rewritten as {'/'.join(n.op_type for n in nodes)}"
+        self.values.append(NodeCarried(clip, nodes[-1], why))
+        self.values.append(Carried(clip.outputs[0], nodes[-1].outputs[0], why))
         ir.convenience.replace_nodes_and_values(
             graph, clip, [clip], nodes, [clip.outputs[0]], [nodes[-1].outputs[0]]
         )
@@ -209,6 +217,7 @@ class _Rewriter:
             original = value.name or ""
             value.name = self.names.take(f"{original}_{SUFFIX[self._dtype(home)]}")
             cast.name = original
+            self.values.append(BehindCast(value, cast))
             for i, out in enumerate(graph.outputs):
                 if out is value:
                     graph.outputs[i] = cast

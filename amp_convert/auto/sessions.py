@@ -1,0 +1,232 @@
+"""The search's two ORT sessions: the FP32 reference (values cached) and one candidate at a time.
+
+The reference exposes its float intermediates by their own names; the candidate exposes, for
+each of them, the value that carries it in the converted graph (the converter's value map), so a
+value folded away or renamed is never asked for by a name the candidate does not have.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+import onnx
+import onnx_ir as ir
+
+from amp_convert.auto.cache import ValueCache
+from amp_convert.auto.graph import FLOAT, GraphFacts, graph_facts
+from amp_convert.auto.localise import ValueStats
+from amp_convert.auto.probe import Probe, carrier_aliases, expose, open_probe, plan_batches
+from amp_convert.auto.staging import Staged, lean_options, stage
+from amp_convert.errors import ValidationError
+from amp_convert.validation.emulate import build_emulated_model
+from amp_convert.validation.inputs import InputSpec, load_inputs, random_inputs
+from amp_convert.validation.metrics import OutputResult, Thresholds, compare_output
+from amp_convert.value_map import ValueMap
+
+Sample = dict[str, np.ndarray]
+
+
+class Sessions:
+    """Reference and candidate probes, the samples, the reference cache and the counters."""
+
+    def __init__(self, ref_staged: Staged, *, provider: str, budget: int) -> None:
+        self.ref_staged = ref_staged
+        self.ref_proto = ref_staged.proto
+        self.provider = provider
+        self.device = "cuda" if provider == "cuda" else "cpu"
+        self.budget = budget
+        self.sessions = 0
+        self.runs = 0
+        self.cand_staged: Staged | None = None
+        self.ref: Probe | None = None
+        self.cand: Probe | None = None
+        self.cache: ValueCache | None = None
+        self.samples: list[Sample] = []
+        self.batches: list[list[str]] = []
+
+    def close(self) -> None:
+        for probe in (self.cand, self.ref):
+            if probe is not None:
+                probe.close()
+        for staged in (self.cand_staged, self.ref_staged):
+            if staged is not None:
+                staged.close()
+        if self.cache is not None:
+            self.cache.close()
+
+    # -- reference ------------------------------------------------------------------------------
+    def open_reference(self, inputs: Any, dims: Mapping[str, int] | None, seed: int) -> GraphFacts:
+        """Open the reference session, read the samples, and plan the batches; the facts."""
+        facts0 = graph_facts(self.ref_proto, {})
+        exposed = onnx.ModelProto()
+        exposed.CopyFrom(self.ref_proto)  # weight-free (or small): see staging
+        expose(exposed, facts0.float_values, {v: FLOAT for v in facts0.float_values})
+        expose(exposed, facts0.control_inputs, facts0.types)  # for the body localisation
+        self.ref = open_probe(
+            self.ref_staged.source, exposed, "reference", device=self.device,
+            disable_optimizations=self.provider == "emulate",
+            configure=lean_options(self.ref_staged.mapped),
+        )  # fmt: skip
+        del exposed
+        self.sessions += 1
+        specs = [InputSpec(n, t, s) for n, (t, s) in self.ref.runner.inputs.items()]
+        self.samples = self._read_samples(inputs, specs, dims, seed)
+        facts = graph_facts(self.ref_proto, self.samples[0])
+        facts.types.update({k: v for k, v in facts0.types.items() if k not in facts.types})
+        values = [*facts.float_values, *facts.control_inputs]
+        self.sizes = {v: facts.estimated_bytes(v) for v in values}
+        self.batches = plan_batches(values, self.sizes, self.budget, first=facts.graph_outputs)
+        return facts
+
+    def _read_samples(self, inputs: Any, specs, dims, seed) -> list[Sample]:
+        if inputs is None:
+            return [random_inputs(specs, self.ref_proto, dims=dims, seed=seed).arrays]
+        items = inputs if isinstance(inputs, list | tuple) else [inputs]
+        if not items:
+            raise ValidationError("inputs: an empty list (give at least one sample)")
+        return [load_inputs(item, specs).arrays for item in items]
+
+    def reference_pass(self) -> dict[str, float]:
+        """One FP32 pass over every batch: the max |value| per value (and the cache filled)."""
+        assert self.ref is not None
+        total = sum(self.sizes.values())
+        self.cache = ValueCache.plan(len(self.samples), total * len(self.samples), self.budget)
+        ref_max: dict[str, float] = {}
+        for s, feeds in enumerate(self.samples):
+            for batch in self.batches:
+                got = self.ref.fetch(feeds, batch)
+                self.runs += 1
+                for name, arr in got.items():
+                    if arr is not None and self.cache is not None:
+                        self.cache.put(s, name, arr)
+                    if arr is None or not is_float(arr):
+                        continue
+                    fin = np.isfinite(arr)
+                    peak = float(np.abs(arr[fin]).max()) if fin.any() else 0.0
+                    ref_max[name] = max(ref_max.get(name, 0.0), peak)
+                del got
+        if self.cache is not None:  # every reference value is held: free its weights now
+            self.ref.close()
+            self.ref = None
+            self.ref_staged.close()
+        return ref_max
+
+    def ref_batch(self, s: int, batch: Sequence[str]) -> dict[str, np.ndarray]:
+        if self.cache is not None:
+            return self.cache.get(s, batch)
+        assert self.ref is not None
+        self.runs += 1
+        return self.ref.fetch(self.samples[s], batch)
+
+    def ref_values(self, names: Sequence[str]) -> list[dict[str, np.ndarray]]:
+        """Per sample, the reference values ``names`` (graph inputs from the feeds)."""
+        out = []
+        for s, feeds in enumerate(self.samples):
+            inner = [n for n in names if n not in feeds]
+            got = self.ref_batch(s, inner) if inner else {}
+            got.update({n: feeds[n] for n in names if n in feeds})
+            out.append(got)
+        return out
+
+    # -- candidate ------------------------------------------------------------------------------
+    def open_candidate(
+        self, cand: ir.Model, value_map: ValueMap, values: Sequence[str]
+    ) -> list[Sample]:
+        """Open the candidate's session (closing the previous one); its per-sample feeds."""
+        if self.cand is not None:  # one candidate session at a time, its files with it
+            self.cand.close()
+            self.cand = None
+        if self.cand_staged is not None:
+            self.cand_staged.close()
+        self.cand_staged = staged = stage(cand, "<candidate>")
+        aliases = carrier_aliases(value_map, values, staged.proto)
+        own = list(dict.fromkeys(aliases.values()))
+        if self.provider == "emulate":
+            emulated = build_emulated_model(staged.proto)
+            model = emulated.model
+            expose(model, own, {v: FLOAT for v in own})  # the emulated copy computes in FP32
+            low_inputs = dict(emulated.low_inputs)
+        else:
+            model = onnx.ModelProto()
+            model.CopyFrom(staged.proto)
+            expose(model, own, graph_facts(staged.proto, {}).types)
+            low_inputs = {}
+        small = self.cache is not None and self.cache.mode == "memory"
+        self.cand = open_probe(
+            staged.source, model, "candidate", device=self.device,
+            disable_optimizations=self.provider == "emulate",
+            configure=lean_options(staged.mapped, arena=small), aliases=aliases,
+        )  # fmt: skip
+        self.sessions += 1
+        return [_rounded_inputs(s, low_inputs) for s in self.samples]
+
+    def cand_values(
+        self, cand_feeds: Sequence[Sample], names: Sequence[str]
+    ) -> list[dict[str, np.ndarray]]:
+        """Per sample, the candidate's values for reference values ``names``."""
+        assert self.cand is not None
+        out = []
+        for cfeeds in cand_feeds:
+            inner = [n for n in names if n not in cfeeds]
+            got = self.cand.fetch(cfeeds, inner) if inner else {}
+            self.runs += 1 if inner else 0
+            got.update({n: cfeeds[n] for n in names if n in cfeeds})
+            out.append(got)
+        return out
+
+    def compare(
+        self, cand_feeds: Sequence[Sample], outputs: Sequence[str], limits: Thresholds
+    ) -> tuple[dict[str, ValueStats], list[OutputResult]]:
+        """Every carried value's error, and each graph output judged (worst sample)."""
+        assert self.cand is not None
+        stats: dict[str, ValueStats] = {}
+        per_output: dict[str, list[OutputResult]] = {o: [] for o in outputs}
+        for s, cfeeds in enumerate(cand_feeds):
+            for name, arr in self.samples[s].items():
+                if arr.dtype == np.float32:
+                    stats.setdefault(name, ValueStats()).add(arr, cfeeds[name])
+            for batch in self.batches:
+                ref = self.ref_batch(s, batch)
+                cand = self.cand.fetch(cfeeds, batch)
+                self.runs += 1
+                for name in batch:
+                    r = ref.get(name)
+                    if name in per_output:
+                        per_output[name].append(
+                            compare_output(name, r, cand.get(name), limits.for_output(name))
+                        )
+                    if r is not None and is_float(r) and name in cand:
+                        stats.setdefault(name, ValueStats()).add(r, cand[name])
+        return stats, [worst(results) for results in per_output.values()]
+
+
+def _rounded_inputs(feeds: Sample, low_inputs: Mapping[str, str]) -> Sample:
+    if not low_inputs:
+        return feeds
+    out = dict(feeds)
+    for name, low in low_inputs.items():
+        if name in out:
+            np_low = np.float16 if low == "float16" else ml_dtypes.bfloat16
+            out[name] = out[name].astype(np_low).astype(np.float32)
+    return out
+
+
+def is_float(arr: Any) -> bool:
+    return isinstance(arr, np.ndarray) and (arr.dtype.kind == "f" or arr.dtype.name == "bfloat16")
+
+
+def worst(results: list[OutputResult]) -> OutputResult:
+    """The sample that fails (or comes closest to failing) stands for the output."""
+    import math
+
+    failing = [r for r in results if not r.passed]
+    pool = failing or results
+
+    def key(r: OutputResult) -> tuple:
+        cos = r.cosine if r.cosine is not None and math.isfinite(r.cosine) else -2.0
+        return (cos, -(r.max_abs or 0.0))
+
+    return min(pool, key=key)
