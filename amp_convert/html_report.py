@@ -1,10 +1,13 @@
-"""One self-contained HTML page for a conversion: error along the graph, pinned nodes, precision.
+"""One self-contained HTML page for a conversion: error along the graph, precision, what was kept.
 
-No network, no CDN, no script: inline CSS and SVG only, so the file opens anywhere and can be
-attached to a CI run. Used by ``amp-convert MODEL --auto --html`` and ``amp-convert validate
---html``. Sections: verdict and outputs; per-node output error in topological order (first
-candidate vs final, original vs converted), with the nodes kept FP32 marked and a precision strip;
-precision by op type; nodes kept FP32 and why; sizes and the memory-traffic estimate.
+No network, no CDN, no external file: inline CSS and SVG, plus one small inline script that sorts
+the node table (the page reads the same without it), so the file opens anywhere and can be
+attached to a CI run. This module only renders a ``Page``; ``auto/page.py`` builds one from an
+``--auto`` search and ``auto/trace.py`` from ``validate --html``. Sections: verdict and outputs;
+per-node output error in topological order (body nodes of If/Loop/Scan right after their node),
+the worst nodes labelled, a precision strip and a legend; precision by op type; nodes kept FP32
+and why (``--auto`` only); values folded or removed by the conversion; sizes and traffic; every
+node in a sortable table.
 """
 
 from __future__ import annotations
@@ -13,16 +16,27 @@ import html
 import math
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import asdict, dataclass, field, is_dataclass
 from typing import Any
 
 from amp_convert import safe_write
-from amp_convert.auto.report import AutoReport, PinnedNode, TracePoint
+from amp_convert.auto.report import PinnedNode, TracePoint
 from amp_convert.validation.metrics import OutputResult
+from amp_convert.value_map import ValueFate
 
 _LOG_MIN, _LOG_MAX = -8.0, 1.0
-_COLORS = {"low": "#2e9d5b", "fp32": "#c0392b", "fp32 (pinned)": "#c0392b", "n/a": "#b8b8b8"}
+#: worst nodes named on the chart
+LABELLED = 5
+# Okabe-Ito colours (distinguishable with colour-blindness), one meaning each
+FIRST, FINAL, PIN, INF = "#E69F00", "#0072B2", "#CC79A7", "#D55E00"
+STRIP = {
+    "low": ("#009E73", "low precision"),
+    "fp32": ("#7f6a4a", "FP32"),
+    "fp32 (pinned)": (PIN, "FP32, kept by the search"),
+    "folded": ("#56B4E9", "folded into another node"),
+    "removed": ("#e0e0e0", "removed"),
+    "n/a": ("#bdbdbd", "no float data path"),
+}
 
 
 @dataclass
@@ -42,81 +56,15 @@ class Page:
     series: tuple[str, str] = ("first candidate", "final")
     searched: bool = True  # an --auto page (validate pages have no search)
     warnings: Sequence[str] = ()
+    #: what the reader must know about how values were matched (e.g. no value map)
+    notes: Sequence[str] = ()
+    #: original values the conversion folded or removed (from the value map)
+    folded: Sequence[ValueFate] = ()
 
 
 def write(page: Page, path: str | os.PathLike) -> None:
     """Write ``page`` to ``path`` (UTF-8), atomically through the output registry's writer."""
     safe_write.write_bytes(path, render(page).encode("utf-8"))
-
-
-def auto_page(report: AutoReport, title: str = "amp-convert --auto") -> Page:
-    """The page for an AutoReport."""
-    conv = report.conversion
-    by_op: dict[str, list[int]] = {}
-    if conv is not None:
-        for n in conv.nodes:
-            if n.precision in ("low", "fp32"):
-                by_op.setdefault(n.op_type, [0, 0])[0 if n.precision == "low" else 1] += 1
-    facts = [
-        ("start level", f"{report.level}, {report.dtype.upper()}"),
-        ("provider", report.provider),
-        ("thresholds", _thresholds(report.thresholds)),
-        ("samples", str(report.samples)),
-        ("ONNX Runtime sessions", str(report.sessions)),
-        ("runs", str(report.runs)),
-        ("candidates", str(report.rounds)),
-        ("time", f"{report.seconds:.2f} s"),
-        ("float nodes low", f"{report.low_nodes} / {report.float_nodes} "
-                            f"({report.low_node_percent:.1f}%)"),
-        ("kept FP32 by the search", str(len(report.pinned))),
-    ]  # fmt: skip
-    sizes = [
-        ("float weights (FP32 bytes)", _bytes(report.float_weight_bytes)),
-        ("of which stored low", f"{report.low_weight_percent:.1f}%"),
-        (
-            "weights after",
-            _bytes(
-                report.float_weight_bytes - report.low_weight_bytes + report.low_weight_bytes // 2
-            ),
-        ),
-    ]
-    if conv is not None and conv.size_before:
-        sizes.append(("file size", f"{_bytes(conv.size_before)} → {_bytes(conv.size_after)}"))
-    return Page(
-        title=title,
-        verdict="thresholds met" if report.passed else "thresholds NOT met",
-        passed=report.passed,
-        facts=facts,
-        outputs=report.outputs,
-        trace=report.trace,
-        pinned=report.pinned,
-        by_op={k: (v[0], v[1]) for k, v in by_op.items()},
-        sizes=sizes,
-        traffic=getattr(conv, "traffic", None),
-        warnings=report.warnings,
-    )
-
-
-def write_validation_html(
-    original: str | Path, converted: str | Path, path: str | os.PathLike, **values: Any
-) -> None:
-    """``validate --html``: per-node trace of ``converted`` vs ``original`` (two more sessions)."""
-    from amp_convert.auto.trace import validation_page
-    from amp_convert.validation.command import thresholds_from_options
-
-    files = values.get("inputs") or ()
-    if isinstance(files, str | Path):
-        files = (files,)
-    page = validation_page(
-        original,
-        converted,
-        provider=values.get("provider") or "auto",
-        inputs=files[0] if files else None,
-        dims=values.get("dim") or None,
-        seed=values.get("seed") or 0,
-        thresholds=thresholds_from_options(values),
-    )
-    write(page, path)
 
 
 # -- rendering ---------------------------------------------------------------------------------
@@ -130,28 +78,42 @@ def render(page: Page) -> str:
         _table(["", ""], [[e(k), e(v)] for k, v in page.facts], cls="facts"),
     ]
     parts += [f"<p class='warn'>warning: {e(w)}</p>" for w in page.warnings]
+    parts += [f"<p class='note'>note: {e(n)}</p>" for n in page.notes]
     parts.append("<h2>Outputs</h2>")
     parts.append(_outputs(page.outputs))
     parts.append("<h2>Error along the graph</h2>")
-    parts.append(
-        "<p class='note'>Per node (main graph, topological order): the error of its output, "
-        "converted vs original FP32, as max(relative L2, max error / max |ref|), log scale. "
-        "Red ticks: nodes kept FP32 by the search. The strip below shows each node's precision "
-        "(green low, red FP32, grey no float path). Hover for names.</p>"
-    )
+    parts.append(f"<p class='note'>{_chart_note(page)}</p>")
     parts.append(_chart(page))
+    parts.append(_worst_table(page))
     parts.append("<h2>Precision by op type</h2>")
-    parts.append(_by_op(page.by_op))
+    parts.append(_by_op(page.by_op, page.searched))
     if page.searched:
         parts.append("<h2>Nodes kept FP32 by the search</h2>")
         parts.append(_pinned(page.pinned))
+    parts.append("<h2>Values folded or removed by the conversion</h2>")
+    parts.append(_folded(page.folded, page.notes))
     parts.append("<h2>Size and memory traffic</h2>")
     parts.append(_table(["", ""], [[e(k), e(v)] for k, v in page.sizes], cls="facts"))
     parts.append(_traffic(page.traffic))
-    parts.append("<details><summary>Every node</summary>")
+    parts.append("<h2>Every node</h2>")
     parts.append(_nodes(page.trace, page.series))
-    parts.append("</details></body></html>")
+    parts.append(f"<script>{_SORT_JS}</script></body></html>")
     return "\n".join(parts)
+
+
+def _chart_note(page: Page) -> str:
+    where = (
+        "its precision in the candidate the search kept"
+        if page.searched
+        else "its precision as read from the converted model itself"
+    )
+    return (
+        "Per node in topological order (nodes inside If/Loop/Scan bodies right after their node): "
+        "the error of its output, converted vs original FP32, as max(relative L2, max error / "
+        f"max |ref|), log scale; the {LABELLED} worst are named. The strip below shows {where}. "
+        "A value the conversion folded into another node has no error of its own (its work is "
+        "in that node's output). Hover a point for its name and numbers."
+    )
 
 
 def _table(head: Sequence[str], rows: Sequence[Sequence[str]], cls: str = "") -> str:
@@ -166,7 +128,7 @@ def _outputs(outputs: Sequence[OutputResult]) -> str:
         status = "<span class='ok'>pass</span>" if o.passed else "<span class='bad'>FAIL</span>"
         rows.append(
             [
-                html.escape(o.name), status, _num(o.cosine, 6), _num(o.max_abs), _num(o.max_rel),
+                html.escape(o.name), status, num(o.cosine), num(o.max_abs), num(o.max_rel),
                 str(o.nonfinite), html.escape("; ".join(o.failures)),
             ]
         )  # fmt: skip
@@ -184,18 +146,34 @@ def _y(err: float | None, top: float, height: float) -> float | None:
     return top + (1 - (v - _LOG_MIN) / (_LOG_MAX - _LOG_MIN)) * height
 
 
+def _error(t: TracePoint) -> float | None:
+    """The error that ranks a node: the final candidate's, else the first's."""
+    return t.final_error if t.final_error is not None else t.first_error
+
+
+def worst_nodes(trace: Sequence[TracePoint], n: int = LABELLED) -> list[TracePoint]:
+    """The ``n`` nodes with the largest error (NaN/Inf first)."""
+    scored = [t for t in trace if _error(t) is not None]
+
+    def key(t: TracePoint) -> float:
+        err = _error(t)
+        return math.inf if err is None or not math.isfinite(err) else err
+
+    return sorted(scored, key=key, reverse=True)[:n]
+
+
 def _chart(page: Page) -> str:
     trace = list(page.trace)
     if not trace:
         return "<p class='note'>No per-node values (nothing was probed).</p>"
-    w, h, left, top, plot_h = 1100, 330, 60, 15, 240
+    w, top, plot_h, left = 1100, 30, 240, 60
     n = len(trace)
     step = (w - left - 15) / max(n - 1, 1)
 
     def x(i: int) -> float:
         return left + i * step
 
-    out = [f"<svg viewBox='0 0 {w} {h}' width='100%' role='img' class='chart'>"]
+    out = [f"<svg viewBox='0 0 {w} {top + plot_h + 110}' width='100%' role='img' class='chart'>"]
     for k in range(int(_LOG_MIN), int(_LOG_MAX) + 1):
         yy = _y(10.0**k, top, plot_h)
         out.append(f"<line x1='{left}' x2='{w - 10}' y1='{yy:.1f}' y2='{yy:.1f}' class='grid'/>")
@@ -205,55 +183,122 @@ def _chart(page: Page) -> str:
         if t.node in pinned:
             out.append(
                 f"<line x1='{x(i):.1f}' x2='{x(i):.1f}' y1='{top}' y2='{top + plot_h}' "
-                f"class='pin'><title>kept FP32: {html.escape(t.node)}</title></line>"
+                f"class='pin'><title>kept FP32 by the search: {html.escape(t.node)}</title></line>"
             )
+    same = all(t.first_error == t.final_error for t in trace)
     for attr, cls, label in (("first_error", "first", page.series[0]),
                              ("final_error", "final", page.series[1])):  # fmt: skip
-        if not label:
-            continue
-        pts = [(x(i), _y(getattr(t, attr), top, plot_h)) for i, t in enumerate(trace)]
-        pts = [(a, b) for a, b in pts if b is not None]
-        if not pts:
-            continue
-        path = " ".join(f"{a:.1f},{b:.1f}" for a, b in pts)
-        out.append(f"<polyline points='{path}' class='{cls}'><title>{label}</title></polyline>")
-        for i, t in enumerate(trace):
-            err = getattr(t, attr)
-            yy = _y(err, top, plot_h)
-            if yy is None:
-                continue
-            bad = err is not None and not math.isfinite(err)
-            out.append(
-                f"<circle cx='{x(i):.1f}' cy='{yy:.1f}' r='{3.5 if bad else 2}' "
-                f"class='{'inf' if bad else cls}'><title>{html.escape(t.node)} "
-                f"[{html.escape(t.op_type)}] {label}: {_num(err)}; max |x| {_num(t.max_abs)}"
-                f"</title></circle>"
-            )
+        if label:
+            out.extend(_series(trace, attr, cls, label, x, top, plot_h))
+    out.extend(_labels(trace, x, top, plot_h, w))
     strip_y = top + plot_h + 12
     for i, t in enumerate(trace):
-        color = _COLORS.get(t.precision, "#b8b8b8")
+        color = STRIP.get(t.precision, STRIP["n/a"])[0]
         x0 = max(left, x(i) - step / 2)
         x1 = min(w - 10, x(i) + step / 2)
+        where = f" (in {t.inside})" if t.inside else ""
+        into = f" into {t.folded_into}" if t.folded_into else ""
         out.append(
-            f"<rect x='{x0:.1f}' y='{strip_y}' width='{max(x1 - x0, 1):.1f}' "
-            f"height='14' fill='{color}'><title>{html.escape(t.node)}: {t.precision}</title>"
-            "</rect>"
+            f"<rect x='{x0:.1f}' y='{strip_y}' width='{max(x1 - x0, 1):.1f}' height='14' "
+            f"fill='{color}' class='strip'><title>{html.escape(t.node)}{html.escape(where)}: "
+            f"{html.escape(t.precision + into)}</title></rect>"
         )
-    ly = strip_y + 38
-    legend = [
-        ("first", page.series[0]), ("final", page.series[1]), ("pin", "kept FP32"),
-        ("inf", "new NaN/Inf"),
-    ]  # fmt: skip
-    lx = left
-    for cls, label in [(c, lab) for c, lab in legend if lab]:
-        out.append(f"<rect x='{lx}' y='{ly - 9}' width='14' height='10' class='key {cls}'/>")
-        out.append(f"<text x='{lx + 20}' y='{ly}' class='axis left'>{html.escape(label)}</text>")
-        lx += 40 + 8 * len(label)
-    out.append(f"<text x='{w - 10}' y='{ly}' class='axis'>{n} nodes, inputs → outputs</text></svg>")
+    out.append(_legend(page, trace, strip_y + 34, left, same))
+    out.append(
+        f"<text x='{w - 10}' y='{strip_y + 96}' class='axis'>{n} nodes, inputs → outputs</text>"
+    )
+    out.append("</svg>")
     return "".join(out)
 
 
-def _by_op(by_op: Mapping[str, tuple[int, int]]) -> str:
+def _series(trace, attr, cls, label, x, top, plot_h) -> list[str]:
+    out = []
+    pts = [(x(i), _y(getattr(t, attr), top, plot_h)) for i, t in enumerate(trace)]
+    pts = [(a, b) for a, b in pts if b is not None]
+    if not pts:
+        return out
+    path = " ".join(f"{a:.1f},{b:.1f}" for a, b in pts)
+    out.append(f"<polyline points='{path}' class='{cls}'><title>{label}</title></polyline>")
+    for i, t in enumerate(trace):
+        err = getattr(t, attr)
+        yy = _y(err, top, plot_h)
+        if yy is None:
+            continue
+        bad = err is not None and not math.isfinite(err)
+        out.append(
+            f"<circle cx='{x(i):.1f}' cy='{yy:.1f}' r='{4.5 if bad else 2.2}' "
+            f"class='{'inf' if bad else cls}'><title>{html.escape(t.node)} "
+            f"[{html.escape(t.op_type)}] {label}: {num(err)}; max |x| {num(t.max_abs)}"
+            f"</title></circle>"
+        )
+    return out
+
+
+def _labels(trace, x, top, plot_h, w) -> list[str]:
+    """Names of the worst nodes next to their points (numbered as in the worst-nodes table)."""
+    index = {id(t): i for i, t in enumerate(trace)}
+    out = []
+    for rank, t in enumerate(worst_nodes(trace), 1):
+        i = index[id(t)]
+        yy = _y(_error(t), top, plot_h)
+        if yy is None:
+            continue
+        name = t.node if len(t.node) <= 32 else "…" + t.node[-31:]
+        anchor = "end" if x(i) > w * 0.6 else "start"
+        dx = -6 if anchor == "end" else 6
+        ly = max(top - 8 + 11 * (rank - 1) * (yy <= top + 1), yy - 6)
+        out.append(
+            f"<text x='{x(i) + dx:.1f}' y='{ly:.1f}' class='label' text-anchor='{anchor}'>"
+            f"{rank}. {html.escape(name)}</text>"
+        )
+    return out
+
+
+def _legend(page: Page, trace: Sequence[TracePoint], y: float, left: float, same: bool) -> str:
+    items: list[tuple[str, str]] = []
+    if page.series[0]:
+        first = page.series[0] + (" (= final: one candidate)" if same else "")
+        items.append((f"<rect width='16' height='4' y='-6' fill='{FIRST}'/>", first))
+    if page.series[1]:
+        items.append((f"<rect width='16' height='2' y='-5' fill='{FINAL}'/>", page.series[1]))
+    if page.searched:
+        items.append(
+            (f"<line x1='8' x2='8' y1='-11' y2='3' stroke='{PIN}' stroke-width='2' "
+             "stroke-dasharray='3 2'/>", "kept FP32 by the search")
+        )  # fmt: skip
+    items.append((f"<circle cx='8' cy='-4' r='4.5' fill='{INF}'/>", "new NaN/Inf (top edge)"))
+    shown = {t.precision for t in trace}
+    strip = [(k, v) for k, v in STRIP.items() if k in shown]
+    out, lx, row = [], left, 0
+    for mark, label in items + [
+        (f"<rect width='14' height='10' y='-9' fill='{c}'/>", f"strip: {text}")
+        for _, (c, text) in strip
+    ]:
+        width = 30 + 6.6 * len(label)
+        if lx + width > 1090:
+            lx, row = left, row + 1
+        out.append(
+            f"<g transform='translate({lx:.0f},{y + 18 * row:.0f})' class='key'>{mark}"
+            f"<text x='22' y='0' class='axis left'>{html.escape(label)}</text></g>"
+        )
+        lx += width
+    return "".join(out)
+
+
+def _worst_table(page: Page) -> str:
+    worst = worst_nodes(page.trace)
+    if not worst:
+        return ""
+    rows = [
+        [str(rank), html.escape(t.node), html.escape(t.op_type), html.escape(t.precision),
+         num(_error(t)), num(t.max_abs)]
+        for rank, t in enumerate(worst, 1)
+    ]  # fmt: skip
+    head = ["#", "worst nodes", "op", "precision", "error", "max |x| (FP32)"]
+    return _table(head, rows, cls="grid worst")
+
+
+def _by_op(by_op: Mapping[str, tuple[int, int]], searched: bool) -> str:
     if not by_op:
         return "<p class='note'>No node decisions available.</p>"
     rows = []
@@ -264,7 +309,9 @@ def _by_op(by_op: Mapping[str, tuple[int, int]]) -> str:
             f"<span class='fp32bar' style='width:{100 * hi / top:.1f}%'></span></div>"
         )
         rows.append([html.escape(op), str(lo), str(hi), bar])
-    return _table(["op type", "low", "FP32", ""], rows, cls="grid ops")
+    source = "the candidate" if searched else "the converted model's own types"
+    note = f"<p class='note'>Float nodes per op type, from {source}.</p>"
+    return note + _table(["op type", "low", "FP32", ""], rows, cls="grid ops")
 
 
 def _pinned(pinned: Sequence[PinnedNode]) -> str:
@@ -272,13 +319,26 @@ def _pinned(pinned: Sequence[PinnedNode]) -> str:
         return "<p class='note'>None: every float node the level allows is in low precision.</p>"
     rows = [
         [
-            html.escape(p.name), html.escape(p.op_type), p.reason,
+            html.escape(p.name), html.escape(p.op_type), html.escape(p.reason),
             "range guard" if p.round == 0 else f"after candidate {p.round}",
             html.escape(p.evidence) + (f" (+{p.body_nodes} body nodes)" if p.body_nodes else ""),
         ]
         for p in pinned
     ]  # fmt: skip
     return _table(["node", "op", "why", "when", "evidence"], rows, cls="grid")
+
+
+def _folded(folded: Sequence[ValueFate], notes: Sequence[str]) -> str:
+    if not folded:
+        if notes:
+            return "<p class='note'>Unknown: the converted model carries no value map.</p>"
+        return "<p class='note'>None: every value of the original is carried by the result.</p>"
+    rows = [
+        [html.escape(v.name), f"<span class='fate {v.fate.value}'>{v.fate.value}</span>",
+         html.escape(v.into), html.escape(v.why)]
+        for v in folded
+    ]  # fmt: skip
+    return _table(["original value", "fate", "into", "why"], rows, cls="grid folded")
 
 
 def _traffic(traffic: Any) -> str:
@@ -288,9 +348,7 @@ def _traffic(traffic: Any) -> str:
             "ConversionReport carries no <code>traffic</code> figures in this build).</p>"
         )
     data = traffic.to_dict() if hasattr(traffic, "to_dict") else traffic
-    if hasattr(data, "__dataclass_fields__"):
-        from dataclasses import asdict
-
+    if is_dataclass(data) and not isinstance(data, type):
         data = asdict(data)
     if isinstance(data, Mapping) and data:
         base = data.get("original")
@@ -300,7 +358,8 @@ def _traffic(traffic: Any) -> str:
                 f" ({v / base:.2f}x the original)" if base and isinstance(v, int | float) else ""
             )
             label = {"original": "original FP32", "result": "this model", "all_low": "all low"}
-            rows.append([html.escape(label.get(str(k), str(k))), html.escape(_bytes(v) + share)])
+            text = bytes_text(v) + share
+            rows.append([html.escape(label.get(str(k), str(k))), html.escape(text)])
         return "<h3>Memory traffic per inference (bytes read and written, estimated)</h3>" + _table(
             ["", ""], rows, cls="facts"
         )
@@ -308,42 +367,87 @@ def _traffic(traffic: Any) -> str:
 
 
 def _nodes(trace: Sequence[TracePoint], series: tuple[str, str]) -> str:
-    rows = [
-        [str(i), html.escape(t.node), html.escape(t.op_type), t.precision, _num(t.max_abs),
-         _num(t.first_error), _num(t.final_error)]
-        for i, t in enumerate(trace)
-    ]  # fmt: skip
-    head = ["#", "node", "op", "precision", "max |x| (FP32)", *(s or "–" for s in series)]
-    return _table(head, rows, cls="grid")
+    """Every node, sortable by any column (click a heading; numbers sort by value)."""
+    head = ["#", "node", "op", "in body of", "precision", "max |x| (FP32)",
+            *(s or "–" for s in series)]  # fmt: skip
+    rows = []
+    for i, t in enumerate(trace):
+        precision = t.precision + (f" into {t.folded_into}" if t.folded_into else "")
+        cells = [
+            (str(i), i), (html.escape(t.node), None), (html.escape(t.op_type), None),
+            (html.escape(t.inside), None), (html.escape(precision), None),
+            (num(t.max_abs), t.max_abs), (num(t.first_error), t.first_error),
+            (num(t.final_error), t.final_error),
+        ]  # fmt: skip
+        rows.append(
+            "<tr>"
+            + "".join(
+                f"<td data-v='{_sort_key(v)}'>{c}</td>" if v is not None else f"<td>{c}</td>"
+                for c, v in cells
+            )
+            + "</tr>"
+        )
+    ths = "".join(f"<th title='click to sort'>{h}</th>" for h in head)
+    return f"<table class='grid sortable'><thead><tr>{ths}</tr></thead><tbody>{''.join(rows)}" \
+        "</tbody></table>"
 
 
-def _num(v: float | None, digits: int = 3) -> str:
+def _sort_key(v: float) -> str:
+    if isinstance(v, float) and math.isnan(v):
+        return "1e309"
+    return repr(float(v)) if math.isfinite(v) else ("1e308" if v > 0 else "-1e308")
+
+
+def num(v: float | None, digits: int = 4) -> str:
+    """``v`` with the fewest significant digits (at least ``digits``) that keep it honest: a
+    value that is not 1 (or 0) never prints as 1 (or 0), so 0.9999999 against a 0.9999999x
+    threshold shows why it failed."""
     if v is None:
         return "–"
     if isinstance(v, float) and math.isnan(v):
         return "NaN"
     if isinstance(v, float) and math.isinf(v):
-        return "Inf"
-    return f"{v:.{digits}g}" if digits != 6 else f"{v:.6f}"
+        return "Inf" if v > 0 else "-Inf"
+    if isinstance(v, int):
+        return str(v)
+    for d in range(digits, 18):
+        text = f"{v:.{d}g}"
+        back = float(text)
+        if back == v or (abs(back - v) <= 5e-4 * abs(v) and back not in (0.0, 1.0, -1.0)):
+            return text
+    return repr(v)
 
 
-def _fmt(v: Any) -> str:
-    if isinstance(v, int) and abs(v) >= 10_000:
-        return _bytes(v)
-    return str(v)
-
-
-def _bytes(n: float) -> str:
+def bytes_text(n: float) -> str:
+    """A byte count in the unit that suits it (e.g. '1.20 MB')."""
     for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
         if abs(n) >= scale:
             return f"{n / scale:.2f} {unit}"
     return f"{int(n)} B"
 
 
-def _thresholds(t: Mapping[str, Any]) -> str:
-    parts = [f"{k} {v:g}" for k, v in t.items() if k != "per_output" and v is not None]
+def thresholds_text(t: Mapping[str, Any]) -> str:
+    parts = [f"{k} {num(v)}" for k, v in t.items() if k != "per_output" and v is not None]
     return ", ".join(parts) or "none (report only)"
 
+
+_SORT_JS = """
+document.querySelectorAll('table.sortable th').forEach(function(th, col){
+  th.addEventListener('click', function(){
+    var body = th.closest('table').tBodies[0];
+    var rows = Array.prototype.slice.call(body.rows);
+    var down = th.dataset.dir !== 'up'; th.dataset.dir = down ? 'up' : 'down';
+    rows.sort(function(a, b){
+      var x = a.cells[col], y = b.cells[col];
+      var u = x.dataset.v, v = y.dataset.v, r;
+      if (u !== undefined && v !== undefined) { r = parseFloat(u) - parseFloat(v); }
+      else { r = x.textContent.localeCompare(y.textContent); }
+      return down ? -r : r;
+    });
+    rows.forEach(function(r){ body.appendChild(r); });
+  });
+});
+"""
 
 _CSS = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px auto;
@@ -356,17 +460,19 @@ span.ok{color:#1e6b3c;font-weight:600}span.bad{color:#9b2a1f;font-weight:600}
 table{border-collapse:collapse;margin:6px 0}td,th{padding:3px 10px;text-align:left;
 vertical-align:top}
 table.grid td,table.grid th{border-bottom:1px solid #eee}table.grid th{background:#f6f6f6}
+table.sortable th{cursor:pointer}table.sortable th:hover{background:#e8eef6}
 table.facts td:first-child{color:#666}
 .note{color:#555;font-size:13px}.warn{color:#9b2a1f}
+span.fate.folded{color:#1d6fa5;font-weight:600}span.fate.removed{color:#777}
 svg.chart{background:#fcfcfc;border:1px solid #e4e4e4}
 svg .grid{stroke:#eee}svg .axis{font-size:11px;fill:#666;text-anchor:end}
-svg .axis.left{text-anchor:start}
-svg polyline{fill:none;stroke-width:1.3}svg polyline.first{stroke:#e69f00}
-svg polyline.final{stroke:#0072b2}svg circle.first{fill:#e69f00}svg circle.final{fill:#0072b2}
-svg circle.inf{fill:#d62728}svg line.pin{stroke:#d62728;stroke-width:1.5;stroke-dasharray:3 2}
-svg rect.key.first{fill:#e69f00}svg rect.key.final{fill:#0072b2}svg rect.key.pin{fill:#d62728}
-svg rect.key.inf{fill:#d62728}
+svg .axis.left{text-anchor:start}svg .label{font-size:10.5px;fill:#222}
+svg polyline{fill:none}
+svg polyline.first{stroke:#E69F00;stroke-width:4;stroke-opacity:.55}
+svg polyline.final{stroke:#0072B2;stroke-width:1.4}
+svg circle.first{fill:#E69F00}svg circle.final{fill:#0072B2}
+svg circle.inf{fill:#D55E00;stroke:#fff;stroke-width:1}
+svg line.pin{stroke:#CC79A7;stroke-width:1.6;stroke-dasharray:3 2}
 .bar{width:420px;height:12px;background:#f1f1f1;display:flex}
-.lowbar{background:#2e9d5b;height:12px}.fp32bar{background:#c0392b;height:12px}
-details{margin-top:20px}summary{cursor:pointer;font-weight:600}
+.lowbar{background:#009E73;height:12px}.fp32bar{background:#7f6a4a;height:12px}
 """

@@ -14,6 +14,7 @@ from click.testing import CliRunner
 import amp_convert
 from amp_convert import html_report
 from amp_convert.auto import auto_convert
+from amp_convert.auto.page import auto_page
 from amp_convert.cli import cli
 from models import overflow as ov
 
@@ -22,7 +23,7 @@ def _page(tmp_path):
     model, _ = ov.hand_variance()
     _, report = auto_convert(model, inputs=ov.calibration(model, "offset"))
     path = tmp_path / "auto.html"
-    html_report.write(html_report.auto_page(report), path)
+    html_report.write(auto_page(report), path)
     return report, path.read_text()
 
 
@@ -48,7 +49,7 @@ def test_traffic_section_reads_what_the_report_has(tmp_path) -> None:
     model, _ = ov.mlp_ok()
     _, report = auto_convert(model, inputs=ov.calibration(model))
     report.conversion.traffic = {"original": 1_000_000, "result": 500_000}
-    text = html_report.render(html_report.auto_page(report))
+    text = html_report.render(auto_page(report))
     assert "Memory traffic per inference" in text and "500.00 KB (0.50x the original)" in text
 
 

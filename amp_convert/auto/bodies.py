@@ -27,7 +27,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from amp_convert import domains
-from amp_convert.auto.graph import _bodies, _captured
+from amp_convert.auto.graph import body_graphs, captured_names
 from amp_convert.auto.localise import LOW_NP, Blame, relative_error
 from amp_convert.auto.ranges import LIMITS
 
@@ -162,7 +162,7 @@ class BodyJudge:
         self, key: str, body: onnx.GraphProto, feeds: Mapping[str, Any], env: Mapping[str, Any]
     ) -> dict[str, Any]:
         """Every value of one execution of ``body`` (FP32 reference semantics)."""
-        outer = {v: _get(env, v) for v in sorted(_captured(body) - set(feeds))}
+        outer = {v: _get(env, v) for v in sorted(captured_names(body) - set(feeds))}
         all_feeds = {**feeds, **outer}
         if key not in self._evaluators:
             from onnx.reference import ReferenceEvaluator
@@ -197,8 +197,8 @@ class BodyJudge:
             if not outs:
                 continue
             names = [v for v in n.input if v]
-            for sub in _bodies(n):
-                names.extend(sorted(_captured(sub) - set(names)))
+            for sub in body_graphs(n):
+                names.extend(sorted(captured_names(sub) - set(names)))
             missing = [v for v in names if v not in values]
             if missing:
                 raise CannotJudge(f"value {missing[0]!r} of {n.name} was not recorded")

@@ -12,7 +12,8 @@ from typing import Any
 
 import click
 
-from amp_convert import io, output_rules
+from amp_convert import html_report, io, output_rules
+from amp_convert.auto.page import auto_page
 from amp_convert.auto.search import auto_convert
 from amp_convert.errors import OptionError
 from amp_convert.validation.command import thresholds_from_options
@@ -68,9 +69,7 @@ def run_auto(
         if plan.get("report") is not None:
             report.to_json(plan["report"])
         if plan.get("HTML report") is not None:
-            from amp_convert import html_report
-
-            page = html_report.auto_page(report, f"amp-convert --auto: {Path(model).name}")
+            page = auto_page(report, f"amp-convert --auto: {Path(model).name}")
             html_report.write(page, plan["HTML report"])
         if report.passed or force_write:
             # an input with external data gives an output with external data (never one

@@ -48,7 +48,7 @@ def name_nodes(model: ir.Model) -> int:
     return changed
 
 
-def _captured(graph: onnx.GraphProto) -> set[str]:
+def captured_names(graph: onnx.GraphProto) -> set[str]:
     """Names a (sub)graph and its nested bodies read from enclosing scopes."""
     used: set[str] = set()
     defined = {i.name for i in graph.input} | {t.name for t in graph.initializer}
@@ -56,13 +56,13 @@ def _captured(graph: onnx.GraphProto) -> set[str]:
         used.update(n for n in node.input if n)
         for a in node.attribute:
             for sub in [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs):
-                used |= _captured(sub)
+                used |= captured_names(sub)
         defined.update(o for o in node.output if o)
     used.update(o.name for o in graph.output)
     return used - defined
 
 
-def _bodies(node: onnx.NodeProto) -> list[onnx.GraphProto]:
+def body_graphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
     out: list[onnx.GraphProto] = []
     for a in node.attribute:
         if a.type == onnx.AttributeProto.GRAPH:
@@ -93,6 +93,7 @@ class InnerNode:
     parent: str
     order: int
     body_nodes: list[str] = field(default_factory=list)
+    outputs: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -189,9 +190,9 @@ def graph_facts(proto: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> Grap
     for i, node in enumerate(graph.node):
         inputs = [v for v in node.input if v]
         body: list[str] = []
-        subs = _bodies(node)
+        subs = body_graphs(node)
         for sub in subs:
-            inputs.extend(sorted(_captured(sub) - set(inputs)))
+            inputs.extend(sorted(captured_names(sub) - set(inputs)))
             body.extend(n.name for g in proto_walk.graphs(sub) for n in g.node)
         outs = [v for v in node.output if v]
         nodes.append(NodeFacts(node.name, node.op_type, i, inputs, outs, body))
@@ -201,13 +202,14 @@ def graph_facts(proto: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> Grap
     inner: dict[str, InnerNode] = {}
     for node in graph.node:
         k = 0
-        for sub in _bodies(node):
+        for sub in body_graphs(node):
             for g in proto_walk.graphs(sub):
                 for n in g.node:
                     nested = [
-                        m.name for b in _bodies(n) for h in proto_walk.graphs(b) for m in h.node
+                        m.name for b in body_graphs(n) for h in proto_walk.graphs(b) for m in h.node
                     ]
-                    inner[n.name] = InnerNode(n.name, n.op_type, node.name, k, nested)
+                    outs = [o for o in n.output if o]
+                    inner[n.name] = InnerNode(n.name, n.op_type, node.name, k, nested, outs)
                     k += 1
     facts = GraphFacts(
         nodes=nodes,

@@ -106,7 +106,7 @@ class _Rewriter:
             **self.counts,
             replaced=types.MappingProxyType(self.replaced),
             saturated=tuple(self.saturated.values()),
-            **self.counts, replaced=types.MappingProxyType(self.replaced), values=tuple(self.values)
+            values=tuple(self.values),
         )
         log.debug("rewrite: %s", result)
         return result

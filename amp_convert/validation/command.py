@@ -360,10 +360,15 @@ def validate_command(
         )  # fmt: skip
         html = plan.get("HTML report")
         if html is not None and code != 2:
-            from amp_convert.html_report import write_validation_html
+            # on use: the page's probes load --auto's machinery, which `validate` alone never needs
+            from amp_convert.auto.trace import write_validation_html
 
             try:
-                write_validation_html(original, converted, html, **values)
+                write_validation_html(
+                    original, converted, html, thresholds=thresholds_from_options(values),
+                    provider=values.get("provider"), inputs=values.get("inputs"),
+                    dims=values.get("dim"), seed=values.get("seed") or 0,
+                )  # fmt: skip
             except (AmpConvertError, OSError) as e:
                 click.echo(f"error: cannot write HTML report {html_path}: {e}", err=True)
                 code = 2

@@ -195,14 +195,14 @@ class OutputResult:
         d = asdict(self)
         d["status"] = self.status
         d["passed"] = self.passed
-        return {k: _json_number(v) for k, v in d.items()}
+        return {k: json_number(v) for k, v in d.items()}
 
 
-def _json_number(v: Any) -> Any:
+def json_number(v: Any) -> Any:
     if isinstance(v, float) and not math.isfinite(v):
         return "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf")
     if isinstance(v, dict):
-        return {k: _json_number(x) for k, x in v.items()}
+        return {k: json_number(x) for k, x in v.items()}
     return v
 
 
