@@ -175,7 +175,7 @@ def _chart(page: Page) -> str:
 
     out = [f"<svg viewBox='0 0 {w} {top + plot_h + 110}' width='100%' role='img' class='chart'>"]
     for k in range(int(_LOG_MIN), int(_LOG_MAX) + 1):
-        yy = _y(10.0**k, top, plot_h)
+        yy = _y(10.0**k, top, plot_h) or 0.0
         out.append(f"<line x1='{left}' x2='{w - 10}' y1='{yy:.1f}' y2='{yy:.1f}' class='grid'/>")
         out.append(f"<text x='{left - 6}' y='{yy + 4:.1f}' class='axis'>1e{k}</text>")
     pinned = {p.name for p in page.pinned}
@@ -212,7 +212,7 @@ def _chart(page: Page) -> str:
 
 
 def _series(trace, attr, cls, label, x, top, plot_h) -> list[str]:
-    out = []
+    out: list[str] = []
     pts = [(x(i), _y(getattr(t, attr), top, plot_h)) for i, t in enumerate(trace)]
     pts = [(a, b) for a, b in pts if b is not None]
     if not pts:
@@ -388,8 +388,10 @@ def _nodes(trace: Sequence[TracePoint], series: tuple[str, str]) -> str:
             + "</tr>"
         )
     ths = "".join(f"<th title='click to sort'>{h}</th>" for h in head)
-    return f"<table class='grid sortable'><thead><tr>{ths}</tr></thead><tbody>{''.join(rows)}" \
+    return (
+        f"<table class='grid sortable'><thead><tr>{ths}</tr></thead><tbody>{''.join(rows)}"
         "</tbody></table>"
+    )
 
 
 def _sort_key(v: float) -> str:

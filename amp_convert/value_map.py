@@ -224,9 +224,12 @@ class ValueMap:
                     values[name] = ValueFate(name, Fate.KEPT, name)
         nodes = {
             str(name): NodeFate(
-                str(name), d.get("op_type", ""), Fate(d["fate"]),
+                str(name),
+                d.get("op_type", ""),
+                Fate(d["fate"]),
                 Precision(d["precision"]) if d.get("precision") else None,
-                d.get("into", ""), d.get("why", ""),
+                d.get("into", ""),
+                d.get("why", ""),
             )  # fmt: skip
             for name, d in dict(data.get("nodes") or {}).items()
         }

@@ -1,4 +1,4 @@
-"""Issue 18's sweep: --auto and validate --html on every model, never exit 2 or 3 on one that converts.
+"""Issue 18's sweep: --auto and validate --html on every model; never exit 2/3 on one that converts.
 
 For each model (models/ builders, the exporter-shaped models of models/exporters.py, and every
 onnx backend model with graph inputs, fed its own test_data_set_0 inputs):
@@ -77,16 +77,31 @@ def run_one(src: Path, work: Path, inputs: Path | None) -> dict[str, object]:
     row: dict[str, object] = {"converts": plain.exit_code == 0}
     out, page, vpage = work / "auto.onnx", work / "auto.html", work / "validate.html"
     start = time.perf_counter()
-    res = runner.invoke(cli, [str(src), "-o", str(out), "--auto", "--provider", "emulate",
-                              "--min-cosine", "0.999", "--html", str(page), "-q", *extra])  # fmt: skip
+    args = [str(src), "-o", str(out), "--auto", "--provider", "emulate", "--min-cosine", "0.999",
+            "--html", str(page), "-q", *extra]  # fmt: skip
+    res = runner.invoke(cli, args)
     row.update(auto=res.exit_code, auto_s=time.perf_counter() - start,
                auto_page=page.exists(), auto_model=out.exists())  # fmt: skip
     tail = (res.output or "").strip().splitlines()
     row["reason"] = tail[-1][:140] if tail else repr(res.exception)[:140]
     candidate = out if out.exists() else work / "plain.onnx"
     if candidate.exists():
-        res = runner.invoke(cli, ["validate", str(src), str(candidate), "--provider", "emulate",
-                                  "--min-cosine", "0.999", "--html", str(vpage), "-q", *extra])
+        res = runner.invoke(
+            cli,
+            [
+                "validate",
+                str(src),
+                str(candidate),
+                "--provider",
+                "emulate",
+                "--min-cosine",
+                "0.999",
+                "--html",
+                str(vpage),
+                "-q",
+                *extra,
+            ],
+        )
         row.update(validate=res.exit_code, validate_page=vpage.exists())
         if res.exit_code not in (0, 1):
             tail = (res.output or "").strip().splitlines()
@@ -114,11 +129,14 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="amp-sweep-") as tmp:
         cases: list[tuple[str, str, Callable[[Path], tuple[Path, Path | None]]]] = []
         for group, name, build in builders():
+
             def make(d: Path, build=build) -> tuple[Path, Path | None]:
                 onnx.save(build(), d / "m.onnx")
                 return d / "m.onnx", None
+
             cases.append((group, name, make))
         for name, path, _ in backend_cases():
+
             def copy(d: Path, path=path) -> tuple[Path, Path | None]:
                 model = onnx.load(path)
                 onnx.save(model, d / "m.onnx")
@@ -126,6 +144,7 @@ def main(argv: list[str] | None = None) -> int:
                 if not [i for i in model.graph.input if i.name not in inits]:
                     raise LookupError("no graph inputs")
                 return d / "m.onnx", _inputs_npz(path, model, d / "inputs.npz")
+
             cases.append(("backend", name, copy))
         for i, (group, name, make) in enumerate(cases):
             if (args.only and group != args.only) or args.k not in name:
