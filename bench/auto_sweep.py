@@ -66,15 +66,29 @@ def _inputs_npz(model_path: Path, model: onnx.ModelProto, out: Path) -> Path | N
         tensor = onnx.TensorProto()
         tensor.ParseFromString(pb.read_bytes())
         arrays[vi.name] = numpy_helper.to_array(tensor)
+        if arrays[vi.name].dtype == object:  # strings: an .npz cannot hold them unpickled
+            return None
     np.savez(out, **arrays)
     return out
+
+
+def original_loads(src: Path) -> str:
+    """"" when ONNX Runtime (CPU) loads the original, else why not (then no verdict is possible:
+    both commands must say so with exit 2, as for any input the runtime cannot load)."""
+    import onnxruntime as ort
+
+    try:
+        ort.InferenceSession(str(src), providers=["CPUExecutionProvider"])
+    except Exception as e:  # noqa: BLE001 - any load failure is the answer
+        return str(e).strip().splitlines()[0][:100] if str(e).strip() else type(e).__name__
+    return ""
 
 
 def run_one(src: Path, work: Path, inputs: Path | None) -> dict[str, object]:
     runner = CliRunner()
     extra = ["--inputs", str(inputs)] if inputs is not None else []
     plain = runner.invoke(cli, [str(src), "-o", str(work / "plain.onnx"), "--level", "O3", "-q"])
-    row: dict[str, object] = {"converts": plain.exit_code == 0}
+    row: dict[str, object] = {"converts": plain.exit_code == 0, "loads": original_loads(src)}
     out, page, vpage = work / "auto.onnx", work / "auto.html", work / "validate.html"
     start = time.perf_counter()
     args = [str(src), "-o", str(out), "--auto", "--provider", "emulate", "--min-cosine", "0.999",
@@ -112,6 +126,9 @@ def run_one(src: Path, work: Path, inputs: Path | None) -> dict[str, object]:
 def verdict(row: dict[str, object]) -> str:
     if not row["converts"]:
         return "does not convert"
+    if row["loads"]:  # no verdict possible; the commands must refuse with exit 2
+        refused = row["auto"] == 2 and row.get("validate") == 2
+        return "original not in ORT" if refused else "BROKEN"
     auto_ok = (row["auto"] == 0 and row["auto_page"] and row["auto_model"]) or (
         row["auto"] == 1 and row["auto_page"]
     )
