@@ -25,6 +25,8 @@ def test_widening_round_trip_and_identity_fold_away() -> None:
     )
     result = cleanup(m)
     assert result == CleanupResult(rewired=1, bypassed=2, removed=3) and result.modified
+    carried = {(r.old.name, r.new.name) for r in result.values}  # for the value map
+    assert {("same", "x"), ("down", "x"), ("up", "x")} <= carried
     assert count_casts(m) == 0
     assert [v.name for v in node(m, "relu").inputs] == ["x"]
 

@@ -62,6 +62,7 @@ def run_auto(
             provider=provider,
             dims=dims or None,
             seed=validation.get("seed") or 0,
+            progress=not quiet,
             **options,
         )
         if not quiet:

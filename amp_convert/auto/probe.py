@@ -15,9 +15,9 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from amp_convert.errors import ValidationError
 from amp_convert.validation.runtime import (
     ModelSource,
+    RunError,
     Runner,
     from_ortvalue,
     make_session,
@@ -55,6 +55,7 @@ class Probe:
     available: set[str] = field(default_factory=set)
     #: reference name -> this model's name of the value that carries it (identity when absent)
     aliases: Mapping[str, str] | None = None
+    role: str = "model"
 
     def own_name(self, name: str) -> str | None:
         """This model's name for reference value ``name``, or None when it has no carrier."""
@@ -86,7 +87,7 @@ class Probe:
                 values = runner.session.run_with_ort_values(names, ovs)
         except Exception as e:
             msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise ValidationError(f"ONNX Runtime failed to run the model: {msg}") from None
+            raise RunError(self.role, msg) from None
         return {n: from_ortvalue(v) for n, v in zip(names, values, strict=True)}
 
     def close(self) -> None:
@@ -109,7 +110,7 @@ def open_probe(
         src, role, device=device, disable_optimizations=disable_optimizations,
         model_override=model, configure=configure,
     )  # fmt: skip
-    return Probe(runner, {n for n, _ in runner.outputs}, aliases)
+    return Probe(runner, {n for n, _ in runner.outputs}, aliases, role)
 
 
 def produced_names(proto: onnx.ModelProto) -> set[str]:

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import json
-import math
-import os
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
-from amp_convert import safe_write
 from amp_convert.report import ConversionReport
+from amp_convert.report_base import Report, json_ready
 from amp_convert.validation.metrics import OutputResult
 
 SCHEMA_VERSION = 1
@@ -52,8 +49,11 @@ class TracePoint:
 
 
 @dataclass
-class AutoReport:
-    """The result of auto_convert (serialisable with to_dict / to_json)."""
+class AutoReport(Report):
+    """The result of auto_convert (serialisable with to_dict / to_json, from Report)."""
+
+    SCHEMA_VERSION: ClassVar[int] = SCHEMA_VERSION
+    TOOL: ClassVar[str] = "amp-convert --auto"
 
     level: str
     dtype: str
@@ -91,13 +91,10 @@ class AutoReport:
         data = asdict(self)
         data["conversion"] = None if self.conversion is None else self.conversion.to_dict()
         data["outputs"] = [o.to_dict() for o in self.outputs]
-        data["schema_version"] = SCHEMA_VERSION
+        data = self.versioned(data)
         data["low_node_percent"] = round(self.low_node_percent, 2)
         data["low_weight_percent"] = round(self.low_weight_percent, 2)
-        return _finite(data)
-
-    def to_json(self, path: str | os.PathLike) -> None:
-        safe_write.write_bytes(path, (json.dumps(self.to_dict(), indent=2) + "\n").encode())
+        return json_ready(data)
 
     def summary(self) -> str:
         """A few lines for the terminal."""
@@ -134,11 +131,3 @@ def _thresholds(t: dict[str, Any]) -> str:
     return ", ".join(parts) or "none"
 
 
-def _finite(v: Any) -> Any:
-    if isinstance(v, float) and not math.isfinite(v):
-        return "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf")
-    if isinstance(v, dict):
-        return {k: _finite(x) for k, x in v.items()}
-    if isinstance(v, list):
-        return [_finite(x) for x in v]
-    return v

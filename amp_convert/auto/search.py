@@ -13,6 +13,7 @@ A model that meets the thresholds at the level comes back after two sessions.
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -36,7 +37,9 @@ from amp_convert.auto.staging import stage
 from amp_convert.errors import ValidationError
 from amp_convert.options import ConvertOptions, make_options
 from amp_convert.report import ConversionReport
+from amp_convert.validation.input_search import RANDOM_CALIBRATION_WARNING, fmt_dims
 from amp_convert.validation.metrics import OutputResult, Thresholds, check_names
+from amp_convert.validation.progress import PhaseLog
 from amp_convert.validation.runtime import cuda_available, import_ort
 
 DEFAULT_MIN_COSINE = 0.999
@@ -60,6 +63,7 @@ def auto_convert(
     dims: Mapping[str, int] | None = None,
     seed: int = 0,
     memory_budget: int = DEFAULT_BUDGET,
+    progress: bool = False,
     **options: Any,
 ) -> tuple[Any, AutoReport]:
     """Convert ``model`` at ``level`` keeping FP32 only the nodes the calibration data needs.
@@ -71,8 +75,10 @@ def auto_convert(
     Every output of every sample must pass. ``provider``: ``emulate`` (CPU, FP16/BF16 rounding
     reproduced) or ``cuda`` (``auto``: cuda when available). Other keywords are conversion
     options (``keep_io_types``, ``fp32_ops``, ``exclude_nodes``...). Unnamed nodes are given
-    unique names. Returns (model, AutoReport); ``report.passed`` says whether the thresholds
-    were met (the model is returned either way).
+    unique names. ``progress``: a line per phase and per round on stderr. Returns (model,
+    AutoReport); ``report.passed`` says whether the thresholds were met (the model is returned
+    either way). Both models are loaded once at ORT's default options in a child process first
+    (the result before the verdict): a crash there is a LoadCrashError, never a verdict.
     """
     start = time.perf_counter()
     if provider not in PROVIDERS:
@@ -99,8 +105,11 @@ def auto_convert(
         make_options(level=level, dtype=dtype, **{**options, "exclude_nodes": user_excludes}),
         limits, float(margin),
     )  # fmt: skip
-    sessions = Sessions(stage(work, "<reference>"), provider=provider, budget=memory_budget)
-    search = Search(work, sessions, settings)
+    original = str(model) if isinstance(model, str | os.PathLike) else None
+    sessions = Sessions(
+        stage(work, "<reference>"), provider=provider, budget=memory_budget, original=original
+    )
+    search = Search(work, sessions, settings, PhaseLog(progress, task="auto"))
     report = AutoReport(
         level=str(level).upper(), dtype=dtype, provider=provider, thresholds=limits.to_dict(),
         margin=float(margin), samples=0,
@@ -171,10 +180,13 @@ class Candidate:
 class Search:
     """One search: range guard, then candidates until the thresholds are met."""
 
-    def __init__(self, work: ir.Model, sessions: Sessions, settings: Settings) -> None:
+    def __init__(
+        self, work: ir.Model, sessions: Sessions, settings: Settings, log: PhaseLog
+    ) -> None:
         self.work = work
         self.sessions = sessions
         self.settings = settings
+        self.log = log
         self.last: Candidate | None = None
         self._feeds: list[dict[str, np.ndarray]] = []
 
@@ -183,11 +195,16 @@ class Search:
         max_rounds: int,
     ) -> ir.Model:  # fmt: skip
         """Steps 1-3 of the module docstring; the last candidate (the report says if it passed)."""
-        self.facts = self.sessions.open_reference(inputs, dims, seed)
-        report.samples = len(self.sessions.samples)
+        sessions = self.sessions
+        late = [] if sessions.reference_check_now() else [(sessions.ref_staged, "the original")]
+        if not late:
+            report.warnings += sessions.check_loads([(sessions.ref_staged, "the original")])
+        self.facts = sessions.open_reference(inputs, dims, seed)
+        self._inputs(report, seed)
         check_names(self.settings.limits, self.facts.graph_outputs)
-        ref_max = self.sessions.reference_pass()  # 1. range guard: one FP32 pass
+        ref_max = sessions.reference_pass()  # 1. range guard: one FP32 pass
         pinned = self._range_guard(ref_max)
+        self.log.phase(f"range guard: {len(pinned)} node(s) kept FP32")
         first: Candidate | None = None
         for round_no in range(1, max_rounds + 1):  # 2-3. candidates
             report.rounds = round_no
@@ -197,6 +214,8 @@ class Search:
             if cand.passed or not self._pin_more(report, round_no, max_rounds, pinned):
                 break
         assert first is not None and self.last is not None
+        self.log.phase("the result at ONNX Runtime's default options (child process)")
+        report.warnings += sessions.check_loads([*late, (sessions.cand_staged, "the result")])
         report.pinned = sorted(pinned.values(), key=lambda p: self.facts.order(p.name))
         report.sessions = self.sessions.sessions
         report.runs = self.sessions.runs
@@ -205,6 +224,20 @@ class Search:
             first.stats, self.last.stats, pinned,
         )  # fmt: skip
         return self.last.model
+
+    def _inputs(self, report: AutoReport, seed: int) -> None:
+        """Say what the search calibrates on (a warning when it is random data)."""
+        gathered = self.sessions.gathered
+        assert gathered is not None
+        report.samples = len(gathered.items)
+        report.warnings += gathered.warnings
+        if gathered.random:
+            dims = fmt_dims(gathered.first.dims)
+            report.warnings.append(RANDOM_CALIBRATION_WARNING.format(seed=seed, dims=dims))
+        self.log.phase(
+            f"reference: {gathered.describe()}; {len(self.facts.float_values)} values in "
+            f"{len(self.sessions.batches)} batch(es)"
+        )
 
     def _range_guard(self, ref_max: dict[str, float]) -> dict[str, PinnedNode]:
         """Nodes whose FP32 values would overflow the low type (graph inputs' peaks included)."""
@@ -255,6 +288,11 @@ class Search:
         return self.last
 
     def _record(self, report: AutoReport, round_no: int, pins: int, cand: Candidate) -> None:
+        failing = [o.name for o in cand.outputs if not o.passed]
+        self.log.phase(
+            f"round {round_no}: {pins} node(s) pinned FP32; "
+            + ("every output passes" if not failing else f"failing: {', '.join(failing)}")
+        )
         report.history.append(
             {
                 "round": round_no,

@@ -8,6 +8,7 @@ value folded away or renamed is never asked for by a name the candidate does not
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from contextlib import ExitStack
 from typing import Any
 
 import ml_dtypes
@@ -20,10 +21,12 @@ from amp_convert.auto.graph import FLOAT, GraphFacts, graph_facts
 from amp_convert.auto.localise import ValueStats
 from amp_convert.auto.probe import Probe, carrier_aliases, expose, open_probe, plan_batches
 from amp_convert.auto.staging import Staged, lean_options, stage
-from amp_convert.errors import ValidationError
 from amp_convert.validation.emulate import build_emulated_model
-from amp_convert.validation.inputs import InputSpec, load_inputs, random_inputs
+from amp_convert.validation.input_search import Samples, gather_samples
+from amp_convert.validation.inputs import InputSpec
+from amp_convert.validation.load_check import ModelFile, ModelToCheck, check_default_load
 from amp_convert.validation.metrics import OutputResult, Thresholds, compare_output
+from amp_convert.validation.runtime import CPU_EP, CUDA_EP
 from amp_convert.value_map import ValueMap
 
 Sample = dict[str, np.ndarray]
@@ -32,8 +35,12 @@ Sample = dict[str, np.ndarray]
 class Sessions:
     """Reference and candidate probes, the samples, the reference cache and the counters."""
 
-    def __init__(self, ref_staged: Staged, *, provider: str, budget: int) -> None:
+    def __init__(
+        self, ref_staged: Staged, *, provider: str, budget: int, original: str | None = None
+    ) -> None:
         self.ref_staged = ref_staged
+        #: the user's model file, when given as a path (checked at ORT defaults as is)
+        self.original = original
         self.ref_proto = ref_staged.proto
         self.provider = provider
         self.device = "cuda" if provider == "cuda" else "cpu"
@@ -45,6 +52,8 @@ class Sessions:
         self.cand: Probe | None = None
         self.cache: ValueCache | None = None
         self.samples: list[Sample] = []
+        self.gathered: Samples[None] | None = None
+        self._done: list[int] = []
         self.batches: list[list[str]] = []
 
     def close(self) -> None:
@@ -57,14 +66,47 @@ class Sessions:
         if self.cache is not None:
             self.cache.close()
 
+    # -- crash-proof verdicts -------------------------------------------------------------------
+    def reference_check_now(self) -> bool:
+        """Whether the reference must be load-checked before its temporary files go."""
+        src = self.ref_staged.source
+        return self.original is None and isinstance(src.ort_input, str) and bool(src.ort_input)
+
+    def check_loads(self, models: Sequence[tuple[Staged | None, str]]) -> list[str]:
+        """Load each model once at ORT's default session options in one child process: a crash
+        raises LoadCrashError (exit 2), never a verdict; warnings for what emulation tolerates.
+        The reference given as a path is checked as that file."""
+        with ExitStack() as stack:
+            checks = []
+            for staged, what in models:
+                path = self.original if staged is self.ref_staged else None
+                src = staged.source if staged is not None else None
+                if path is None and src is not None:
+                    if isinstance(src.ort_input, str) and src.ort_input:
+                        path = src.ort_input
+                    elif src.base_dir is None:
+                        path = stack.enter_context(ModelFile(src.proto.SerializeToString())).path
+                if path is not None:  # else: weights mapped from the original's own folder
+                    checks.append(ModelToCheck(path, what))
+            if not checks:
+                return []
+            providers = [CUDA_EP, CPU_EP] if self.provider == "cuda" else [CPU_EP]
+            return check_default_load(
+                checks, providers=providers, tolerate_missing_kernels=self.provider == "emulate"
+            )
+
     # -- reference ------------------------------------------------------------------------------
     def open_reference(self, inputs: Any, dims: Mapping[str, int] | None, seed: int) -> GraphFacts:
-        """Open the reference session, read the samples, and plan the batches; the facts."""
-        facts0 = graph_facts(self.ref_proto, {})
+        """Open the reference session and gather the samples through the one input generator
+        (random inputs at dims the reference runs on, or the user's files): each sample's run
+        *is* its FP32 reference pass (every batch fetched, cached, its peaks kept), so checking
+        that the reference runs costs nothing extra. The reference's facts."""
+        self.facts0 = graph_facts(self.ref_proto, {})
         exposed = onnx.ModelProto()
         exposed.CopyFrom(self.ref_proto)  # weight-free (or small): see staging
-        expose(exposed, facts0.float_values, {v: FLOAT for v in facts0.float_values})
-        expose(exposed, facts0.control_inputs, facts0.types)  # for the body localisation
+        float_values = self.facts0.float_values
+        expose(exposed, float_values, {v: FLOAT for v in float_values})
+        expose(exposed, self.facts0.control_inputs, self.facts0.types)  # for body localisation
         self.ref = open_probe(
             self.ref_staged.source, exposed, "reference", device=self.device,
             disable_optimizations=self.provider == "emulate",
@@ -73,46 +115,56 @@ class Sessions:
         del exposed
         self.sessions += 1
         specs = [InputSpec(n, t, s) for n, (t, s) in self.ref.runner.inputs.items()]
-        self.samples = self._read_samples(inputs, specs, dims, seed)
-        facts = graph_facts(self.ref_proto, self.samples[0])
-        facts.types.update({k: v for k, v in facts0.types.items() if k not in facts.types})
+        self.expected = 1 if inputs is None else len(_as_list(inputs))
+        self.ref_max: dict[str, float] = {}
+        self.gathered = gather_samples(
+            specs, self.ref_proto, self._reference_sample, inputs=inputs, dims=dims, seed=seed,
+            what="the reference",
+        )  # fmt: skip
+        self.samples = [s.inputs.arrays for s in self.gathered.items]
+        return self.facts
+
+    def _plan(self, feeds: Sample) -> None:
+        """Facts, batches and cache for the shapes of the first sample."""
+        facts = graph_facts(self.ref_proto, feeds)
+        facts.types.update({k: v for k, v in self.facts0.types.items() if k not in facts.types})
         values = [*facts.float_values, *facts.control_inputs]
         self.sizes = {v: facts.estimated_bytes(v) for v in values}
         self.batches = plan_batches(values, self.sizes, self.budget, first=facts.graph_outputs)
-        return facts
+        total = sum(self.sizes.values()) * self.expected
+        if self.cache is not None:
+            self.cache.close()
+        self.cache = ValueCache.plan(self.expected, total, self.budget)
+        self.facts = facts
 
-    def _read_samples(self, inputs: Any, specs, dims, seed) -> list[Sample]:
-        if inputs is None:
-            return [random_inputs(specs, self.ref_proto, dims=dims, seed=seed).arrays]
-        items = inputs if isinstance(inputs, list | tuple) else [inputs]
-        if not items:
-            raise ValidationError("inputs: an empty list (give at least one sample)")
-        return [load_inputs(item, specs).arrays for item in items]
+    def _reference_sample(self, feeds: Sample) -> None:
+        """One sample's FP32 pass (RunError from the first batch when ORT cannot run it)."""
+        assert self.ref is not None
+        s = len(self._done)
+        if s == 0:  # shapes may differ between attempts of the dims search
+            self._plan(feeds)
+        for batch in self.batches:
+            got = self.ref.fetch(feeds, batch)
+            self.runs += 1
+            for name, arr in got.items():
+                if arr is not None and self.cache is not None:
+                    self.cache.put(s, name, arr)
+                if arr is None or not is_float(arr):
+                    continue
+                fin = np.isfinite(arr)
+                peak = float(np.abs(arr[fin]).max()) if fin.any() else 0.0
+                self.ref_max[name] = max(self.ref_max.get(name, 0.0), peak)
+            del got
+        self._done.append(s)
 
     def reference_pass(self) -> dict[str, float]:
-        """One FP32 pass over every batch: the max |value| per value (and the cache filled)."""
-        assert self.ref is not None
-        total = sum(self.sizes.values())
-        self.cache = ValueCache.plan(len(self.samples), total * len(self.samples), self.budget)
-        ref_max: dict[str, float] = {}
-        for s, feeds in enumerate(self.samples):
-            for batch in self.batches:
-                got = self.ref.fetch(feeds, batch)
-                self.runs += 1
-                for name, arr in got.items():
-                    if arr is not None and self.cache is not None:
-                        self.cache.put(s, name, arr)
-                    if arr is None or not is_float(arr):
-                        continue
-                    fin = np.isfinite(arr)
-                    peak = float(np.abs(arr[fin]).max()) if fin.any() else 0.0
-                    ref_max[name] = max(ref_max.get(name, 0.0), peak)
-                del got
-        if self.cache is not None:  # every reference value is held: free its weights now
+        """The max |value| per reference value over the samples; with every value cached, the
+        reference session (and its weights) is closed."""
+        if self.cache is not None and self.ref is not None:
             self.ref.close()
             self.ref = None
             self.ref_staged.close()
-        return ref_max
+        return self.ref_max
 
     def ref_batch(self, s: int, batch: Sequence[str]) -> dict[str, np.ndarray]:
         if self.cache is not None:
@@ -201,6 +253,10 @@ class Sessions:
                     if r is not None and is_float(r) and name in cand:
                         stats.setdefault(name, ValueStats()).add(r, cand[name])
         return stats, [worst(results) for results in per_output.values()]
+
+
+def _as_list(inputs: Any) -> list[Any]:
+    return list(inputs) if isinstance(inputs, list | tuple) else [inputs]
 
 
 def _rounded_inputs(feeds: Sample, low_inputs: Mapping[str, str]) -> Sample:

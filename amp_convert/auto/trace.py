@@ -23,6 +23,7 @@ from amp_convert.auto.graph import FLOAT, GraphFacts, graph_facts
 from amp_convert.auto.localise import ValueStats
 from amp_convert.auto.probe import (
     DEFAULT_BUDGET,
+    Probe,
     carrier_aliases,
     expose,
     open_probe,
@@ -30,10 +31,12 @@ from amp_convert.auto.probe import (
     produced_names,
 )
 from amp_convert.auto.report import TracePoint
+from amp_convert.auto.sessions import worst
 from amp_convert.auto.staging import lean_options
 from amp_convert.html_report import Page
 from amp_convert.validation.emulate import build_emulated_model
-from amp_convert.validation.inputs import InputSpec, load_inputs, random_inputs
+from amp_convert.validation.input_search import Samples, gather_samples
+from amp_convert.validation.inputs import InputSpec
 from amp_convert.validation.metrics import OutputResult, Thresholds, compare_output
 from amp_convert.validation.runtime import ModelSource, cuda_available, load_source
 from amp_convert.value_map import Fate, ValueMap
@@ -91,46 +94,58 @@ def _precision(outputs: list[str], vm: ValueMap, types: Mapping[str, int]) -> tu
     return "n/a", ""
 
 
-def _feeds(ref: Any, inputs: Any, dims, seed, proto) -> dict[str, np.ndarray]:
+def _samples(ref: Probe, inputs: Any, dims, seed, proto, outputs) -> Samples[None]:
+    """The one input generator (random inputs at dims the reference runs on, or the files)."""
     specs = [InputSpec(n, t, s) for n, (t, s) in ref.runner.inputs.items()]
-    if inputs is None:
-        return random_inputs(specs, proto, dims=dims, seed=seed).arrays
-    return load_inputs(inputs, specs).arrays
+
+    def run(feeds: dict[str, np.ndarray]) -> None:
+        ref.fetch(feeds, outputs)
+
+    return gather_samples(specs, proto, run, inputs=inputs, dims=dims, seed=seed)
 
 
 def _candidate_model(
-    cand_src: ModelSource, emulate: bool, own: list[str], types: Mapping[str, int], feeds
-) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    cand_src: ModelSource, emulate: bool, own: list[str], types: Mapping[str, int]
+) -> tuple[onnx.ModelProto, dict[str, str]]:
+    """The candidate to probe (emulated, or as is) and its inputs to round to a low type."""
     if not emulate:
         model = onnx.ModelProto()
         model.CopyFrom(cand_src.proto)
         expose(model, own, types)
-        return model, dict(feeds)
+        return model, {}
     emulated = build_emulated_model(cand_src.proto)
     expose(emulated.model, own, {v: FLOAT for v in own})  # the emulated copy computes in FP32
-    cand_feeds = dict(feeds)
-    for name, low in emulated.low_inputs.items():
+    return emulated.model, dict(emulated.low_inputs)
+
+
+def _rounded(feeds: dict[str, np.ndarray], low_inputs: Mapping[str, str]) -> dict:
+    out = dict(feeds)
+    for name, low in low_inputs.items():
         np_low = np.float16 if low == "float16" else ml_dtypes.bfloat16
-        cand_feeds[name] = feeds[name].astype(np_low).astype(np.float32)
-    return emulated.model, cand_feeds
+        out[name] = feeds[name].astype(np_low).astype(np.float32)
+    return out
 
 
-def _measure(ref, cand, feeds, cand_feeds, facts: GraphFacts, values, limits, budget):
+def _measure(ref, cand, samples, low_inputs, facts: GraphFacts, values, limits, budget):
+    """Every carried value's error over the samples; each output judged on its worst sample."""
     sizes = {v: facts.estimated_bytes(v) for v in values}
     stats: dict[str, ValueStats] = {}
-    outputs: list[OutputResult] = []
-    for batch in plan_batches(values, sizes, budget, first=facts.graph_outputs):
-        r = ref.fetch(feeds, batch)
-        c = cand.fetch(cand_feeds, batch)
-        for name in batch:
-            if name in facts.graph_outputs:
-                outputs.append(
-                    compare_output(name, r.get(name), c.get(name), limits.for_output(name))
-                )
-            arr = r.get(name)
-            if isinstance(arr, np.ndarray) and arr.dtype == np.float32 and name in c:
-                stats.setdefault(name, ValueStats()).add(arr, c[name])
-    return stats, outputs
+    per_output: dict[str, list[OutputResult]] = {o: [] for o in facts.graph_outputs}
+    batches = plan_batches(values, sizes, budget, first=facts.graph_outputs)
+    for feeds in samples:
+        cand_feeds = _rounded(feeds, low_inputs)
+        for batch in batches:
+            r = ref.fetch(feeds, batch)
+            c = cand.fetch(cand_feeds, batch)
+            for name in batch:
+                if name in per_output:
+                    per_output[name].append(
+                        compare_output(name, r.get(name), c.get(name), limits.for_output(name))
+                    )
+                arr = r.get(name)
+                if isinstance(arr, np.ndarray) and arr.dtype == np.float32 and name in c:
+                    stats.setdefault(name, ValueStats()).add(arr, c[name])
+    return stats, [worst(results) for results in per_output.values() if results]
 
 
 def _trace(facts: GraphFacts, vm: ValueMap, types, stats, ref_max) -> list[TracePoint]:
@@ -187,20 +202,22 @@ def validation_page(
             configure=lean_options(ref_src.has_external_data),
         )  # fmt: skip
         try:
-            feeds = _feeds(ref, inputs, dims, seed, ref_src.proto)
+            gathered = _samples(ref, inputs, dims, seed, ref_src.proto, facts.graph_outputs)
+            samples = [s.inputs.arrays for s in gathered.items]
+            feeds = samples[0]
             facts = graph_facts(ref_src.proto, feeds)
             types = _elem_types(cand_src.proto, graph_facts(cand_src.proto, feeds).types)
             aliases = carrier_aliases(vm, values, cand_src.proto)
             own = [a for a in dict.fromkeys(aliases.values()) if a in produced_names(
                 cand_src.proto)]  # fmt: skip
-            model, cand_feeds = _candidate_model(cand_src, emulate, own, types, feeds)
+            model, low_inputs = _candidate_model(cand_src, emulate, own, types)
             cand = open_probe(
                 cand_src, model, "candidate", device=device, disable_optimizations=emulate,
                 configure=lean_options(cand_src.has_external_data), aliases=aliases,
             )  # fmt: skip
             try:
                 stats, outputs = _measure(
-                    ref, cand, feeds, cand_feeds, facts, values, limits, budget
+                    ref, cand, samples, low_inputs, facts, values, limits, budget
                 )
             finally:
                 cand.close()
@@ -211,10 +228,10 @@ def validation_page(
         cand_src.close()
     ref_max = {k: s.ref_max for k, s in stats.items()}
     trace = _trace(facts, vm, types, stats, ref_max)
-    return _page(ref_src, cand_src, vm, trace, outputs, limits, emulate, inputs, seed)
+    return _page(ref_src, cand_src, vm, trace, outputs, limits, emulate, gathered)
 
 
-def _page(ref_src, cand_src, vm, trace, outputs, limits, emulate, inputs, seed) -> Page:
+def _page(ref_src, cand_src, vm, trace, outputs, limits, emulate, gathered) -> Page:
     by_op: dict[str, tuple[int, int]] = {}
     for t in trace:
         if t.precision in ("low", "fp32"):
@@ -234,7 +251,7 @@ def _page(ref_src, cand_src, vm, trace, outputs, limits, emulate, inputs, seed) 
             ("reference", ref_src.label),
             ("candidate", cand_src.label),
             ("per-node trace", "emulated FP16/BF16 on CPU" if emulate else "CUDA"),
-            ("inputs", f"random (seed {seed})" if inputs is None else str(inputs)),
+            ("inputs", gathered.describe()),
             ("values matched by", source),
             ("float nodes low (converted model)", f"{low_nodes} / {float_nodes}"),
         ],  # fmt: skip
@@ -247,6 +264,7 @@ def _page(ref_src, cand_src, vm, trace, outputs, limits, emulate, inputs, seed) 
         ],
         series=("", "converted vs original"),
         searched=False,
+        warnings=list(gathered.warnings),
         notes=[vm.note] if vm.note else [],
         folded=vm.with_fate(Fate.FOLDED, Fate.REMOVED) if vm.complete else [],
     )
@@ -264,12 +282,12 @@ def write_validation_html(
     seed: int = 0,
 ) -> None:
     """``validate --html``: per-node trace of ``converted`` vs ``original`` (two more sessions)."""
-    files = inputs or ()
-    if isinstance(files, str | Path):
-        files = (files,)
+    files = inputs or None
+    if isinstance(files, tuple):
+        files = list(files)
     page = validation_page(
-        original, converted, provider=provider or "auto", inputs=files[0] if files else None,
-        dims=dims or None, seed=seed or 0, thresholds=thresholds,
+        original, converted, provider=provider or "auto", inputs=files, dims=dims or None,
+        seed=seed or 0, thresholds=thresholds,
     )  # fmt: skip
     html_report.write(page, path)
 

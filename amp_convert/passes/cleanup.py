@@ -9,7 +9,7 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import onnx_ir as ir
 
@@ -28,7 +28,7 @@ class CleanupResult:
     bypassed: int = 0  # identity casts whose readers now read the input
     removed: int = 0  # casts without readers, removed
     #: each bypassed or removed Cast's output is carried by its input (for the value map)
-    values: tuple[ValueRecord, ...] = ()
+    values: tuple[ValueRecord, ...] = field(default=(), compare=False)
 
     @property
     def modified(self) -> bool:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
@@ -65,7 +65,7 @@ class FoldResult:
 
     records: tuple[FoldNote, ...] = ()
     #: what became of each value and node a fold touched (for the value map)
-    values: tuple[ValueRecord, ...] = ()
+    values: tuple[ValueRecord, ...] = field(default=(), compare=False)
 
     @property
     def modified(self) -> bool:

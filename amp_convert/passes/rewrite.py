@@ -52,7 +52,7 @@ class RewriteResult:
     #: mask fills stored saturated in the low type (only those actually stored low)
     saturated: tuple[TensorNote, ...] = ()
     #: graph outputs now behind a Cast, Clips now Min/Max: for the value map
-    values: tuple[ValueRecord, ...] = ()
+    values: tuple[ValueRecord, ...] = field(default=(), compare=False)
 
     @property
     def modified(self) -> bool:
