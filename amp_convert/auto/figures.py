@@ -13,7 +13,8 @@ import onnx_ir as ir
 from amp_convert.auto.graph import GraphFacts
 from amp_convert.auto.localise import ValueStats
 from amp_convert.auto.report import AutoReport, PinnedNode, TracePoint
-from amp_convert.precision import LOW_TYPES, Precision
+from amp_convert.dtypes import FLOAT, LOW_TYPES
+from amp_convert.precision import Precision
 from amp_convert.value_map import Fate, ValueMap
 
 
@@ -35,7 +36,7 @@ def weight_bytes(report: AutoReport, cand: ir.Model) -> None:
     for graph in cand.graphs():
         for value in graph.initializers.values():
             t = value.const_value
-            if t is None or t.dtype not in (ir.DataType.FLOAT, *LOW_TYPES):
+            if t is None or t.dtype not in (FLOAT, *LOW_TYPES):
                 continue
             if t.dtype in LOW_TYPES:
                 report.low_weight_bytes += 2 * t.nbytes  # in FP32 bytes

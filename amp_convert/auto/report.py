@@ -129,5 +129,3 @@ class AutoReport(Report):
 def _thresholds(t: dict[str, Any]) -> str:
     parts = [f"{k} {v:g}" for k, v in t.items() if k != "per_output" and v is not None]
     return ", ".join(parts) or "none"
-
-

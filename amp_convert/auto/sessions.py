@@ -11,7 +11,6 @@ from collections.abc import Mapping, Sequence
 from contextlib import ExitStack
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 import onnx
 import onnx_ir as ir
@@ -21,6 +20,7 @@ from amp_convert.auto.graph import FLOAT, GraphFacts, graph_facts
 from amp_convert.auto.localise import ValueStats
 from amp_convert.auto.probe import Probe, carrier_aliases, expose, open_probe, plan_batches
 from amp_convert.auto.staging import Staged, lean_options, stage
+from amp_convert.dtypes import low_numpy_type
 from amp_convert.validation.emulate import build_emulated_model
 from amp_convert.validation.input_search import Samples, gather_samples
 from amp_convert.validation.inputs import InputSpec
@@ -265,8 +265,7 @@ def _rounded_inputs(feeds: Sample, low_inputs: Mapping[str, str]) -> Sample:
     out = dict(feeds)
     for name, low in low_inputs.items():
         if name in out:
-            np_low = np.float16 if low == "float16" else ml_dtypes.bfloat16
-            out[name] = out[name].astype(np_low).astype(np.float32)
+            out[name] = out[name].astype(low_numpy_type(low)).astype(np.float32)
     return out
 
 

@@ -14,7 +14,6 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 import onnx
 
@@ -33,6 +32,7 @@ from amp_convert.auto.probe import (
 from amp_convert.auto.report import TracePoint
 from amp_convert.auto.sessions import worst
 from amp_convert.auto.staging import lean_options
+from amp_convert.dtypes import LOW_TYPES, low_numpy_type
 from amp_convert.html_report import Page
 from amp_convert.validation.emulate import build_emulated_model
 from amp_convert.validation.input_search import Samples, gather_samples
@@ -41,7 +41,7 @@ from amp_convert.validation.metrics import OutputResult, Thresholds, compare_out
 from amp_convert.validation.runtime import ModelSource, cuda_available, load_source
 from amp_convert.value_map import Fate, ValueMap
 
-_LOW = {onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16}
+_LOW = {int(t) for t in LOW_TYPES}
 
 
 def candidate_value_map(reference: onnx.ModelProto, candidate: onnx.ModelProto) -> ValueMap:
@@ -121,8 +121,7 @@ def _candidate_model(
 def _rounded(feeds: dict[str, np.ndarray], low_inputs: Mapping[str, str]) -> dict:
     out = dict(feeds)
     for name, low in low_inputs.items():
-        np_low = np.float16 if low == "float16" else ml_dtypes.bfloat16
-        out[name] = feeds[name].astype(np_low).astype(np.float32)
+        out[name] = feeds[name].astype(low_numpy_type(low)).astype(np.float32)
     return out
 
 
