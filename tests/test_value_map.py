@@ -128,3 +128,18 @@ def test_numbers_keep_the_digits_that_decide_a_threshold() -> None:
     assert num(2.5e-9) == "2.5e-09"
     assert thresholds_text({"min_cosine": 0.9999999, "atol": None}) == "min_cosine 0.9999999"
     assert np.isclose(float(num(1 / 3)), 1 / 3, rtol=1e-3)
+
+
+def test_folded_hand_written_norm_is_traced() -> None:
+    """A hand-written LayerNorm run as LayerNormalization: its statistics are folded into the
+    fused node, its output is carried by the fused node's output under the same name."""
+    from models.overflow import hand_variance
+
+    model, _ = hand_variance(normalise=True)
+    _, report = convert(model, level="O2", return_report=True)
+    vm = report.value_map
+    assert vm.fate("mean/ReduceMean_out").fate == Fate.FOLDED
+    assert vm.fate("std/Sqrt_out").into == vm.fate("var/ReduceMean_out").into != ""
+    out = vm.fate("y")
+    assert out.fate == Fate.REPLACED and out.carrier == "y"
+    assert vm.nodes["mean/ReduceMean"].fate == Fate.FOLDED
