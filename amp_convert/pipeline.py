@@ -112,7 +112,7 @@ def run(model: ir.Model, options: ConvertOptions) -> ConversionReport:
             "check verified the result"
         )
     report.nodes = decisions(model, plan, rewritten)
-    records = (*folded.values, *rewritten.values, *cleaned.values)
+    records = (*folded.values, *norms.values, *rewritten.values, *cleaned.values)
     report.value_map = _value_map(snapshot, records, model, plan, rewritten)
     report.tensors.extend((*plan.tensor_notes, *rewritten.saturated))
     report.initializers_converted = rewritten.initializers_converted

@@ -37,7 +37,7 @@ BACKEND = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data"
 
 def builders() -> Iterator[tuple[str, str, Callable[[], onnx.ModelProto]]]:
     from models.build import BUILDERS
-    from models.exporters import EXPORTS
+    from models.export_shapes import EXPORTS
 
     for name, build in EXPORTS.items():
         yield "exporters", name, build

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from bench.auto_sweep import run_one, verdict
-from models.exporters import EXPORTS
+from models.export_shapes import EXPORTS
 
 
 @pytest.mark.slow

@@ -17,6 +17,7 @@ from click.testing import CliRunner
 import amp_convert
 from amp_convert import html_report
 from amp_convert.auto import auto_convert
+from amp_convert.auto.page import auto_page as build_auto_page
 from amp_convert.cli import cli
 from models import overflow as ov
 from tests import browser
@@ -29,7 +30,7 @@ def auto_page(tmp_path_factory) -> tuple[object, Path]:
     model, _ = ov.hand_variance()
     _, report = auto_convert(model, inputs=ov.calibration(model, "offset"))
     path = tmp_path_factory.mktemp("auto") / "auto.html"
-    html_report.write(html_report.auto_page(report), path)
+    html_report.write(build_auto_page(report), path)
     return report, path
 
 
@@ -47,6 +48,9 @@ def test_auto_page_content_in_the_browser(auto_page) -> None:
     for p in report.pinned:
         assert p.name in words  # every node the search kept FP32 is on the page
     assert dom.count("<polyline") >= 2  # the error along the graph: first candidate and final
+    # the legend says what each colour means; the worst nodes are named on the chart
+    assert "kept FP32 by the search" in words and "new NaN/Inf" in words
+    assert "worst nodes" in words and "Every node" in words
 
 
 def test_validate_page_content_in_the_browser(tmp_path: Path) -> None:
