@@ -369,7 +369,7 @@ def slow_run(self, *a, **k):
     print("STAGED", flush=True)
     time.sleep(60)
 
-search._Search.run = slow_run
+search.Search.run = slow_run
 sys.argv = ["amp-convert", sys.argv[1], "--auto", "-o", sys.argv[2]]
 main()
 """

@@ -43,6 +43,10 @@ from amp_convert.validation.progress import PhaseLog
 from amp_convert.validation.runtime import cuda_available, import_ort
 
 DEFAULT_MIN_COSINE = 0.999
+NOTHING_TO_COMPARE = (
+    "--auto: nothing to compare on these inputs (every reference output is empty, not a tensor, "
+    "or has no finite value); choose other --inputs"
+)
 PROVIDERS = ("emulate", "cuda", "auto")
 
 
@@ -200,6 +204,8 @@ class Search:
         if not late:
             report.warnings += sessions.check_loads([(sessions.ref_staged, "the original")])
         self.facts = sessions.open_reference(inputs, dims, seed)
+        if not sessions.reference_comparable(self.facts.graph_outputs):
+            raise ValidationError(NOTHING_TO_COMPARE)
         self._inputs(report, seed)
         check_names(self.settings.limits, self.facts.graph_outputs)
         ref_max = sessions.reference_pass()  # 1. range guard: one FP32 pass
@@ -279,10 +285,7 @@ class Search:
             feeds, self.facts.graph_outputs, self.settings.limits
         )
         if all(o.status == "skipped" for o in outputs):
-            raise ValidationError(
-                "--auto: nothing to compare on these inputs (every reference output is "
-                "empty, not a tensor, or has no finite value); choose other --inputs"
-            )
+            raise ValidationError(NOTHING_TO_COMPARE)
         self.last = Candidate(model, conv, stats, outputs)
         self._feeds = feeds
         return self.last

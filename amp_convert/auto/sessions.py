@@ -166,6 +166,17 @@ class Sessions:
             self.ref_staged.close()
         return self.ref_max
 
+    def reference_comparable(self, outputs: Sequence[str]) -> bool:
+        """Whether some graph output of some sample has something to compare (a tensor with an
+        element, and a finite one if it is float): else no verdict can be given."""
+        for s in range(len(self.samples)):
+            for arr in self.ref_batch(s, outputs).values():
+                if not isinstance(arr, np.ndarray) or arr.size == 0:
+                    continue
+                if not is_float(arr) or np.isfinite(np.asarray(arr, np.float32)).any():
+                    return True
+        return False
+
     def ref_batch(self, s: int, batch: Sequence[str]) -> dict[str, np.ndarray]:
         if self.cache is not None:
             return self.cache.get(s, batch)
