@@ -17,7 +17,7 @@ import pytest
 pytest.importorskip("onnxruntime")
 
 from bench._cost_measure import estimate, feeds_for, measured_bytes  # noqa: E402
-from models import exporters, fused  # noqa: E402
+from models import exporters  # noqa: E402
 from models.blocks import bert_encoder, gpt_decoder, resnet_cnn  # noqa: E402
 from models.decoders import TOTAL, decoder_with_past  # noqa: E402
 
@@ -35,26 +35,6 @@ CASES: dict[str, tuple[Callable[[], onnx.ModelProto], dict[str, int], dict[str, 
         decoder_with_past,
         {"batch_size": 2, "sequence_length": 3, "past_sequence_length": 21, TOTAL: 24},
         {"batch_size": 1, "sequence_length": 64, "past_sequence_length": 64, TOTAL: 128},
-    ),
-    "encoder (ORT transformers optimizer, com.microsoft fused)": (
-        fused.fused_bert,
-        {"batch": 2, "sequence": 24},
-        {"batch": 1, "sequence": 64},
-    ),
-    "decoder (onnxruntime-genai, GroupQueryAttention)": (
-        fused.genai_llama,
-        {
-            "batch_size": 1,  # ORT's GQA: batch 1 when a prompt meets a past
-            "sequence_length": 5,
-            "past_sequence_length": 27,
-            "total_sequence_length": 32,
-        },
-        {
-            "batch_size": 1,
-            "sequence_length": 64,
-            "past_sequence_length": 64,
-            "total_sequence_length": 128,
-        },
     ),
     "ViT (batch only symbolic)": (exporters.torchscript_vit, {"batch_size": 4}, {"batch_size": 1}),
     "CNN (tf2onnx NHWC)": (exporters.tf2onnx_cnn, {"unk__612": 5}, {"unk__612": 1}),
