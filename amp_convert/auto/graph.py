@@ -163,7 +163,7 @@ class GraphFacts:
         shape = self.shapes.get(value)
         if shape is None or any(not d for d in shape):
             return 4 * self.largest_elements
-        return 4 * int(np.prod(shape, dtype=np.int64))
+        return 4 * int(np.prod([int(d or 0) for d in shape], dtype=np.int64))
 
     largest_elements: int = 1
 
@@ -224,7 +224,7 @@ def graph_facts(proto: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> Grap
         inner=inner,
     )
     known = [  # activations only: a weight's size says nothing about a value's
-        int(np.prod(s, dtype=np.int64))
+        int(np.prod([int(d or 0) for d in s], dtype=np.int64))
         for v, s in shapes.items()
         if v in producer and s and all(d for d in s)
     ]

@@ -99,6 +99,6 @@ def _reduced_count(facts: GraphFacts, inp: str, out: str) -> int | None:
     a, b = facts.shapes.get(inp), facts.shapes.get(out)
     if not a or b is None or any(d is None for d in a) or any(d is None for d in b):
         return None
-    n_in = int(np.prod(a, dtype=np.int64))
-    n_out = max(1, int(np.prod(b, dtype=np.int64)))
+    n_in = int(np.prod([int(d or 0) for d in a], dtype=np.int64))
+    n_out = max(1, int(np.prod([int(d or 0) for d in b], dtype=np.int64)))
     return max(1, n_in // n_out)
