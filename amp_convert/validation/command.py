@@ -257,13 +257,14 @@ def run_cli_validation(
     junit_path: str | os.PathLike | None = None,
     force: bool = False,
     quiet: bool = False,
+    decode_steps: int | None = None,
     **validation_option_values: Any,
 ) -> int:
     """Validate, print the table (stdout) or errors (stderr), write reports; return exit code.
 
     The report paths are checked before anything runs: never one of the models' files (or the
     inputs file), never each other, an existing file only with `force` (Slots from a command's
-    output plan are checked already).
+    output plan are checked already). ``decode_steps``: ``validate --decode-steps N``.
     """
     unknown = set(validation_option_values) - set(VALIDATION_OPTION_NAMES)
     if unknown:
@@ -291,6 +292,7 @@ def run_cli_validation(
             top1=tuple(v.get("top1") or ()),
             match=parse_match(v.get("match") or ()),
             progress=not quiet,
+            decode_steps=decode_steps,
         )
     except AmpConvertError as e:
         click.echo(f"error: {e}", err=True)
@@ -328,6 +330,11 @@ def run_cli_validation(
 @click.option("--html", "html_path", type=OutputPath("HTML report"),
               metavar="FILE.html", help="Write a self-contained HTML report (error along the "
               "graph, precision by op type).")  # fmt: skip
+@click.option("--decode-steps", "decode_steps", type=click.IntRange(min=1), default=None,
+              metavar="N", help="Also run both models as decoders for N greedy steps, each "
+              "feeding its own present.* back as past_key_values.* and its own next token "
+              "(merged decoders: step 1 without past); reports per-step errors, token agreement "
+              "and the first divergence; thresholds apply to every step.")  # fmt: skip
 @click.option("-q", "--quiet", is_flag=True, help="No table or progress; failures on stderr.")
 def validate_command(
     original: Path,
@@ -337,6 +344,7 @@ def validate_command(
     force: bool,
     quiet: bool,
     html_path: Path | None = None,
+    decode_steps: int | None = None,
     **values: Any,
 ) -> None:
     """Run ORIGINAL (FP32) and CONVERTED on the same inputs and compare every output.
@@ -356,7 +364,8 @@ def validate_command(
     with plan, sigterm_cleans_up():
         code = run_cli_validation(
             original, converted, report_path=plan.get("report"),
-            junit_path=plan.get("JUnit report"), force=force, quiet=quiet, **values,
+            junit_path=plan.get("JUnit report"), force=force, quiet=quiet,
+            decode_steps=decode_steps, **values,
         )  # fmt: skip
         html = plan.get("HTML report")
         if html is not None and code != 2:

@@ -22,7 +22,11 @@ the strings ``"inf"``, ``"-inf"`` and ``"nan"`` so the file is strict JSON. Top-
   retargeted_attributes, unknown_types}`` or null;
 * ``warnings``;
 * ``samples``: with several ``--inputs`` files, one ``{source, dims, shapes}`` per sample (each
-  output's result is then its worst sample's, with ``sample`` its index); empty with one sample.
+  output's result is then its worst sample's, with ``sample`` its index); empty with one sample;
+* ``decode``: null, or with ``--decode-steps N`` ``{steps, token_agreement, first_divergence,
+  merged, kv_pairs, notes}``, ``steps`` one ``{step, reference_tokens, candidate_tokens,
+  same_token, status, outputs}`` per step (``outputs`` as above); each top-level output is then
+  its worst of the single run and every step.
 
 Each output also says ``match``: ``position`` or ``sort`` (compared after sorting along its last
 axis, ``--match NAME:sort``).
@@ -45,6 +49,7 @@ import numpy as np
 
 from amp_convert import safe_write
 from amp_convert.report_base import Report, json_ready
+from amp_convert.validation.decode import DecodeResult
 from amp_convert.validation.metrics import OutputResult
 
 SCHEMA_VERSION = 2
@@ -109,6 +114,7 @@ class ValidationReport(Report):
     emulation: dict[str, Any] | None = None
     warnings: list[str] = field(default_factory=list)
     samples: list[dict[str, Any]] = field(default_factory=list)
+    decode: DecodeResult | None = None
 
     @property
     def verdict(self) -> str:
@@ -184,6 +190,7 @@ class ValidationReport(Report):
             "emulation": self.emulation,
             "warnings": list(self.warnings),
             "samples": [dict(s) for s in self.samples],
+            "decode": None if self.decode is None else self.decode.to_dict(),
         }
         return json_ready(d)
 
@@ -298,6 +305,8 @@ class ValidationReport(Report):
                 "compared after sorting along the last axis (order-insensitive): "
                 + ", ".join(sorted_outputs)
             )
+        if self.decode is not None:
+            lines.extend(self.decode.lines())
         if self.emulation:
             pts = self.emulation.get("rounding_points", {})
             lines.append(
