@@ -152,15 +152,17 @@ def test_npz_inputs_are_used(tmp_path: Path) -> None:
         validate(ref, cand, provider="emulate", inputs=tmp_path / "bad.npz", runs=0)
 
 
-def test_string_inputs_are_refused() -> None:
+def test_string_inputs_are_generated_and_compared_exactly() -> None:
+    """Issue 18: a model that converts is validated; text inputs get random words (was refused)."""
     g = helper.make_graph(
         [helper.make_node("Identity", ["s"], ["t"])], "g",
         [helper.make_tensor_value_info("s", TensorProto.STRING, [1])],
         [helper.make_tensor_value_info("t", TensorProto.STRING, [1])],
     )  # fmt: skip
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
-    with pytest.raises(ValidationError, match=r"input 's': type tensor\(string\) is not supported"):
-        validate(m, m, provider="cpu", runs=0)
+    report = validate(m, m, provider="cpu", runs=0)
+    (out,) = report.outputs
+    assert out.name == "t" and not out.failed and out.mismatches == 0
 
 
 # ------------------------------------------------------------------ unknown dims (issue 13)
@@ -249,3 +251,34 @@ def test_no_generated_dims_work_is_one_clear_error() -> None:
     report = validate(ref, cand, provider="emulate", runs=0, dims={"length": 91})
     assert report.input_shapes == {"x": [1, 91]}
     assert not any("default dims" in w for w in report.warnings)
+
+
+def test_string_inputs_are_generated_and_validated(tmp_path) -> None:
+    """A text front end (onnx's StringNormalizer model): random words in, strings compared."""
+    import os
+    import subprocess
+    import sys
+
+    import onnx as onnx_
+
+    src = os.path.join(
+        os.path.dirname(onnx_.__file__),
+        "backend/test/data/simple/test_strnorm_model_nostopwords_nochangecase/model.onnx",
+    )
+    if not os.path.exists(src):
+        pytest.skip("onnx wheel without its backend test data")
+    out = tmp_path / "c.onnx"
+    page = tmp_path / "p.html"
+    cmd = [sys.executable, "-m", "amp_convert.cli"]
+    subprocess.run([*cmd, src, "-o", str(out), "-q"], check=True)
+    run = subprocess.run(
+        [*cmd, "validate", src, str(out), "--provider", "emulate", "--html", str(page), "-q"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert page.exists() and "Traceback" not in run.stderr
+    from amp_convert.validation.inputs import InputSpec, random_inputs
+
+    spec = InputSpec("x", "tensor(string)", [3])
+    arrays = random_inputs([spec], onnx_.load(src), seed=0).arrays
+    assert arrays["x"].dtype.kind == "O" and all(isinstance(w, str) for w in arrays["x"])

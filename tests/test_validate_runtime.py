@@ -72,9 +72,9 @@ def test_run_once_and_time_runs_share_bind_feeds(monkeypatch) -> None:
     calls: list[str] = []
     real = runtime.bind_feeds
 
-    def spy(r, feeds, *, outputs_on):
+    def spy(r, feeds, *, outputs_on, **kw):
         calls.append(outputs_on)
-        return real(r, feeds, outputs_on=outputs_on)
+        return real(r, feeds, outputs_on=outputs_on, **kw)
 
     monkeypatch.setattr(runtime, "bind_feeds", spy)
     np.testing.assert_array_equal(run_once(runner, {"x": x})["y"], want)

@@ -19,9 +19,9 @@ from amp_convert.validation.runtime import (
     ModelSource,
     RunError,
     Runner,
-    from_ortvalue,
+    fetch_outputs,
+    first_line,
     make_session,
-    to_ortvalue,
 )
 from amp_convert.value_map import ValueMap
 
@@ -71,24 +71,10 @@ class Probe:
     def _fetch(self, feeds: Mapping[str, np.ndarray], names: Sequence[str]) -> dict[str, Any]:
         if not names:
             return {}
-        runner = self.runner
         try:
-            if runner.device == "cuda":
-                binding = runner.session.io_binding()
-                for name, arr in feeds.items():
-                    ov = to_ortvalue(arr, runner.inputs[name][0], "cuda")
-                    binding.bind_ortvalue_input(name, ov)
-                for name in names:
-                    binding.bind_output(name, "cpu")
-                runner.session.run_with_iobinding(binding)
-                values = binding.get_outputs()
-            else:
-                ovs = {n: to_ortvalue(a, runner.inputs[n][0]) for n, a in feeds.items()}
-                values = runner.session.run_with_ort_values(names, ovs)
+            return fetch_outputs(self.runner, feeds, names)
         except Exception as e:
-            msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise RunError(self.role, msg) from None
-        return {n: from_ortvalue(v) for n, v in zip(names, values, strict=True)}
+            raise RunError(self.role, first_line(e)) from None
 
     def close(self) -> None:
         self.runner.close()

@@ -4,6 +4,7 @@ Random values are dtype-aware so that models with ids and masks run as intended:
 
 * floats: seeded standard normal;
 * bool: all True;
+* strings: short words drawn from a fixed list (text front ends: tokenisers, normalisers);
 * integers: in a small valid range, chosen in this order:
   1. the model's ``input_range:<name>`` metadata (``"low,high"``, half-open; written by the
      test-model builders and honoured by anyone who sets it),
@@ -34,6 +35,8 @@ from amp_convert.validation.runtime import NP_DTYPES
 
 INPUT_RANGE_KEY = "input_range:"
 DEFAULT_INT_RANGE = (0, 100)
+#: the words random string inputs are drawn from
+WORDS = ("monday", "Tuesday", "amp", "convert", "ONNX", "model", "half", "precision")
 
 
 @dataclass
@@ -144,6 +147,8 @@ def _values(
     lname = spec.name.lower()
     if dtype == np.bool_:
         return np.ones(shape, np.bool_)
+    if dtype.kind == "O":  # tensor(string)
+        return rng.choice(np.array(WORDS, dtype=object), size=shape)
     if not np.issubdtype(dtype, np.integer):
         return rng.standard_normal(shape).astype(np.float32).astype(dtype)
     arr: np.ndarray
@@ -226,7 +231,8 @@ def _read_arrays(
 
 def _check_array(where: str, spec: InputSpec, arr: np.ndarray) -> None:
     """What ORT checks of a feed: dtype, rank, and every static size."""
-    if arr.dtype != spec.dtype:
+    strings = spec.dtype.kind == "O" and arr.dtype.kind in "UO"  # .npz holds text as unicode
+    if arr.dtype != spec.dtype and not strings:
         raise ValidationError(
             f"{where}: input {spec.name!r}: expected dtype {spec.dtype}, got {arr.dtype}"
         )

@@ -9,7 +9,7 @@ import ctypes
 import os
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -58,6 +58,7 @@ NP_DTYPES: dict[str, np.dtype] = {
     "tensor(uint32)": np.dtype(np.uint32),
     "tensor(uint64)": np.dtype(np.uint64),
     "tensor(bool)": np.dtype(np.bool_),
+    "tensor(string)": np.dtype(object),  # ORT takes str objects (or a numpy unicode array)
 }
 
 
@@ -267,7 +268,7 @@ def make_session(
     except Exception as e:
         if owned is not None:
             owned.close()
-        msg = _first_line(e)
+        msg = first_line(e)
         if device == "cuda" and ep_fail is not None and isinstance(e, ep_fail):
             raise CudaStartError(
                 f"{role} {src.label}: the CUDA provider failed to start ({msg}); check the "
@@ -295,7 +296,7 @@ def _ort_ep_fail_type(ort: Any) -> type[BaseException] | None:
     return getattr(state, "EPFail", None)
 
 
-def _first_line(e: BaseException) -> str:
+def first_line(e: BaseException) -> str:
     text = str(e).strip()
     return text.splitlines()[0] if text else type(e).__name__
 
@@ -326,6 +327,8 @@ def to_ortvalue(arr: np.ndarray, type_str: str, device: str = "cpu") -> Any:
 
 def from_ortvalue(ov: Any) -> np.ndarray | None:
     """OrtValue on CPU → numpy (BF16 upcast exactly to FP32); None for non-tensors."""
+    if isinstance(ov, np.ndarray):  # a plain session.run (string feeds) returns numpy already
+        return ov
     if not ov.is_tensor():
         return None
     if ov.element_type() == TensorProto.BFLOAT16:
@@ -337,7 +340,11 @@ def from_ortvalue(ov: Any) -> np.ndarray | None:
 
 
 def bind_feeds(
-    runner: Runner, feeds: Mapping[str, np.ndarray], *, outputs_on: str
+    runner: Runner,
+    feeds: Mapping[str, np.ndarray],
+    *,
+    outputs_on: str,
+    names: Sequence[str] | None = None,
 ) -> tuple[Callable[[], Any], Any]:
     """One inference as a call, with the inputs converted (and on CUDA bound) once.
 
@@ -345,10 +352,12 @@ def bind_feeds(
     I/O binding, outputs are bound on ``outputs_on`` ("cpu" to read them, "cuda" to keep host
     copies out of timings), ``call()`` only runs, and the outputs are ``binding.get_outputs()``.
     On CPU the inputs become OrtValues once, ``binding`` is None and ``call()`` returns the
-    outputs. Outputs come in ``runner.output_names`` order.
+    outputs. Outputs come in ``names`` order (default: ``runner.output_names``; any value the
+    session exposes may be named). String feeds go through a plain ``run`` (no OrtValue holds
+    strings).
     """
     session = runner.session
-    names = runner.output_names
+    names = list(runner.output_names if names is None else names)
     if runner.device == "cuda":
         binding = session.io_binding()
         for name, arr in feeds.items():
@@ -356,8 +365,24 @@ def bind_feeds(
         for name in names:
             binding.bind_output(name, outputs_on)
         return (lambda: session.run_with_iobinding(binding)), binding
+    if any(runner.inputs[n][0] == "tensor(string)" for n in feeds):
+        return (lambda: session.run(names, dict(feeds))), None  # no OrtValue from strings
     ovs = {n: to_ortvalue(a, runner.inputs[n][0]) for n, a in feeds.items()}
     return (lambda: session.run_with_ort_values(names, ovs)), None
+
+
+def fetch_outputs(
+    runner: Runner, feeds: Mapping[str, np.ndarray], names: Sequence[str]
+) -> dict[str, np.ndarray | None]:
+    """One inference returning `names` (any value the session exposes) as host arrays.
+
+    Raises whatever ORT raises; ``run_once`` and the --auto probes word it for their role.
+    """
+    call, binding = bind_feeds(runner, feeds, outputs_on="cpu", names=names)
+    values = call()
+    if binding is not None:
+        values = binding.get_outputs()
+    return {n: from_ortvalue(v) for n, v in zip(names, values, strict=True)}
 
 
 def run_once(
@@ -365,15 +390,11 @@ def run_once(
 ) -> dict[str, np.ndarray | None]:
     """One inference with host outputs (for accuracy), on the runner's device."""
     try:
-        call, binding = bind_feeds(runner, feeds, outputs_on="cpu")
-        values = call()
-        if binding is not None:
-            values = binding.get_outputs()
+        return fetch_outputs(runner, feeds, runner.output_names)
     except ValidationError:
         raise
     except Exception as e:
-        raise RunError(role, _first_line(e)) from None
-    return {n: from_ortvalue(v) for n, v in zip(runner.output_names, values, strict=True)}
+        raise RunError(role, first_line(e)) from None
 
 
 def time_runs(
