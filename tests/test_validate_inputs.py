@@ -282,3 +282,32 @@ def test_string_inputs_are_generated_and_validated(tmp_path) -> None:
     spec = InputSpec("x", "tensor(string)", [3])
     arrays = random_inputs([spec], onnx_.load(src), seed=0).arrays
     assert arrays["x"].dtype.kind == "O" and all(isinstance(w, str) for w in arrays["x"])
+
+
+def test_total_sequence_length_follows_past_plus_sequence() -> None:
+    """ORT GenAI's attention_mask is [batch, total_sequence_length]: past + sequence by name."""
+    specs = [
+        InputSpec("input_ids", "tensor(int64)", ["batch_size", "sequence_length"]),
+        InputSpec("attention_mask", "tensor(int64)", ["batch_size", "total_sequence_length"]),
+        InputSpec("past", "tensor(float)", ["batch_size", 2, "past_sequence_length", 8]),
+    ]
+    plan = DimPlan.of(specs)
+    assert "total_sequence_length" not in plan.keys
+    values = {"sequence_length": 3, "past_sequence_length": 5}
+    assert plan.shape(specs[1], values) == [1, 8]
+    # a user who sets it decides (an exporter may mean something else by it)
+    given = DimPlan.of(specs, {"total_sequence_length": 4})
+    assert given.shape(specs[1], {**values, "total_sequence_length": 4}) == [1, 4]
+
+
+def test_genai_llama_with_multihead_attention_validates_on_default_inputs() -> None:
+    import amp_convert
+    from models import fused
+
+    model = fused.genai_llama(attention="mha")
+    report = validate(model, amp_convert.convert(model), provider="emulate", runs=0,
+                      thresholds={"min_cosine": 0.999})  # fmt: skip
+    assert report.passed
+    assert report.input_shapes["attention_mask"][1] == (
+        report.dims["past_sequence_length"] + report.dims["sequence_length"]
+    )

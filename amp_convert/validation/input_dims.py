@@ -8,7 +8,9 @@
 * A dim written as an expression over other dims (``past_sequence_length + sequence_length``,
   ``2*s0``) is computed from them (``amp_convert.dims.DimExpr``, no ``eval``), when every name
   it uses is a dim of its own somewhere in the inputs or given by the user; otherwise the text
-  is just a name.
+  is just a name. Names with a fixed meaning by convention count as such expressions:
+  ``total_sequence_length`` (ORT GenAI's builder, for the attention mask) is
+  ``past_sequence_length + sequence_length`` when the model has both and the user did not set it.
 * Defaults: 1 for batch-like names (``batch``, ``batch_size``, ``N``, ``B``, ``bs``) and for the
   first axis of an unnamed rank >= 2 input; 16 for any other name; 1 for other unnamed axes.
 * Larger attempts (``DimPlan.attempts``): models often cannot run on the defaults (reflect padding
@@ -39,6 +41,8 @@ _IMAGE_NAMES = ("height", "width")
 _FLOAT_TYPES = ("tensor(float)", "tensor(float16)", "tensor(bfloat16)", "tensor(double)")
 
 Dim = int | str | None
+#: dim names whose size exporters define by convention (see the module docstring)
+CONVENTIONS = {"total_sequence_length": "past_sequence_length + sequence_length"}
 
 
 def is_batch_like(name: str) -> bool:
@@ -206,7 +210,12 @@ def _expressions(specs: Sequence[InputShape], user: Mapping[str, int]) -> dict[s
     texts = {str(d) for s in specs for d in s.shape if is_named(d)}
     parsed = {t: parse_dim_expression(t) for t in texts}
     plain = {t for t, e in parsed.items() if e is None} | set(user)
-    return {t: e for t, e in parsed.items() if e is not None and e.names <= plain}
+    exprs = {t: e for t, e in parsed.items() if e is not None and e.names <= plain}
+    for name, text in CONVENTIONS.items():
+        meant = parse_dim_expression(text)
+        if name in texts and name not in user and meant is not None and meant.names <= plain:
+            exprs[name] = meant
+    return exprs
 
 
 def _fmt(dims: Mapping[str, int]) -> str:
