@@ -8,7 +8,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar, overload
+from typing import Any, Literal, TypeVar, overload
 
 import onnx
 import onnx_ir as ir
@@ -31,12 +31,22 @@ def convert_ir(model: ir.Model, options: ConvertOptions) -> ConversionReport:
 
 
 @overload
-def convert(model: M, **kwargs: object) -> M: ...
+def convert(model: M, *, return_report: Literal[False] = False, **options: Any) -> M: ...
 @overload
-def convert(model: str | os.PathLike, **kwargs: object) -> ir.Model: ...
+def convert(
+    model: str | os.PathLike, *, return_report: Literal[False] = False, **options: Any
+) -> ir.Model: ...
+@overload
+def convert(
+    model: M, *, return_report: Literal[True], **options: Any
+) -> tuple[M, ConversionReport]: ...
+@overload
+def convert(
+    model: str | os.PathLike, *, return_report: Literal[True], **options: Any
+) -> tuple[ir.Model, ConversionReport]: ...
 
 
-def convert(model, *, return_report: bool = False, **options: Any):
+def convert(model: Any, *, return_report: bool = False, **options: Any) -> Any:
     """Convert a model to mixed precision and return the same kind it was given.
 
     `model` may be an onnx.ModelProto, an onnx_ir.Model, serialized bytes, or a path (a path gives

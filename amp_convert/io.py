@@ -159,17 +159,16 @@ def _inline_small_external(model: ir.Model) -> None:
     found wherever the command runs. They are below the size that goes external on save anyway.
     """
     small = [
-        value
+        (value, tensor)
         for graph in model.graphs()
         for value in graph.initializers.values()
-        if isinstance(value.const_value, ir.ExternalTensor)
-        and value.const_value.nbytes <= INLINE_BYTES
+        if isinstance(tensor := value.const_value, ir.ExternalTensor)
+        and tensor.nbytes <= INLINE_BYTES
     ]
     if not small:
         return
-    tensors = ir.external_data.convert_tensors_from_external([v.const_value for v in small])
-    for value, tensor in zip(small, tensors, strict=True):
-        old = value.const_value
+    loaded = ir.external_data.convert_tensors_from_external([t for _, t in small])
+    for (value, old), tensor in zip(small, loaded, strict=True):
         value.const_value = tensor
         old.release()
 
@@ -245,13 +244,14 @@ def _reserve_data_file(slot: safe_write.Slot) -> str:
 @contextlib.contextmanager
 def _weights_in_memory(model: ir.Model) -> Iterator[None]:
     """For an all-in-one save: external tensors are read in, and put back afterwards."""
-    values = [
-        v
+    pairs = [
+        (v, t)
         for g in model.graphs()
         for v in g.initializers.values()
-        if isinstance(v.const_value, ir.ExternalTensor)
+        if isinstance(t := v.const_value, ir.ExternalTensor)
     ]
-    originals = [v.const_value for v in values]
+    values = [v for v, _ in pairs]
+    originals: list[ir.TensorProtocol] = [t for _, t in pairs]
     try:
         if values:
             for v, t in zip(

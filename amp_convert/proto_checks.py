@@ -20,7 +20,7 @@ from amp_convert.errors import InputError
 
 _T = onnx.TensorProto
 # typed data field and values per element, for the types whose field count is fixed by the dims
-_TYPED_FIELD = {
+_TYPED_FIELD: dict[int, tuple[str, int]] = {
     _T.FLOAT: ("float_data", 1),
     _T.COMPLEX64: ("float_data", 2),
     _T.DOUBLE: ("double_data", 1),
@@ -86,9 +86,10 @@ def check_tensor_data(proto: onnx.ModelProto, where: str) -> None:
                     f"{list(t.dims)} need {need}; the file is corrupt"
                 )
             continue
-        field, per = _TYPED_FIELD.get(t.data_type, (None, 0))
-        if field is None:
+        entry = _TYPED_FIELD.get(t.data_type)
+        if entry is None:
             continue
+        field, per = entry
         count, want = len(getattr(t, field)), math.prod(t.dims) * per
         if count and count != want:
             raise InputError(

@@ -75,4 +75,4 @@ def to_low(
 
     if not lazy:
         return convert()
-    return ir.LazyTensor(convert, dtype=low, shape=tensor.shape, name=tensor.name)
+    return ir.LazyTensor(convert, dtype=low, shape=ir.Shape(tensor.shape.numpy()), name=tensor.name)

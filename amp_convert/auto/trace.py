@@ -10,6 +10,7 @@ search. Fetched in batches so memory stays bounded.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -272,7 +273,7 @@ def _page(ref_src, cand_src, vm, trace, outputs, limits, emulate, gathered) -> P
 def write_validation_html(
     original: str | Path,
     converted: str | Path,
-    path: str | Path,
+    path: str | os.PathLike,
     *,
     thresholds: Thresholds | Mapping[str, Any] | None,
     provider: str | None = None,
