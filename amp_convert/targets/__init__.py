@@ -18,7 +18,6 @@ from amp_convert.targets.coverage import (
     uncovered_nodes,
 )
 from amp_convert.targets.kernel_table import (
-    TARGETS,
     Constraint,
     Kernel,
     KernelTable,
@@ -26,6 +25,7 @@ from amp_convert.targets.kernel_table import (
     load_target,
     table_from_data,
 )
+from amp_convert.targets.table_format import TARGETS, validate_table
 
 __all__ = [
     "TARGETS",
@@ -39,4 +39,5 @@ __all__ = [
     "low_precision_nodes",
     "table_from_data",
     "uncovered_nodes",
+    "validate_table",
 ]
