@@ -101,9 +101,9 @@ def model_traffic(
     total = 0.0
     if low is not None and keep_io_types:
         graph = model.graph
-        for value in (*graph.inputs, *graph.outputs):
-            if is_float_tensor(value):
-                total += shapes.elements(value) * (FLOAT.itemsize + low.itemsize)
+        for io_value in (*graph.inputs, *graph.outputs):
+            if is_float_tensor(io_value):
+                total += shapes.elements(io_value) * (FLOAT.itemsize + low.itemsize)
     for node in model.graph.all_nodes():
         if node.op_type == "Constant":
             continue

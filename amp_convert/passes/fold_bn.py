@@ -215,7 +215,7 @@ class _Folder:
             c = producer.inputs[2]
             if c is not None and constant_tensor(c) is None:
                 return None, f"the bias of {label} is not constant"
-        wshape = tuple(int(d) for d in weight.shape)
+        wshape = tuple(weight.shape.numpy())  # a constant's shape is static
         problem = self._layout_problem(producer, x, wshape, channels)
         if problem:
             return None, f"{label}: {problem}"
@@ -517,7 +517,7 @@ def _drop_if_dead(value: ir.Value) -> None:
         return
     if value.is_initializer() and not value.is_graph_input():
         graph = value.graph
-        if graph is not None:
+        if graph is not None and value.name is not None:
             graph.initializers.pop(value.name, None)
         return
     producer = value.producer()

@@ -51,6 +51,7 @@ def _propagate(node: ir.Node, opset: int) -> int:
         slot = sig.output_slot(i)
         if slot is None or not all(t.startswith("tensor(") for t in slot.allowed):
             continue
+        dtype: ir.DataType | None
         if not slot.is_type_var:
             dtype = _DTYPE_BY_NAME.get(slot.type_str)
         elif slot.type_str in bound and node.op_type not in ("Cast", "CastLike"):
@@ -95,7 +96,7 @@ def infer_dtypes(model: ir.Model, types: Mapping[str, onnx.TypeProto]) -> DtypeR
     from_inference = 0
     for node in model.graph.all_nodes():
         for value in node.outputs:
-            if value.dtype is None and value.type is None and value.name in types:
+            if value.dtype is None and value.type is None and value.name and value.name in types:
                 try:
                     value.type = ir.serde.deserialize_type_proto_for_type(types[value.name])
                 except Exception:  # an incomplete type: leave it unknown

@@ -117,7 +117,7 @@ class _Rewriter:
 
     def _clip_as_min_max(self, clip: ir.Node) -> None:
         """A low Clip the target has no kernel for becomes Max(Min(x, hi), lo): the same values."""
-        low, graph = self.plan.low, clip.graph
+        low, graph = self.plan.low, _graph(clip)
         x = clip.inputs[0]
         bounds: list[tuple[str, ir.Value | None]] = [("Min", None), ("Max", None)]
         if len(clip.inputs) > 1:  # opset 11: bounds are (already low) inputs
@@ -213,7 +213,7 @@ class _Rewriter:
                 use.node.replace_input_with(use.idx, self._cast(value, need))
         if value.is_graph_output() and plan.interface(value) != home:
             cast = self._cast(value, plan.interface(value))
-            graph = value.graph
+            graph = _graph(value)
             original = value.name or ""
             value.name = self.names.take(f"{original}_{SUFFIX[self._dtype(home)]}")
             cast.name = original
@@ -243,6 +243,7 @@ class _Rewriter:
             and (target != FLOAT or tensor.size <= SMALL_CONSTANT or not self.cast_optional_params)
         ):
             saturate = target != FLOAT and self._saturating(value, tensor)
+            data: ir.TensorProtocol
             if target == FLOAT:
                 data = ir.Tensor(low_array(np.asarray(tensor.numpy()), FLOAT), dtype=FLOAT)
             else:
@@ -253,7 +254,7 @@ class _Rewriter:
                 shape=value.shape,
                 const_value=data,
             )
-            value.graph.register_initializer(copy)
+            _graph(value).register_initializer(copy)
             self._casts[key] = copy
             self.counts["weight_copies"] += 1
             return copy
@@ -272,9 +273,9 @@ class _Rewriter:
         )
         producer = value.producer()
         if producer is not None:
-            producer.graph.insert_after(producer, node)
+            _graph(producer).insert_after(producer, node)
         else:
-            graph = value.graph
+            graph = _graph(value)
             first = next(iter(graph), None)
             if first is None:
                 graph.append(node)
@@ -309,6 +310,13 @@ class _Rewriter:
             else:
                 continue
             self.counts["attributes_retargeted"] += 1
+
+
+def _graph(item: ir.Node | ir.Value) -> ir.Graph:
+    """The graph a node or value of the model belongs to (never None once in a model)."""
+    graph = item.graph
+    assert graph is not None, f"{item!r} is not in a graph"
+    return graph
 
 
 def _input(node: ir.Node, index: int) -> ir.Value | None:

@@ -81,7 +81,8 @@ def _check_bodies(node: ir.Node) -> str | None:
         for i, (outer, inner) in enumerate(zip(node.inputs[2:], body.inputs[2:], strict=False)):
             if (
                 outer is not None
-                and None not in (outer.dtype, inner.dtype)
+                and outer.dtype is not None
+                and inner.dtype is not None
                 and outer.dtype != inner.dtype
             ):
                 want = inner.dtype.name
