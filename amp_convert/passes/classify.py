@@ -110,7 +110,7 @@ def _slots(node: ir.Node, sig: schema.OpSignature, low: ir.DataType) -> tuple[se
             bound[slot.type_str].add(value.dtype)
     lowered: set[str] = set()
     why: Reason | None = None
-    for var, dtypes in bound.items():
+    for var, dtypes in sorted(bound.items()):  # sorted: the reason names the same var every run
         if dtypes != {FLOAT}:
             if FLOAT in dtypes and None in dtypes:
                 why = Reason(K.SCHEMA, "", f"type of {var} not fully known")
