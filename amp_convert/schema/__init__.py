@@ -19,7 +19,7 @@ import onnx.defs
 import onnx_ir as ir
 
 from amp_convert import domains
-from amp_convert.schema.contrib import ContribSchema, load_contrib_table
+from amp_convert.schema.contrib import ContribSchema, Formal, load_contrib_table
 
 
 class _Param(Protocol):
@@ -105,7 +105,7 @@ def _resolve(param: onnx.defs.OpSchema.FormalParameter, constraints: dict[str, l
 
 
 def _from_table(entry: ContribSchema) -> OpSignature:
-    def slot(f) -> Slot:  # type: ignore[no-untyped-def]
+    def slot(f: Formal) -> Slot:
         allowed = entry.type_constraints.get(f.type_str)
         variadic = f.option == "variadic"
         if allowed is not None:
