@@ -114,20 +114,16 @@ def judge(stats: RangeStats, limits: LowLimits, size: int, mask_fill: bool) -> V
             return Verdict("saturate", detail)
         detail = f"exceeds {low}: max |value| {stats.peak:.4g} > {limits.max:g} (never clamped)"
         return Verdict("keep", detail)
-    share = stats.flushed / stats.nonzero if stats.nonzero else 0.0
-    if share > FLUSH_SHARE:
-        return Verdict(
-            "keep",
-            f"would flush to zero in {low}: {share:.1%} of its nonzero values are <= "
-            f"{limits.min_subnormal / 2:.3g}",
-        )
-    share = stats.subnormal / stats.nonzero if stats.nonzero else 0.0
-    if share > SUBNORMAL_SHARE:
-        return Verdict(
-            "keep",
-            f"loses precision in {low}: {share:.1%} of its nonzero values are below its smallest "
-            f"normal {limits.min_normal:.3g}",
-        )
+    losses = (
+        (stats.flushed, FLUSH_SHARE, f"would flush to zero in {low}", "are <=",
+         limits.min_subnormal / 2),
+        (stats.subnormal, SUBNORMAL_SHARE, f"loses precision in {low}",
+         "are below its smallest normal", limits.min_normal),
+    )  # fmt: skip
+    for count, allowed, what, where, bound in losses:
+        share = count / stats.nonzero if stats.nonzero else 0.0
+        if share > allowed:
+            return Verdict("keep", f"{what}: {share:.1%} of its nonzero values {where} {bound:.3g}")
     return Verdict("fits")
 
 

@@ -153,6 +153,22 @@ def _inv_std(ve: ir.Value, centred: ir.Value) -> tuple[list[ir.Node], ir.Node] |
     return [first, inv], norm
 
 
+def _statistics(
+    sq_node: ir.Node, opset: int, axes: list[int], centred: ir.Value
+) -> tuple[ir.Node, ir.Node, float, list[ir.Node], ir.Node] | NoMatch:
+    """From the square to the node that normalises `centred`, the part LayerNorm and RMSNorm
+    share: (reduce node, add-eps node, eps, inverse-std nodes, normalising node)."""
+    var = _variance(sq_node, opset, axes)
+    if isinstance(var, NoMatch):
+        return var
+    red, add, eps = var
+    tail = _inv_std(add.outputs[0], centred)
+    if isinstance(tail, NoMatch):
+        return tail
+    inv_nodes, norm = tail
+    return red, add, eps, inv_nodes, norm
+
+
 def _variance(
     sq_node: ir.Node, opset: int, axes: list[int]
 ) -> tuple[ir.Node, ir.Node, float] | NoMatch:
@@ -230,14 +246,10 @@ def _match_layer(
     squares = [n for n in _readers(d) if _square_of(n, d)]
     if len(squares) != 1:
         return NoMatch(sub.name or "", "the centred value is not squared (Pow 2 or Mul d*d) once")
-    var = _variance(squares[0], opset, axes)
-    if isinstance(var, NoMatch):
-        return var
-    red, add, eps = var
-    tail = _inv_std(add.outputs[0], d)
-    if isinstance(tail, NoMatch):
-        return tail
-    inv_nodes, norm = tail
+    found = _statistics(squares[0], opset, axes, d)
+    if isinstance(found, NoMatch):
+        return found
+    red, add, eps, inv_nodes, norm = found
     others = [n for n in _readers(d) if n is not squares[0] and n is not norm]
     if others:
         return NoMatch(sub.name or "", f"the centred value has other readers ({others[0].op_type})")
@@ -252,14 +264,10 @@ def _match_rms(red: ir.Node, sq: ir.Node, axes: list[int], opset: int) -> NormMa
     assert x is not None
     if len(_readers(sq.outputs[0])) != 1:
         return NoMatch(sq.name or "", "the square has other readers")
-    var = _variance(sq, opset, axes)
-    if isinstance(var, NoMatch):
-        return var
-    red, add, eps = var
-    tail = _inv_std(add.outputs[0], x)
-    if isinstance(tail, NoMatch):
-        return tail
-    inv_nodes, norm = tail
+    found = _statistics(sq, opset, axes, x)
+    if isinstance(found, NoMatch):
+        return found
+    red, add, eps, inv_nodes, norm = found
     match = NormMatch("rms", x, axes, eps, [sq, red, add, *inv_nodes], [norm], norm.outputs[0])
     _affine(match)
     return match
