@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import asdict, dataclass, field
-from typing import ClassVar
 
 from amp_convert.report_base import Report
 from amp_convert.value_map import ValueMap
@@ -54,11 +53,8 @@ class FoldNote:
 
 
 @dataclass
-class ConversionReport(Report):
+class ConversionReport(Report, tool="amp-convert", schema_version=SCHEMA_VERSION):
     """Summary and per-node decisions of one conversion (serialisable with to_dict/to_json)."""
-
-    SCHEMA_VERSION: ClassVar[int] = SCHEMA_VERSION
-    TOOL: ClassVar[str] = "amp-convert"
 
     level: str
     dtype: str

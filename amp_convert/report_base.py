@@ -34,6 +34,16 @@ class Report:
     SCHEMA_VERSION: ClassVar[int] = 1
     TOOL: ClassVar[str] = "amp-convert"
 
+    def __init_subclass__(
+        cls, *, tool: str | None = None, schema_version: int | None = None, **kwargs: Any
+    ) -> None:
+        """``class R(Report, tool="amp-convert validate", schema_version=2)``: said once."""
+        super().__init_subclass__(**kwargs)
+        if tool is not None:
+            cls.TOOL = tool
+        if schema_version is not None:
+            cls.SCHEMA_VERSION = schema_version
+
     def to_dict(self) -> dict[str, Any]:  # pragma: no cover - every subclass defines it
         raise NotImplementedError
 

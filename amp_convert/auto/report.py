@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
 from amp_convert.report import ConversionReport
 from amp_convert.report_base import Report, json_ready
@@ -49,11 +49,8 @@ class TracePoint:
 
 
 @dataclass
-class AutoReport(Report):
+class AutoReport(Report, tool="amp-convert --auto", schema_version=SCHEMA_VERSION):
     """The result of auto_convert (serialisable with to_dict / to_json, from Report)."""
-
-    SCHEMA_VERSION: ClassVar[int] = SCHEMA_VERSION
-    TOOL: ClassVar[str] = "amp-convert --auto"
 
     level: str
     dtype: str

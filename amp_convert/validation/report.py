@@ -43,7 +43,7 @@ import math
 import os
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 
@@ -87,11 +87,8 @@ class LatencyStats:
 
 
 @dataclass
-class ValidationReport(Report):
+class ValidationReport(Report, tool="amp-convert validate", schema_version=SCHEMA_VERSION):
     """Everything one validation found; ``passed`` is the CI verdict."""
-
-    SCHEMA_VERSION: ClassVar[int] = SCHEMA_VERSION
-    TOOL: ClassVar[str] = "amp-convert validate"
 
     reference: str
     candidate: str
