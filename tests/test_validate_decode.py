@@ -127,6 +127,13 @@ def test_feeds_follow_each_models_own_state() -> None:
     assert nxt["attention_mask"].shape == (1, 6) and nxt["attention_mask"].min() == 1
     assert nxt["position_ids"].tolist() == [[5]]
     assert nxt["past_key_values.0.key"] is outs["present.0.key"]  # its own cache, as it came
+    # ORT's GPT-2 naming (past_0 / present_0), and the merged decoder's flag
+    gpt2 = decoder_io(
+        {"input_ids": ("tensor(int64)", ["batch", "seq"]), "past_0": ("tensor(float)", [2]),
+         "use_cache_branch": ("tensor(bool)", [1])},
+        ["logits", "present_0"],
+    )  # fmt: skip
+    assert gpt2.kv == (("past_0", "present_0"),) and gpt2.merged and not gpt2.has_mask
 
 
 def test_decode_steps_on_a_model_without_past_is_refused(tmp_path: Path) -> None:

@@ -24,9 +24,10 @@ import numpy as np
 from amp_convert.errors import ValidationError
 from amp_convert.validation.metrics import OutputResult
 
-#: input name -> output name pairs: past_key_values.X / past.X in, present.X out
-_PAST = re.compile(r"^(?:past_key_values|past)\.(.+)$")
-_PRESENT = re.compile(r"^(?:present_key_values|present)\.(.+)$")
+#: input name -> output name pairs: past_key_values.X / past.X / past_X (ORT's GPT-2) in,
+#: present.X / present_X out
+_PAST = re.compile(r"^(?:past_key_values|past)[._](.+)$")
+_PRESENT = re.compile(r"^(?:present_key_values|present)[._](.+)$")
 USE_CACHE = "use_cache_branch"
 
 Outputs = Mapping[str, np.ndarray | None]

@@ -1,0 +1,303 @@
+"""Transformer pipelines: amp-convert O2 against the FP16 converters users already have.
+
+    python bench/pipelines.py [--layers 2 --hidden 64] [--steps 8] [--json FILE]
+
+Per model (fused ORT graphs and optimum-style decoders, all built in code under models/) and per
+tool, side by side in one run: amp-convert ``convert(level="O2")``, ONNX Runtime's
+``onnxruntime.transformers.float16.convert_float_to_float16(keep_io_types=True)`` and
+onnxconverter-common's ``float16.convert_float_to_float16(keep_io_types=True)``:
+
+* casts added (Cast nodes in every graph, subgraphs included, minus the original's);
+* weight bytes (every initializer, subgraphs included);
+* traffic: bytes read and written per inference: amp-convert's report figure for its result;
+  for the FP32 model and the other tools' results the same estimate (traffic.py, values typed by
+  amp-convert's dtype inference) at the dims amp's report took (``traffic_remeasured`` in the
+  JSON holds that re-measure for amp's result too);
+* cosine: the worst output's cosine against the FP32 model under ``validate --provider emulate``
+  (FP16 rounding reproduced on CPU) on the validator's default inputs;
+* tokens: for decoders, ``validate --decode-steps N``: the share of N greedy steps on which the
+  converted model chose the FP32 model's token, each feeding its own KV cache back.
+
+A tool that fails on a model gets its first error line instead of numbers. Needs onnxruntime
+([cpu] extra) and onnxconverter-common (``pip install onnxconverter-common``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import onnx
+import onnx_ir as ir
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from amp_convert import convert  # noqa: E402
+from amp_convert.onnx_checks import analyse  # noqa: E402
+from amp_convert.passes.infer_dtypes import InferDtypesPass  # noqa: E402
+from amp_convert.proto_walk import graphs  # noqa: E402
+from amp_convert.shapes import ShapeBook  # noqa: E402
+from amp_convert.traffic import model_traffic  # noqa: E402
+from amp_convert.validation import validate  # noqa: E402
+from models.decoders import decoder_model_merged, decoder_with_past  # noqa: E402
+from models.fused import bert_plain, fused_bert, fused_gpt2_past, genai_llama  # noqa: E402
+
+Tool = Callable[[onnx.ModelProto], tuple[onnx.ModelProto, Any]]
+
+
+def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    return out
+
+
+def _toposorted(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Main-graph nodes in topological order: the Python converters append their input Casts at
+    the end of the node list (ORT sorts on load; onnx's checker and our validator do not)."""
+    ready = {i.name for i in model.graph.input} | {t.name for t in model.graph.initializer} | {""}
+    pending, ordered = list(model.graph.node), []
+    while pending:
+        rest = []
+        for n in pending:
+            if _missing(n, ready):
+                rest.append(n)
+            else:
+                ordered.append(n)
+                ready.update(n.output)
+        if len(rest) == len(pending):
+            n = rest[0]
+            name = sorted(_missing(n, ready))[0]
+            raise ValueError(f"broken graph: {n.name} reads {name!r}, defined out of its reach")
+        pending = rest
+    del model.graph.node[:]
+    model.graph.node.extend(ordered)
+    return model
+
+
+def _missing(node: onnx.NodeProto, ready: set[str]) -> set[str]:
+    """What the node (its subgraphs included) reads that is not defined yet."""
+    outer = {x for a in node.attribute if a.type == onnx.AttributeProto.GRAPH
+             for g in graphs(a.g) for m in g.node for x in m.input}  # fmt: skip
+    return (set(node.input) | (outer - _locals(node))) - ready
+
+
+def _locals(node: onnx.NodeProto) -> set[str]:
+    """Names defined inside the node's subgraphs (what its body reads from itself)."""
+    names: set[str] = set()
+    for a in node.attribute:
+        if a.type == onnx.AttributeProto.GRAPH:
+            for g in graphs(a.g):
+                names.update(i.name for i in g.input)
+                names.update(t.name for t in g.initializer)
+                names.update(o for n in g.node for o in n.output)
+    return names
+
+
+def amp_o2(model: onnx.ModelProto) -> tuple[onnx.ModelProto, Any]:
+    """amp-convert O2 and its ConversionReport (traffic and the dims it took)."""
+    return convert(model, level="O2", return_report=True)
+
+
+def ort_fp16(model: onnx.ModelProto) -> tuple[onnx.ModelProto, Any]:
+    from onnxruntime.transformers.float16 import convert_float_to_float16
+
+    return _toposorted(convert_float_to_float16(_copy(model), keep_io_types=True)), None
+
+
+def occ_fp16(model: onnx.ModelProto) -> tuple[onnx.ModelProto, Any]:
+    from onnxconverter_common import float16
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        out = float16.convert_float_to_float16(_copy(model), keep_io_types=True)
+    return _toposorted(out), None
+
+
+TOOLS: dict[str, Tool] = {
+    "amp O2": amp_o2,
+    "ORT float16": ort_fp16,
+    "onnxconverter-common": occ_fp16,
+}
+
+
+def casts(model: onnx.ModelProto) -> int:
+    return sum(n.op_type == "Cast" for g in graphs(model.graph) for n in g.node)
+
+
+def weight_bytes(model: onnx.ModelProto) -> int:
+    total = 0
+    for g in graphs(model.graph):
+        for t in g.initializer:
+            total += len(t.raw_data) or onnx.numpy_helper.to_array(t).nbytes
+    return total
+
+
+def traffic(model: onnx.ModelProto, dims: dict[str, int]) -> int:
+    """amp-convert's bytes-per-inference estimate of any model: values typed by its dtype
+    inference (contrib schemas included), sized at ``dims``."""
+    work = ir.serde.deserialize_model(_copy(model))
+    _, inferred = analyse(work)
+    InferDtypesPass(inferred)(work)
+    return model_traffic(work, ShapeBook(work, dims))
+
+
+def _first_line(e: BaseException) -> str:
+    """The part of an error that says what broke (ORT's load error after its file name)."""
+    text = str(e).splitlines()[0] if str(e) else type(e).__name__
+    if "failed:" in text:
+        text = "ORT cannot load it: " + text.split("failed:", 1)[1]
+    elif not isinstance(e, ValueError | RuntimeError):
+        text = f"{type(e).__name__}: {text}"
+    return text.replace("|", "/")[:110]
+
+
+def measure(
+    name: str, model: onnx.ModelProto, dims: dict[str, int], steps: int, decoder: bool
+) -> list[dict[str, Any]]:
+    """One row per tool, after the FP32 model's own row."""
+    rows = []
+    amp_dims: dict[str, int] = {}  # amp's report says which dims its traffic figure took
+    for tool, fn in TOOLS.items():
+        row: dict[str, Any] = {"model": name, "tool": tool}
+        rows.append(row)
+        try:
+            out, report = fn(model)
+        except Exception as e:
+            row["error"] = _first_line(e)
+            continue
+        if report is not None:  # amp's own figure, from its report
+            amp_dims = dict(report.traffic_dims)
+            row["traffic"] = report.traffic.get("result")
+        _fill(row, model, out, amp_dims, dims, steps if decoder else 0)
+    fp32: dict[str, Any] = {"model": name, "tool": "FP32", "casts_added": 0}
+    fp32["weight_bytes"] = weight_bytes(model)
+    _try(fp32, "traffic", lambda: traffic(model, amp_dims))
+    return [fp32, *rows]
+
+
+def _fill(
+    row: dict[str, Any],
+    model: onnx.ModelProto,
+    out: onnx.ModelProto,
+    amp_dims: dict[str, int],
+    dims: dict[str, int],
+    steps: int,
+) -> None:
+    row["casts_added"] = casts(out) - casts(model)
+    row["weight_bytes"] = weight_bytes(out)
+    _try(row, "traffic_remeasured", lambda: traffic(out, amp_dims))
+    row.setdefault("traffic", row.get("traffic_remeasured"))
+    _try(row, "cosine", lambda: _cosine(model, out, dims))
+    if steps:
+        _try(row, "tokens", lambda: _tokens(model, out, dims, steps))
+
+
+def _try(row: dict[str, Any], key: str, what: Callable[[], Any]) -> None:
+    try:
+        row[key] = what()
+    except Exception as e:
+        row[f"{key}_error"] = _first_line(e)
+
+
+def _cosine(ref: onnx.ModelProto, cand: onnx.ModelProto, dims: dict[str, int]) -> float:
+    report = validate(ref, cand, provider="emulate", dims=dims or None, runs=0)
+    return min(1.0 if o.cosine is None else o.cosine for o in report.outputs)
+
+
+def _tokens(ref: onnx.ModelProto, cand: onnx.ModelProto, dims: dict[str, int], steps: int) -> str:
+    report = validate(ref, cand, provider="emulate", dims=dims or None, runs=0, decode_steps=steps)
+    dec = report.decode
+    assert dec is not None
+    same = sum(s.same_token for s in dec.steps)
+    return f"{same}/{len(dec.steps)}"
+
+
+def models(layers: int, hidden: int, heads: int) -> list[tuple[str, onnx.ModelProto, dict, bool]]:
+    """(name, model, validation dims, is a decoder)."""
+    size = {"layers": layers, "hidden": hidden, "heads": heads}
+    gpt2_dims = {"past_sequence_length": 16, "sequence_length": 16}
+    llama_dims = {"past_sequence_length": 16, "sequence_length": 16, "total_sequence_length": 32}
+    return [
+        ("fused_bert", fused_bert(**size, max_positions=128), {}, False),
+        ("bert_plain+optimize_model", _ort_optimized_bert(**size), {}, False),
+        ("fused_gpt2_past", fused_gpt2_past(**size, max_positions=128), gpt2_dims, True),
+        ("genai_llama (GQA)", genai_llama(**size, intermediate=4 * hidden), llama_dims, True),
+        ("genai_llama (MHA)", genai_llama(**size, intermediate=4 * hidden, attention="mha"),
+         llama_dims, True),
+        ("decoder_with_past", decoder_with_past(layers=layers, hidden=hidden, heads=heads), {},
+         True),
+        ("decoder_model_merged", decoder_model_merged(layers=layers, hidden=hidden, heads=heads),
+         {}, True),
+    ]  # fmt: skip
+
+
+def _ort_optimized_bert(layers: int, hidden: int, heads: int) -> onnx.ModelProto:
+    """models/fused.py's plain BERT fused by ORT's own optimize_model (the documented pipeline)."""
+    from onnxruntime.transformers.optimizer import optimize_model
+
+    with tempfile.TemporaryDirectory() as tmp:
+        src, dst = Path(tmp) / "plain.onnx", Path(tmp) / "fused.onnx"
+        onnx.save(bert_plain(layers=layers, hidden=hidden, heads=heads), src)
+        opt = optimize_model(str(src), "bert", heads, hidden, opt_level=0)
+        opt.save_model_to_file(str(dst))
+        return onnx.load(dst)
+
+
+def table(rows: list[dict[str, Any]], steps: int) -> str:
+    head = ["model", "tool", "casts added", "weight bytes", "traffic (vs FP32)", "emulate cosine",
+            f"same token ({steps} steps)"]  # fmt: skip
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    base: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        if r["tool"] == "FP32":
+            base[r["model"]] = r
+        fp32 = base[r["model"]]
+        if "error" in r:
+            cells = [f"fails: {r['error']}", "", "", "", ""]
+        else:
+            t = r.get("traffic")
+            ratio = f" ({t / fp32['traffic']:.2f}x)" if t and fp32.get("traffic") else ""
+            cells = [
+                str(r["casts_added"]),
+                f"{r['weight_bytes']:,}",
+                f"{t:,}{ratio}" if t else r.get("traffic_error", "-"),
+                f"{r['cosine']:.6f}" if "cosine" in r else r.get("cosine_error", "-"),
+                r.get("tokens") or r.get("tokens_error", "-"),
+            ]
+            if cells[4] == cells[3] and "cosine_error" in r:
+                cells[4] = "(same error)"
+            if r["tool"] == "FP32":
+                cells[3:] = ["1", "-"]
+        lines.append("| " + " | ".join([r["model"], r["tool"], *cells]) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--layers", type=int, default=2)
+    ap.add_argument("--hidden", type=int, default=64)
+    ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--steps", type=int, default=8, help="decode steps for the decoders")
+    ap.add_argument("--only", nargs="*", help="model names to run (default: all)")
+    ap.add_argument("--json", help="also write the rows here")
+    args = ap.parse_args(argv)
+    rows: list[dict[str, Any]] = []
+    for name, model, dims, decoder in models(args.layers, args.hidden, args.heads):
+        if args.only and name not in args.only:
+            continue
+        print(f"measuring {name} ...", file=sys.stderr)
+        rows += measure(name, model, dims, args.steps, decoder)
+    print(table(rows, args.steps))
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
