@@ -50,6 +50,8 @@ class NamePattern(Protocol):
 
     def search(self, text: str) -> Any: ...
 
+    def fullmatch(self, text: str) -> Any: ...
+
 
 def compile_pattern(text: str, flag: str = "--exclude-nodes") -> NamePattern:
     """`text` compiled for node names, or OptionError (not a regex, or one that could hang)."""

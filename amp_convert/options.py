@@ -65,6 +65,14 @@ class ConvertOptions:
         "Keep FP32 model inputs/outputs (casts at the boundary).",
         "switch",
     )
+    low_io: tuple[str, ...] = _option(
+        (),
+        ("--low-io",),
+        "Model inputs/outputs whose whole name matches REGEX become low precision even with "
+        "--keep-io-types, e.g. 'past_key_values\\..*' (repeatable).",
+        "multiple",
+        metavar="REGEX",
+    )
     fp32_ops: tuple[str, ...] = _option(
         (), ("--fp32-ops",), "Ops to keep FP32 (added to the deny list; repeatable).", "ops"
     )
@@ -111,6 +119,9 @@ class ConvertOptions:
     #: exact names of nodes kept FP32 (the API's typed pin set; ``--auto`` passes its pins here)
     pinned_nodes: frozenset[str] = field(default=frozenset(), metadata={"kind": "api"})
     exclude_patterns: tuple[NamePattern, ...] = field(
+        default=(), compare=False, repr=False, metadata={"derived": True}
+    )
+    low_io_patterns: tuple[NamePattern, ...] = field(
         default=(), compare=False, repr=False, metadata={"derived": True}
     )
 
@@ -177,9 +188,9 @@ def make_options(**kwargs: Any) -> ConvertOptions:
     if both:
         raise OptionError(f"ops in both --fp32-ops and --fp16-ops: {', '.join(sorted(both))}")
     excludes = _strings("exclude_nodes", kwargs.get("exclude_nodes", ()))
-    patterns = []
-    for pattern in excludes:
-        patterns.append(compile_pattern(pattern))  # refuses patterns that could hang
+    patterns = [compile_pattern(p) for p in excludes]  # refuses patterns that could hang
+    low_io = _strings("low_io", kwargs.get("low_io", ()))
+    low_io_patterns = [compile_pattern(p, "--low-io") for p in low_io]
     cast_optional = kwargs.get("cast_optional_params", False)
     if not isinstance(cast_optional, bool | np.bool_):
         raise OptionError(f"cast_optional_params must be True or False, not {cast_optional!r}")
@@ -203,7 +214,10 @@ def make_options(**kwargs: Any) -> ConvertOptions:
         target=_target(kwargs.get("target", "ort-cuda")),
         pinned_nodes=frozenset(_strings("pinned_nodes", kwargs.get("pinned_nodes", ()))),
         exclude_patterns=tuple(patterns),
+        low_io=low_io,
+        low_io_patterns=tuple(low_io_patterns),
     )
+
 
 
 def _target(target: Any) -> str:

@@ -32,6 +32,7 @@ import onnx_ir as ir
 
 from amp_convert import schema
 from amp_convert.errors import InputError, VerificationError
+from amp_convert.low_io import resolve_low_io
 from amp_convert.onnx_checks import analyse
 from amp_convert.op_lists import (
     OpLists,
@@ -78,6 +79,10 @@ def run(model: ir.Model, options: ConvertOptions) -> ConversionReport:
         return report
     table = load_target(options.target) if options.target != "none" else None
     low, keep_io = options.low_dtype, options.keep_io_types
+    low_io, low_io_warnings = resolve_low_io(model, options.low_io_patterns)  # before any edit
+    report.warnings.extend(low_io_warnings)
+    if keep_io:
+        report.low_io = sorted(low_io)
 
     snapshot = Snapshot.take(model)  # the original's values and nodes: the value map's keys
     prepared = _step(1, "prepare", prepare, model)
@@ -85,14 +90,14 @@ def run(model: ir.Model, options: ConvertOptions) -> ConversionReport:
     report.warnings.extend(schema.unknown_warnings(model))
     shapes = ShapeBook(model, options.dim_values)  # sizes from the input dims (shapes.py)
     _step(3, "infer dtypes", infer_dtypes, model, inferred)
-    before = _step(4, "measure", measure_original, model, shapes, low, keep_io)
+    before = _step(4, "measure", measure_original, model, shapes, low, keep_io, low_io)
     folded = _step(5, "fold BN", fold_batch_norm, model, low, inferred, prepared.names)
     target = options.target
     norms = _step(6, "hand norms", rewrite_hand_norms, model, prepared.names, inferred, target)
     pooled = _step(7, "global pool", run_as_global_pool, model, inferred, target)
     classes = _step(8, "classify", classify, model, options, lists, table)
     classes = _step(9, "pin statistics", pin_norm_statistics, classes, norms, options.level)
-    plan = _step(10, "assign", assign, model, classes, shapes, options)
+    plan = _step(10, "assign", assign, model, classes, shapes, options, low_io)
     rewritten = _step(
         11, "rewrite", rewrite, model, plan, prepared.names,
         cast_optional_params=options.cast_optional_params,

@@ -85,6 +85,8 @@ class ConversionReport(Report, tool="amp-convert", schema_version=SCHEMA_VERSION
     rewrites: list[FoldNote] = field(default_factory=list)
     #: where each original value and node went (see value_map.py)
     value_map: ValueMap = field(default_factory=ValueMap)
+    #: model inputs/outputs made low precision by --low-io (despite keep_io_types)
+    low_io: list[str] = field(default_factory=list)
 
     @property
     def casts_inserted(self) -> int:
@@ -124,6 +126,7 @@ class ConversionReport(Report, tool="amp-convert", schema_version=SCHEMA_VERSION
         lines = [
             f"level {self.level}, {low_name}, I/O types "
             + ("kept FP32" if self.keep_io_types else f"{low_name}")
+            + (f" except {len(self.low_io)} {low_name} (--low-io)" if self.low_io else "")
             + (f", target {self.target}" if self.target else ""),
             f"nodes {low_name}: {self.nodes_low}  " + _top(self.count("low")),
             f"nodes FP32: {self.nodes_fp32}  " + _top(self.count("fp32")),

@@ -90,19 +90,20 @@ def model_traffic(
     shapes: ShapeBook,
     low: ir.DataType | None = None,
     keep_io_types: bool = True,
+    low_io: frozenset[str] = frozenset(),
 ) -> int:
     """Bytes every node reads and writes; with `low`, as if every FP32 tensor were `low`.
 
     The all-low figure (`low` given) includes the Casts an FP32 interface needs with
-    `keep_io_types`: it is the best any placement can do for that interface. Constant nodes move
-    nothing at run time (their tensor is read by their readers). A Loop/Scan body counts once
-    per trip, each If branch half.
+    `keep_io_types` (those named in `low_io` excepted): the best any placement can do for that
+    interface. Constant nodes move nothing at run time (their tensor is read by their readers). A
+    Loop/Scan body counts once per trip, each If branch half.
     """
     total = 0.0
     if low is not None and keep_io_types:
         graph = model.graph
         for io_value in (*graph.inputs, *graph.outputs):
-            if is_float_tensor(io_value):
+            if is_float_tensor(io_value) and io_value.name not in low_io:
                 total += shapes.elements(io_value) * (FLOAT.itemsize + low.itemsize)
     for node in model.graph.all_nodes():
         if node.op_type == "Constant":
@@ -127,9 +128,13 @@ class OriginalTraffic:
 
 
 def measure_original(
-    model: ir.Model, shapes: ShapeBook, low: ir.DataType, keep_io_types: bool
+    model: ir.Model,
+    shapes: ShapeBook,
+    low: ir.DataType,
+    keep_io_types: bool,
+    low_io: frozenset[str] = frozenset(),
 ) -> OriginalTraffic:
     """The traffic step: measured before any graph edit, for the report's before/after ratio."""
     return OriginalTraffic(
-        model_traffic(model, shapes), model_traffic(model, shapes, low, keep_io_types)
+        model_traffic(model, shapes), model_traffic(model, shapes, low, keep_io_types, low_io)
     )

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import onnx_ir as ir
 
 from amp_convert.options import ConvertOptions, Level
+from amp_convert.passes.boundaries import find_boundaries
 from amp_convert.passes.mincut import INF, FlowNetwork
 from amp_convert.passes.plan import FP32, LOW, Classes, ClassInfo, Placement, PrecisionPlan
 from amp_convert.precision import NodeClass, Precision, constant_tensor, is_float_tensor
@@ -50,13 +51,30 @@ class _Weights:
 
 
 def assign(
-    model: ir.Model, classes: Classes, shapes: ShapeBook, options: ConvertOptions
+    model: ir.Model,
+    classes: Classes,
+    shapes: ShapeBook,
+    options: ConvertOptions,
+    low_io: frozenset[str] = frozenset(),
 ) -> PrecisionPlan:
-    """Every node's precision at `options.level` (hard limits first, then placement by bytes)."""
+    """Every node's precision at `options.level` (hard limits first, then placement by bytes).
+
+    `low_io`: main-graph inputs/outputs that are low whatever keep_io_types says (--low-io).
+    Control-flow boundaries are placed with the nodes (see passes/boundaries.py).
+    """
     nodes = list(model.graph.all_nodes())
     weights = _Weights()
     drafts = {node: _Draft(classes[node]) for node in nodes}
-    draft = PrecisionPlan(drafts, model.graph, options.low_dtype, options.keep_io_types)
+    low_boundaries: set[int] = set()  # filled by the cut
+    draft = PrecisionPlan(
+        drafts,
+        model.graph,
+        options.low_dtype,
+        options.keep_io_types,
+        boundaries=find_boundaries(model, options.low_dtype),
+        low_boundaries=low_boundaries,
+        low_io=low_io,
+    )
     _range_limits(draft, drafts, nodes, weights)
     level = options.level
     for node in nodes:
@@ -71,13 +89,16 @@ def assign(
             d.precision, d.forced = LOW, True
         else:
             d.precision = LOW if level == Level.O2 else FP32
+    cut = _Cut(draft, drafts, shapes, low_boundaries)
     if level in (Level.O1, Level.O2):
         _deny_reach(drafts, nodes)
-        _min_cut(draft, drafts, nodes, prefer_low=level == Level.O2, shapes=shapes)
+        _min_cut(cut, nodes, prefer_low=level == Level.O2)
         # an FP32-accumulating reduction next to an FP32 neighbour keeps FP32 math with
         # explicit casts; pinning it can change the best placement of the rest, so re-cut
         while _pin_low_between_low(draft, drafts, nodes):
-            _min_cut(draft, drafts, nodes, prefer_low=level == Level.O2, shapes=shapes)
+            _min_cut(cut, nodes, prefer_low=level == Level.O2)
+    else:  # O3: every node is decided; only the control-flow boundaries are placed
+        _min_cut(cut, nodes, prefer_low=True)
     placements = {
         node: Placement(d.info, d.precision, (*d.info.reasons, *d.notes))
         for node, d in drafts.items()
@@ -94,6 +115,9 @@ def assign(
         keep_io_types=options.keep_io_types,
         saturate=frozenset(weights.saturate),
         tensor_notes=tuple(weights.notes),
+        boundaries=draft.boundaries,
+        low_boundaries=frozenset(low_boundaries),
+        low_io=low_io,
     )
 
 
@@ -199,13 +223,18 @@ def _deny_reach(drafts: dict[ir.Node, _Draft], nodes: list[ir.Node]) -> None:
                     stack.append(use.node)
 
 
-def _min_cut(
-    plan: PrecisionPlan,
-    drafts: dict[ir.Node, _Draft],
-    nodes: list[ir.Node],
-    prefer_low: bool,
-    shapes: ShapeBook,
-) -> None:
+@dataclass
+class _Cut:
+    """What every min cut reads: the draft plan, its nodes and sizes; and where it records the
+    boundaries it places LOW."""
+
+    plan: PrecisionPlan
+    drafts: dict[ir.Node, _Draft]
+    shapes: ShapeBook
+    low_boundaries: set[int]
+
+
+def _min_cut(cut: _Cut, nodes: list[ir.Node], prefer_low: bool) -> None:
     """Place INFER/CLEAR nodes so the bytes moved per inference are minimal (an exact s-t min cut).
 
     Source side = LOW, sink side = FP32.
@@ -217,9 +246,14 @@ def _min_cut(
       launch's worth (LAUNCH_BYTES), with the number of Casts as the tie-break.
     - A constant is free to live in either precision, but readers that disagree on it cost a
       runtime Cast or a second stored copy of the whole weight, so its bytes pull them together.
+    - A control-flow boundary (an If output and what its branches return, a Loop's carried
+      state...) is a movable vertex too: one type on every side of it.
+    - Nodes and Casts weigh as often as their graph runs: a Loop/Scan body per trip, an If
+      branch half (ShapeBook.runs).
     - Forced nodes are tied to their side; each movable node has a weight-1 edge towards the
       level's preference (O2: LOW, O1: FP32), which only breaks ties between equal costs.
     """
+    plan, drafts, shapes = cut.plan, cut.drafts, cut.shapes
     net = FlowNetwork()
     src, sink = net.add_vertex(), net.add_vertex()
     vertex: dict[ir.Node, int] = {}
@@ -233,9 +267,17 @@ def _min_cut(
             net.add_edge(*((src, v) if d.precision == LOW else (v, sink)), INF)
         else:
             movable.append(node)
-    if not movable:
+    bounds = plan.boundaries
+    crossing = [net.add_vertex() for _ in bounds.items]  # a boundary moves like a node
+    if not movable and not crossing:
         return
     values = _float_values_of(drafts, nodes)
+    seen = {id(v) for v in values}
+    for i in range(len(crossing)):
+        for v in bounds.values(i):
+            if id(v) not in seen:
+                seen.add(id(v))
+                values.append(v)
     per_cast = len(movable) + 1  # one Cast outweighs every preference edge together
     per_byte = per_cast * (len(values) + 1)  # one byte outweighs every Cast count together
     low_bytes = plan.low.itemsize
@@ -251,12 +293,18 @@ def _min_cut(
             *(node.outputs[i] for i in info.low_outputs),
         )
         elements = sum(shapes.elements(x) for x in slots if x is not None and is_float_tensor(x))
-        net.add_edge(src, v, int(elements * (4 - low_bytes)) * per_byte)
+        runs = shapes.runs(node.graph)  # a Loop/Scan body per trip, an If branch half
+        net.add_edge(src, v, int(elements * (4 - low_bytes) * per_byte * runs))
+    for v in crossing:  # in a tie a boundary goes low: the branches' low results pass as they are
+        net.add_edge(src, v, 1)
     for value in values:
         weight = (shapes.cast_bytes(value, plan.low) + LAUNCH_BYTES) * per_byte + per_cast
-        _add_value(plan, net, value, vertex, src, sink, weight)
+        weight = int(weight * shapes.runs(value.graph))  # a Cast runs where its value is defined
+        _add_value(plan, net, value, (vertex, crossing), src, sink, weight)
     net.max_flow(src, sink)
     low_side = net.source_side(src)
+    cut.low_boundaries.clear()
+    cut.low_boundaries.update(i for i, v in enumerate(crossing) if v in low_side)
     for node in movable:
         d = drafts[node]
         low = vertex[node] in low_side
@@ -270,13 +318,18 @@ def _add_value(
     plan: PrecisionPlan,
     net: FlowNetwork,
     value: ir.Value,
-    vertex: dict[ir.Node, int],
+    vertices: tuple[dict[ir.Node, int], list[int]],
     src: int,
     sink: int,
     weight: int,
 ) -> None:
+    vertex, crossing = vertices  # of the candidate nodes; of the control-flow boundaries
+    bounds = plan.boundaries
     producer = value.producer()
-    if constant_tensor(value) is not None:
+    defined_by = bounds.by_defined.get(value)
+    if defined_by is not None:  # an If/Loop/Scan output or a body input
+        p = crossing[defined_by]
+    elif constant_tensor(value) is not None:
         p = net.add_vertex()  # free: stored in whichever precision costs less
     elif producer is not None:
         placed = plan.nodes.get(producer)
@@ -287,14 +340,21 @@ def _add_value(
     readers: set[int] = set()
     for use in value.uses():
         reader = plan.nodes.get(use.node)
-        if reader is None or use.idx in reader.info.any_inputs:
+        passed_to = bounds.by_slot.get((use.node, use.idx))
+        if passed_to is not None:  # into a Loop/Scan body
+            readers.add(crossing[passed_to])
+        elif reader is None or use.idx in reader.info.any_inputs:
             continue
-        if use.idx in reader.info.low_inputs and use.node in vertex:
+        elif use.idx in reader.info.low_inputs and use.node in vertex:
             readers.add(vertex[use.node])
         else:
             readers.add(sink)
     if value.is_graph_output():
-        readers.add(src if plan.interface(value) == LOW else sink)
+        read_by = bounds.by_read.get(value) if value.graph is not plan.main_graph else None
+        if read_by is not None:  # handed on by an If/Loop/Scan
+            readers.add(crossing[read_by])
+        else:
+            readers.add(src if plan.interface(value) == LOW else sink)
     readers.discard(p)
     if not readers or (p in (src, sink) and readers <= {src, sink}):
         return

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Mapping
+from collections.abc import Mapping, Set
 from dataclasses import dataclass
 from typing import Protocol
 
 import onnx_ir as ir
 
+from amp_convert.passes.boundaries import Boundaries
 from amp_convert.precision import NodeClass, Precision, constant_tensor
 from amp_convert.reasons import Reason
 from amp_convert.report import TensorNote
@@ -99,6 +100,18 @@ class PrecisionPlan:
     saturate: frozenset[str] = frozenset()
     #: weights worth a line in the report (kept FP32 for range, saturated)
     tensor_notes: tuple[TensorNote, ...] = ()
+    #: control-flow boundaries (If outputs, Loop/Scan carried and scanned values) and the
+    #: indices of those placed LOW; the others keep their original FP32
+    boundaries: Boundaries = Boundaries()
+    low_boundaries: Set[int] = frozenset()
+    #: main-graph inputs/outputs that are low even with keep_io_types (--low-io)
+    low_io: frozenset[str] = frozenset()
+
+    def boundary(self, index: int | None) -> Precision | None:
+        """A boundary's precision (None when ``index`` is None: no boundary)."""
+        if index is None:
+            return None
+        return LOW if index in self.low_boundaries else FP32
 
     def placement(self, node: ir.Node) -> Placement | None:
         placed = self.nodes.get(node)
@@ -109,13 +122,20 @@ class PrecisionPlan:
         return placed is not None and placed.precision == LOW
 
     def interface(self, value: ir.Value) -> Precision:
-        """A graph input's or output's type: low only at the main graph with --no-keep-io-types.
+        """A graph input's or output's type.
 
-        Subgraph inputs/outputs keep their original type: the If/Loop/Scan boundary does not change.
+        Main graph: low with --no-keep-io-types, or when --low-io names it. A subgraph input or
+        output has its boundary's precision (FP32 where it is no eligible boundary's).
         """
-        if value.graph is self.main_graph and not self.keep_io_types:
-            return LOW
-        return FP32
+        if value.graph is self.main_graph:
+            low = not self.keep_io_types or (value.name or "") in self.low_io
+            return LOW if low else FP32
+        bounds = self.boundaries
+        index = bounds.by_read.get(value) if value.is_graph_output() else None
+        if index is None and value.is_graph_input():
+            index = bounds.by_defined.get(value)
+        found = self.boundary(index)
+        return found if found is not None else FP32
 
     def home(self, value: ir.Value) -> Precision:
         """Where a float value lives before casts: LOW, FP32 or FREE (a constant)."""
@@ -123,6 +143,9 @@ class PrecisionPlan:
         if producer is not None:
             if constant_tensor(value) is not None:
                 return FREE
+            across = self.boundary(self.boundaries.by_defined.get(value))
+            if across is not None:  # an If/Loop/Scan output
+                return across
             placed = self.nodes.get(producer)
             if (
                 placed is not None
@@ -139,6 +162,9 @@ class PrecisionPlan:
 
     def need(self, node: ir.Node, index: int) -> Precision:
         """What an input slot needs: LOW, FP32 or ANY (Cast's input takes any float type)."""
+        across = self.boundary(self.boundaries.by_slot.get((node, index)))
+        if across is not None:  # a Loop/Scan input passed into the body
+            return across
         placed = self.nodes.get(node)
         if placed is None:
             return FP32

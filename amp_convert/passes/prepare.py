@@ -4,6 +4,8 @@
   (Graph::CanOverrideInitializer is IR >= 4), so they are constants: they become plain
   initializers (IR version 4) so they fold, convert and store low like any weight.
 - Constant(value_float[s]=...) becomes Constant(value=tensor), so it converts like any tensor.
+- Subgraph values whose names repeat elsewhere in the model (the branches of optimum's merged
+  decoders) get fresh names: every later look-up by name (ONNX inference, shapes) finds one value.
 
 The name registry every later step takes new names from is made here too, after the edits.
 """
@@ -17,6 +19,7 @@ import numpy as np
 import onnx_ir as ir
 
 from amp_convert import domains
+from amp_convert.passes.scoped_names import separate_scoped_names
 from amp_convert.precision import UniqueNames
 
 log = logging.getLogger(__name__)
@@ -29,10 +32,11 @@ class Prepared:
     promoted: int  # initializers that left the graph inputs (IR < 4)
     constants: int  # Constant nodes whose value_float(s) became a tensor `value`
     names: UniqueNames  # shared service: every later step takes its new names from it
+    renamed: int = 0  # subgraph values renamed apart (their names repeat elsewhere)
 
     @property
     def modified(self) -> bool:
-        return bool(self.promoted or self.constants)
+        return bool(self.promoted or self.constants or self.renamed)
 
 
 def prepare(model: ir.Model) -> Prepared:
@@ -43,8 +47,13 @@ def prepare(model: ir.Model) -> Prepared:
         for n in model.graph.all_nodes()
         if n.op_type == "Constant" and domains.is_default(n.domain)
     )
-    result = Prepared(promoted, constants, UniqueNames.of_model(model))
-    log.debug("prepare: %d initializers promoted, %d constants normalised", promoted, constants)
+    names = UniqueNames.of_model(model)
+    renamed = separate_scoped_names(model, names)
+    result = Prepared(promoted, constants, names, renamed)
+    log.debug(
+        "prepare: %d initializers promoted, %d constants normalised, %d subgraph values renamed",
+        promoted, constants, renamed,
+    )  # fmt: skip
     return result
 
 
