@@ -50,6 +50,7 @@ def test_merged_decoder_converts_with_no_cast_pair_at_the_if(level: str) -> None
     assert _cast_targets(out.graph) == {FLOAT16: 4, FLOAT: 5}
     assert report.casts_after - report.casts_before == 9
     assert io_types(out)[1] == [FLOAT] * 5
+    assert_converted_close(original, out, provider="emulate")  # the validator's default inputs
     for use_cache in (True, False):
         feeds = _feeds(original, use_cache)
         assert_converted_close(original, out, provider="emulate", inputs=feeds)
@@ -107,3 +108,12 @@ def test_rnn_carried_state_stays_low(builder, level: str) -> None:
     assert casts(out) == 3
     assert_converted_close(original, out, provider="emulate")
     assert_converted_close(original, out, provider="cpu")
+
+
+def test_bench_prints_casts_and_traffic(capsys: pytest.CaptureFixture[str]) -> None:
+    from bench import control_flow
+
+    assert control_flow.main(["--levels", "O2"]) == 0
+    rows = capsys.readouterr().out.splitlines()
+    assert "| loop_rnn | O2 | 0 -> 3 | 0 | 0.518 | 1.00x |" in rows
+    assert "| decoder_with_past --low-io KV | O2 | 1 -> 2 | 0 | 0.510 | 1.00x |" in rows
