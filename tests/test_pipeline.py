@@ -12,8 +12,9 @@ import amp_convert
 from models.blocks import bert_encoder
 
 PASSES = Path(amp_convert.__file__).parent / "passes"
-#: modules under passes/ that hold shared types or algorithms, not steps
-SHARED = {"plan", "mincut", "norm_match", "angles"}
+#: modules under passes/ that hold shared types or algorithms, not steps (boundaries: the
+#: control-flow boundaries plan and assign share; scoped_names: the renaming prepare applies)
+SHARED = {"plan", "mincut", "norm_match", "angles", "boundaries", "scoped_names"}
 
 
 def test_no_step_imports_another_step() -> None:
