@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import onnx
@@ -59,7 +60,7 @@ class _Torch:
     b: GraphBuilder
     counts: dict[str, int] = field(default_factory=dict)
 
-    def op(self, op_type: str, inputs: list[str], scope: str, n_out: int = 1, **attrs: object):
+    def op(self, op_type: str, inputs: list[str], scope: str, n_out: int = 1, **attrs: Any) -> Any:
         base = f"{scope}/{op_type}"
         k = self.counts.get(base, 0)
         self.counts[base] = k + 1
@@ -67,7 +68,7 @@ class _Torch:
         outs = [f"{name}_output_{i}" for i in range(n_out)]
         return self.b.op(op_type, inputs, name, outputs=outs, **attrs)
 
-    def named(self, op_type: str, inputs: list[str], scope: str, out: str, **attrs: object) -> str:
+    def named(self, op_type: str, inputs: list[str], scope: str, out: str, **attrs: Any) -> str:
         """A node whose output has an explicit name (graph outputs, ``t``)."""
         base = f"{scope}/{op_type}"
         k = self.counts.get(base, 0)
@@ -78,7 +79,7 @@ class _Torch:
     def const(self, value: object, scope: str, dtype: type = np.int64) -> str:
         """A ``Constant`` node, as TorchScript exports shape constants and scalars."""
         tensor = numpy_helper.from_array(np.array(value, dtype=dtype), "value")
-        return self.op("Constant", [], scope, value=tensor)  # type: ignore[return-value]
+        return self.op("Constant", [], scope, value=tensor)
 
 
 def _weights(b: GraphBuilder, cfg: DecoderConfig) -> dict[str, str]:
@@ -138,7 +139,7 @@ def _mask(t: _Torch, cfg: DecoderConfig, with_past: bool) -> str:
     causal = t.op("LessOrEqual", [cols, rows], sc)
     pad = t.op("Cast", [mask], sc, to=BOOL)
     pad = t.op("Unsqueeze", [pad, t.const([1, 2], sc)], sc)
-    return t.op("And", [causal, pad], sc)  # type: ignore[return-value]
+    return t.op("And", [causal, pad], sc)
 
 
 def _layer_norm(t: _Torch, x: str, w: dict[str, str], key: str, scope: str) -> str:
@@ -148,18 +149,18 @@ def _layer_norm(t: _Torch, x: str, w: dict[str, str], key: str, scope: str) -> s
         scope,
         axis=-1,
         epsilon=1e-5,
-    )  # type: ignore[return-value]
+    )
 
 
 def _linear(t: _Torch, x: str, w: dict[str, str], key: str, scope: str) -> str:
     y = t.op("MatMul", [x, w[f"{key}.weight"]], scope)
-    return t.op("Add", [y, w[f"{key}.bias"]], scope)  # type: ignore[return-value]
+    return t.op("Add", [y, w[f"{key}.bias"]], scope)
 
 
 def _heads(t: _Torch, x: str, cfg: DecoderConfig, scope: str) -> str:
     shape = t.const([0, 0, cfg.heads, cfg.head_dim], scope)
     r = t.op("Reshape", [x, shape], scope)
-    return t.op("Transpose", [r], scope, perm=[0, 2, 1, 3])  # type: ignore[return-value]
+    return t.op("Transpose", [r], scope, perm=[0, 2, 1, 3])
 
 
 def _attention(
@@ -198,7 +199,7 @@ def _gelu(t: _Torch, x: str, scope: str, name_tanh: str | None) -> str:
     th = t.named("Tanh", [s], scope, name_tanh) if name_tanh else t.op("Tanh", [s], scope)
     a1 = t.op("Add", [th, t.const(1.0, scope, np.float32)], scope)
     m1 = t.op("Mul", [x, a1], scope)
-    return t.op("Mul", [m1, t.const(0.5, scope, np.float32)], scope)  # type: ignore[return-value]
+    return t.op("Mul", [m1, t.const(0.5, scope, np.float32)], scope)
 
 
 def _decoder_nodes(b: GraphBuilder, cfg: DecoderConfig, with_past: bool) -> list[str]:

@@ -274,10 +274,10 @@ def _min_cut(cut: _Cut, nodes: list[ir.Node], prefer_low: bool) -> None:
     values = _float_values_of(drafts, nodes)
     seen = {id(v) for v in values}
     for i in range(len(crossing)):
-        for v in bounds.values(i):
-            if id(v) not in seen:
-                seen.add(id(v))
-                values.append(v)
+        for value in bounds.values(i):
+            if id(value) not in seen:
+                seen.add(id(value))
+                values.append(value)
     per_cast = len(movable) + 1  # one Cast outweighs every preference edge together
     per_byte = per_cast * (len(values) + 1)  # one byte outweighs every Cast count together
     low_bytes = plan.low.itemsize
