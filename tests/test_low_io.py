@@ -125,3 +125,19 @@ def test_cli_low_io_repeatable(tmp_path: Path) -> None:
     assert result.exit_code == 0 and "--low-io 'kv' matches no model input or output" in (
         result.output
     )
+
+
+def test_genai_llama_kv_cache_and_logits_low_add_no_cast() -> None:
+    """ORT GenAI's builder layout (fused ops, `past_key_values.*` / `present.*`): with the KV cache
+    and the logits named by --low-io, the interface needs no Cast at all."""
+    from models.fused import genai_llama
+
+    original = genai_llama()
+    out, report = amp_convert.convert(
+        original, level="O2", low_io=[*KV_IO, "logits"], return_report=True
+    )
+    assert report.casts_after == report.casts_before
+    types = {**_types(out.graph.input), **_types(out.graph.output)}
+    low = sorted(n for n in types if _kv(n) or n == "logits")
+    assert len(low) == 9 and {types[n] for n in low} == {FLOAT16}
+    assert report.low_io == low
