@@ -77,6 +77,9 @@ def test_merged_decoder_kv_cache_low() -> None:
     assert {types[n] for n in kv} == {FLOAT16} and types["logits"] == FLOAT
     assert report.casts_after - report.casts_before == 1  # logits, after the If
     assert _touching(out, kv) == []
+    (node,) = [n for n in out.graph.node if n.op_type == "If"]
+    for branch in (a.g for a in node.attribute):  # every If output crosses low, no Cast pair
+        assert {o.type.tensor_type.elem_type for o in branch.output} == {FLOAT16}
     for use_cache in (True, False):
         feeds = sample_inputs(original, seed=0)
         feeds["use_cache_branch"] = np.array([use_cache])

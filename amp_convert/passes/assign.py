@@ -11,6 +11,7 @@ readers FP32.
 from __future__ import annotations
 
 import logging
+import math
 import types
 from dataclasses import dataclass, field
 
@@ -294,13 +295,22 @@ def _min_cut(cut: _Cut, nodes: list[ir.Node], prefer_low: bool) -> None:
         )
         elements = sum(shapes.elements(x) for x in slots if x is not None and is_float_tensor(x))
         runs = shapes.runs(node.graph)  # a Loop/Scan body per trip, an If branch half
-        net.add_edge(src, v, int(elements * (4 - low_bytes) * per_byte * runs))
+        net.add_edge(src, v, math.ceil(elements * (4 - low_bytes) * per_byte * runs))
     for v in crossing:  # in a tie a boundary goes low: the branches' low results pass as they are
         net.add_edge(src, v, 1)
-    for value in values:
+    def cast_weight(value: ir.Value) -> int:
+        """A Cast of `value`, where it is defined: bytes, a launch, and the Cast count."""
+        defined_by = bounds.by_defined.get(value)
+        if defined_by is not None and value.producer() is bounds.items[defined_by].node:
+            reads = bounds.items[defined_by].reads
+            if reads and bounds.items[defined_by].node.op_type == "If":
+                # after the If it casts what the branch that ran returned
+                return sum(cast_weight(r) for r in reads)
         weight = (shapes.cast_bytes(value, plan.low) + LAUNCH_BYTES) * per_byte + per_cast
-        weight = int(weight * shapes.runs(value.graph))  # a Cast runs where its value is defined
-        _add_value(plan, net, value, (vertex, crossing), src, sink, weight)
+        return math.ceil(weight * shapes.runs(value.graph))  # a body per trip, a branch half
+
+    for value in values:
+        _add_value(plan, net, value, (vertex, crossing), src, sink, cast_weight(value))
     net.max_flow(src, sink)
     low_side = net.source_side(src)
     cut.low_boundaries.clear()
