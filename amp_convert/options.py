@@ -219,7 +219,6 @@ def make_options(**kwargs: Any) -> ConvertOptions:
     )
 
 
-
 def _target(target: Any) -> str:
     if not isinstance(target, str) or target.lower() not in TARGETS:
         raise OptionError(f"unknown target {target!r} (choose {' or '.join(TARGETS)})")

@@ -298,6 +298,7 @@ def _min_cut(cut: _Cut, nodes: list[ir.Node], prefer_low: bool) -> None:
         net.add_edge(src, v, math.ceil(elements * (4 - low_bytes) * per_byte * runs))
     for v in crossing:  # in a tie a boundary goes low: the branches' low results pass as they are
         net.add_edge(src, v, 1)
+
     def cast_weight(value: ir.Value) -> int:
         """A Cast of `value`, where it is defined: bytes, a launch, and the Cast count."""
         defined_by = bounds.by_defined.get(value)
