@@ -16,7 +16,7 @@ from models.decoders import decoder_model_merged, decoder_with_past
 pytest.importorskip("onnxruntime")
 
 import amp_convert  # noqa: E402
-from amp_convert.errors import ValidationError, VerificationError  # noqa: E402
+from amp_convert.errors import ValidationError  # noqa: E402
 from amp_convert.validation import validate  # noqa: E402
 from amp_convert.validation.command import validate_command  # noqa: E402
 from amp_convert.validation.decode import decoder_io, next_feeds  # noqa: E402
@@ -53,14 +53,7 @@ def _broken(model: onnx.ModelProto, std: float = 4.0) -> onnx.ModelProto:
     return broken
 
 
-# Until helper decoder's scoped names land on main, O2 stops on the merged decoder's
-# branch-local names ("converter bug, model not written"); nothing else may make it xfail.
-MERGED_CONVERTS = pytest.mark.xfail(
-    raises=VerificationError, strict=False, reason="merged decoders convert with wp-decoder"
-)
-
-
-@pytest.mark.parametrize("kind", ["with_past", pytest.param("merged", marks=MERGED_CONVERTS)])
+@pytest.mark.parametrize("kind", list(BUILDERS))
 def test_o2_decodes_8_steps_with_the_same_tokens(o2, kind: str) -> None:
     ref, cand = o2[kind]
     report = validate(ref, cand, provider="emulate", decode_steps=8, thresholds=STRICT)
@@ -82,6 +75,20 @@ def test_o2_decodes_8_steps_with_the_same_tokens(o2, kind: str) -> None:
     table = report.format_table()
     assert "decode: 8 steps" in table and "same greedy token in 8/8 (100.0%)" in table
     assert "first divergence: none" in table
+
+
+@pytest.mark.parametrize("kind", list(BUILDERS))
+def test_low_io_kv_cache_feeds_back_in_the_candidates_dtype(kind: str) -> None:
+    """--low-io KV cache: the candidate's present.* come out FP16 and go back in as FP16."""
+    ref = BUILDERS[kind]()
+    cand = amp_convert.convert(ref, level="O2", low_io=[r"past_key_values\..*", r"present\..*"])
+    kv = [v for v in (*cand.graph.input, *cand.graph.output) if "." in v.name and "key" in v.name]
+    assert kv and all(v.type.tensor_type.elem_type == onnx.TensorProto.FLOAT16 for v in kv)
+    for provider in ("emulate", "cpu"):
+        report = validate(ref, cand, provider=provider, decode_steps=8, thresholds=STRICT)
+        assert report.decode is not None and report.decode.token_agreement == 1.0
+        assert report.passed, report.summary_line()
+    assert report.output("present.0.key").candidate_dtype == "float16"  # cpu: FP16 as it ran
 
 
 @pytest.mark.parametrize("kind", list(BUILDERS))
