@@ -14,6 +14,7 @@ import os
 import sys
 import traceback
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -218,10 +219,8 @@ def convert_command(
             raise InputError("empty model path ''")
         output = output or default_output_path(model, options["dtype"])
         with safe_write.sigterm_cleans_up():
-            if auto:
-                code = _run_auto(ctx, model, output, options, validation, force, quiet)
-            else:
-                code = _run_convert(ctx, model, output, options, validation, force, quiet, verbose)
+            run = _Run(ctx, model, output, options, validation, force, quiet)
+            code = _run_auto(run) if auto else _run_convert(run, verbose)
     except AmpConvertError as e:
         _fail(e, verbose)
     except Exception as e:  # a bug: still one line, traceback with -v
@@ -248,22 +247,29 @@ def _check_companions(
             raise click.UsageError(f"{flag} goes with --validate or --auto", ctx)
 
 
-def _run_auto(
-    ctx: click.Context,
-    model: str,
-    output: Path,
-    options: dict[str, Any],
-    validation: dict[str, Any],
-    force: bool,
-    quiet: bool,
-) -> int:
+@dataclass(frozen=True)
+class _Run:
+    """One conversion command as parsed: what --auto and a plain conversion both take."""
+
+    ctx: click.Context
+    model: str
+    output: Path
+    options: dict[str, Any]
+    validation: dict[str, Any]
+    force: bool
+    quiet: bool
+
+
+def _run_auto(run: _Run) -> int:
     from amp_convert.auto.command import run_auto
 
-    outputs = [(label, output if label == "output" else p) for label, p in declared_outputs(ctx)]
+    outputs = [
+        (label, run.output if label == "output" else p) for label, p in declared_outputs(run.ctx)
+    ]
     return run_auto(
-        model, outputs, options, validation, force=force,
-        force_write=ctx.params["force_write"], quiet=quiet,
-        extra_inputs=_other_inputs(ctx),
+        run.model, outputs, run.options, run.validation, force=run.force,
+        force_write=run.ctx.params["force_write"], quiet=run.quiet,
+        extra_inputs=_other_inputs(run.ctx),
     )  # fmt: skip
 
 
@@ -280,43 +286,34 @@ def _paths(value: Any) -> list[Path]:
     return [Path(v) for v in value] if isinstance(value, list | tuple) else [Path(value)]
 
 
-def _run_convert(
-    ctx: click.Context,
-    model: str,
-    output: Path,
-    options: dict[str, Any],
-    validation: dict[str, Any],
-    force: bool,
-    quiet: bool,
-    verbose: bool,
-) -> int:
+def _run_convert(run: _Run, verbose: bool) -> int:
     from amp_convert.api import open_file_conversion  # imported on use: --help/--version stay light
 
-    others = {label: p for label, p in declared_outputs(ctx) if label != "output"}
+    others = {label: p for label, p in declared_outputs(run.ctx) if label != "output"}
     with open_file_conversion(
-        model, output, force=force, other_outputs=others, extra_inputs=_other_inputs(ctx),
-        **options,
+        run.model, run.output, force=run.force, other_outputs=others,
+        extra_inputs=_other_inputs(run.ctx), **run.options,
     ) as conversion:  # fmt: skip
         report = conversion.run()
         plan = conversion.plan
         if plan.get("report") is not None:
             report.to_json(plan["report"])
-        if not quiet:
-            click.echo(f"wrote {output}")
+        if not run.quiet:
+            click.echo(f"wrote {run.output}")
             click.echo(report.summary())
             if verbose:
                 for n in report.nodes:
                     click.echo(f"  {n.precision:5s} {n.op_type:22s} {n.name}: {n.reason}")
-        if not ctx.params["do_validate"]:
+        if not run.ctx.params["do_validate"]:
             return 0
         return run_cli_validation(
-            model,
-            output,
+            run.model,
+            run.output,
             report_path=plan.get("validation report"),
             junit_path=plan.get("JUnit report"),
-            force=force,
-            quiet=quiet,
-            **validation,
+            force=run.force,
+            quiet=run.quiet,
+            **run.validation,
         )
 
 
