@@ -16,18 +16,22 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import onnx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from amp_convert import convert  # noqa: E402
 from amp_convert.validation import validate  # noqa: E402
-from models.fused import bert_plain, fused_bert, fused_gpt2_past, genai_llama  # noqa: E402
+from models.fused import (  # noqa: E402
+    fused_bert,
+    fused_gpt2_past,
+    genai_llama,
+    ort_optimized_bert,
+    step_feeds,
+)
 
 ORT_ONNX_DOMAIN = {"SimplifiedLayerNormalization"}
 
@@ -41,32 +45,6 @@ def _fused(model: onnx.ModelProto) -> list[onnx.NodeProto]:
         or n.op_type in ORT_ONNX_DOMAIN
         or (old_ln and n.op_type == "LayerNormalization")
     ]
-
-
-def _feeds(model: onnx.ModelProto, seq: int = 8, past: int = 4) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(0)
-    out: dict[str, np.ndarray] = {}
-    for i in model.graph.input:
-        dims = []
-        for d in i.type.tensor_type.shape.dim:
-            p = d.dim_param
-            if d.HasField("dim_value"):
-                dims.append(d.dim_value)
-            elif p.startswith("batch"):
-                dims.append(1)
-            elif "total" in p or "+" in p:
-                dims.append(past + seq)
-            else:
-                dims.append(past if "past" in p else seq)
-        if i.type.tensor_type.elem_type == onnx.TensorProto.FLOAT:
-            out[i.name] = rng.standard_normal(dims).astype(np.float32)
-        elif i.name == "position_ids":
-            out[i.name] = np.arange(past, past + seq, dtype=np.int64).reshape(dims)
-        elif i.name == "attention_mask":
-            out[i.name] = np.ones(dims, np.int64)
-        else:
-            out[i.name] = rng.integers(0, 2, dims).astype(np.int64)
-    return out
 
 
 def _casts(model: onnx.ModelProto) -> int:
@@ -101,7 +79,8 @@ def _fp16_fused(model: onnx.ModelProto) -> tuple[int, int]:
 
 
 def _emulated(original: onnx.ModelProto, converted: onnx.ModelProto) -> tuple[float, float]:
-    report = validate(original, converted, provider="emulate", inputs=_feeds(original), runs=1)
+    feeds = step_feeds(original, seq=8, past=4)
+    report = validate(original, converted, provider="emulate", inputs=feeds, runs=1)
     return min(o.cosine for o in report.outputs), max(o.max_abs for o in report.outputs)
 
 
@@ -134,17 +113,6 @@ def _ort_convert(model: onnx.ModelProto, keep_io: bool) -> onnx.ModelProto:
     return _toposorted(convert_float_to_float16(copy, keep_io_types=keep_io))
 
 
-def _ort_fused_bert(layers: int, hidden: int, heads: int) -> onnx.ModelProto:
-    from onnxruntime.transformers.optimizer import optimize_model
-
-    with tempfile.TemporaryDirectory() as tmp:
-        src, dst = Path(tmp) / "plain.onnx", Path(tmp) / "fused.onnx"
-        onnx.save(bert_plain(layers=layers, hidden=hidden, heads=heads), src)
-        opt = optimize_model(str(src), "bert", heads, hidden, opt_level=0)
-        opt.save_model_to_file(str(dst))
-        return onnx.load(dst)
-
-
 def measure(name: str, model: onnx.ModelProto, keep_io: bool = True) -> dict[str, Any]:
     ours = convert(model, level="O2", keep_io_types=keep_io)
     theirs = _ort_convert(model, keep_io)
@@ -171,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     size = {"layers": args.layers, "hidden": args.hidden, "heads": args.heads}
     models = [
         ("fused_bert", fused_bert(**size, max_positions=128), True),
-        ("bert_plain+optimize_model", _ort_fused_bert(**size), True),
+        ("bert_plain+optimize_model", ort_optimized_bert(**size), True),
         ("fused_gpt2_past", fused_gpt2_past(**size, max_positions=128), True),
         ("genai_llama", genai_llama(**size, intermediate=4 * args.hidden), True),
         ("genai_llama", genai_llama(**size, intermediate=4 * args.hidden), False),

@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tempfile
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -46,7 +45,12 @@ from amp_convert.shapes import ShapeBook  # noqa: E402
 from amp_convert.traffic import model_traffic  # noqa: E402
 from amp_convert.validation import validate  # noqa: E402
 from models.decoders import decoder_model_merged, decoder_with_past  # noqa: E402
-from models.fused import bert_plain, fused_bert, fused_gpt2_past, genai_llama  # noqa: E402
+from models.fused import (  # noqa: E402
+    fused_bert,
+    fused_gpt2_past,
+    genai_llama,
+    ort_optimized_bert,
+)
 
 Tool = Callable[[onnx.ModelProto], tuple[onnx.ModelProto, Any]]
 
@@ -225,7 +229,7 @@ def models(layers: int, hidden: int, heads: int) -> list[tuple[str, onnx.ModelPr
     llama_dims = {"past_sequence_length": 16, "sequence_length": 16, "total_sequence_length": 32}
     return [
         ("fused_bert", fused_bert(**size, max_positions=128), {}, False),
-        ("bert_plain+optimize_model", _ort_optimized_bert(**size), {}, False),
+        ("bert_plain+optimize_model", ort_optimized_bert(**size), {}, False),
         ("fused_gpt2_past", fused_gpt2_past(**size, max_positions=128), gpt2_dims, True),
         ("genai_llama (GQA)", genai_llama(**size, intermediate=4 * hidden), llama_dims, True),
         ("genai_llama (MHA)", genai_llama(**size, intermediate=4 * hidden, attention="mha"),
@@ -235,18 +239,6 @@ def models(layers: int, hidden: int, heads: int) -> list[tuple[str, onnx.ModelPr
         ("decoder_model_merged", decoder_model_merged(layers=layers, hidden=hidden, heads=heads),
          {}, True),
     ]  # fmt: skip
-
-
-def _ort_optimized_bert(layers: int, hidden: int, heads: int) -> onnx.ModelProto:
-    """models/fused.py's plain BERT fused by ORT's own optimize_model (the documented pipeline)."""
-    from onnxruntime.transformers.optimizer import optimize_model
-
-    with tempfile.TemporaryDirectory() as tmp:
-        src, dst = Path(tmp) / "plain.onnx", Path(tmp) / "fused.onnx"
-        onnx.save(bert_plain(layers=layers, hidden=hidden, heads=heads), src)
-        opt = optimize_model(str(src), "bert", heads, hidden, opt_level=0)
-        opt.save_model_to_file(str(dst))
-        return onnx.load(dst)
 
 
 def table(rows: list[dict[str, Any]], steps: int) -> str:

@@ -19,13 +19,12 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-from onnx import TensorProto
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from amp_convert import convert  # noqa: E402
 from amp_convert.validation import validate  # noqa: E402
-from models.fused import genai_llama, in_graph_rotary  # noqa: E402
+from models.fused import genai_llama, in_graph_rotary, step_feeds  # noqa: E402
 
 POSITIONS = (0, 4096, 30000)
 
@@ -33,27 +32,7 @@ POSITIONS = (0, 4096, 30000)
 def _llama_feeds(model: onnx.ModelProto, start: int, gqa: bool) -> dict[str, np.ndarray]:
     """One step at `start`: GQA reads its positions from the past length, MHA from position_ids."""
     seq, past = (1, start) if gqa and start else (8, 0 if gqa else 3)
-    rng = np.random.default_rng(0)
-    feeds: dict[str, np.ndarray] = {}
-    for i in model.graph.input:
-        dims = []
-        for d in i.type.tensor_type.shape.dim:
-            p = d.dim_param
-            if d.HasField("dim_value"):
-                dims.append(d.dim_value)
-            elif p.startswith("batch"):
-                dims.append(1)
-            elif "total" in p:
-                dims.append(past + seq)
-            else:
-                dims.append(past if "past" in p else seq)
-        if i.type.tensor_type.elem_type == TensorProto.FLOAT:
-            feeds[i.name] = rng.standard_normal(dims).astype(np.float32)
-        elif i.name == "position_ids":
-            feeds[i.name] = np.arange(start, start + seq, dtype=np.int64).reshape(dims)
-        else:
-            feeds[i.name] = np.ones(dims, np.int64)
-    return feeds
+    return step_feeds(model, seq=seq, past=past, start=start)
 
 
 def _worst(original: onnx.ModelProto, converted: onnx.ModelProto, feeds: dict) -> str:

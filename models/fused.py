@@ -448,6 +448,60 @@ def in_graph_rotary(head_dim: int = 16) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
 
 
+def step_feeds(
+    model: onnx.ModelProto, seq: int = 5, past: int = 3, start: int | None = None
+) -> dict[str, np.ndarray]:
+    """Inputs for one decode step with a KV cache of `past` positions (batch 1: GQA's CPU limit).
+
+    Dims named batch* are 1, total*/`a + b` are past + seq, past* past, the rest seq; floats are
+    seeded normals, `position_ids` count from `start` (default: past), masks are ones, other ints
+    0/1 ids. Shared by the contrib-op tests and the fused-model benches.
+    """
+    rng = np.random.default_rng(0)
+    out: dict[str, np.ndarray] = {}
+    for i in model.graph.input:
+        dims = []
+        for d in i.type.tensor_type.shape.dim:
+            p = d.dim_param
+            if d.HasField("dim_value"):
+                dims.append(d.dim_value)
+            elif p.startswith("batch"):
+                dims.append(1)
+            elif "total" in p or "+" in p:
+                dims.append(past + seq)
+            else:
+                dims.append(past if "past" in p else seq)
+        if i.type.tensor_type.elem_type == FLOAT:
+            out[i.name] = rng.standard_normal(dims).astype(np.float32)
+        elif i.name == "position_ids":
+            first = past if start is None else start
+            out[i.name] = np.arange(first, first + seq, dtype=np.int64).reshape(dims)
+        elif i.name == "attention_mask":
+            out[i.name] = np.ones(dims, np.int64)
+        else:
+            out[i.name] = rng.integers(0, 2, dims).astype(np.int64)
+    return out
+
+
+def ort_optimized_bert(layers: int = 2, hidden: int = 32, heads: int = 4) -> onnx.ModelProto:
+    """`bert_plain` fused by ORT's own `optimize_model` (the pipeline ORT documents).
+
+    Needs onnxruntime. Fusion only (opt_level 0: higher levels run a session that imports torch);
+    saved and reloaded as users do, which adds the opset imports.
+    """
+    import tempfile
+    from pathlib import Path
+
+    from onnxruntime.transformers.optimizer import optimize_model
+
+    with tempfile.TemporaryDirectory() as tmp:
+        src, dst = Path(tmp) / "plain.onnx", Path(tmp) / "fused.onnx"
+        onnx.save(bert_plain(layers=layers, hidden=hidden, heads=heads), src)
+        opt = optimize_model(str(src), "bert", heads, hidden, opt_level=0)
+        opt.save_model_to_file(str(dst))
+        return onnx.load(dst)
+
+
 ALL_FUSED = {
     "fused_bert": fused_bert,
     "fused_gpt2_past": fused_gpt2_past,

@@ -14,7 +14,7 @@ from amp_convert import convert, schema
 from amp_convert.cli import cli
 from amp_convert.schema.contrib import TABLE_PATH, load_contrib_table
 from amp_convert.validation import validate
-from models.fused import ALL_FUSED, bert_plain, genai_llama
+from models.fused import ALL_FUSED, genai_llama, ort_optimized_bert, step_feeds
 from tests.helpers import FLOAT, FLOAT16, all_nodes, casts, session
 
 INT32, INT64 = onnx.TensorProto.INT32, onnx.TensorProto.INT64
@@ -33,34 +33,6 @@ def fused_nodes(model: onnx.ModelProto) -> list[onnx.NodeProto]:
     ]
 
 
-def feeds(model: onnx.ModelProto, seq: int = 5, past: int = 3, start: int | None = None) -> dict:
-    """Inputs for one step with a KV cache of `past` positions (batch 1: GQA's CPU limit)."""
-    rng = np.random.default_rng(0)
-    out: dict[str, np.ndarray] = {}
-    for i in model.graph.input:
-        dims = []
-        for d in i.type.tensor_type.shape.dim:
-            p = d.dim_param
-            if d.HasField("dim_value"):
-                dims.append(d.dim_value)
-            elif p.startswith("batch"):
-                dims.append(1)
-            elif "total" in p or "+" in p:
-                dims.append(past + seq)
-            else:
-                dims.append(past if "past" in p else seq)
-        if i.type.tensor_type.elem_type == FLOAT:
-            out[i.name] = rng.standard_normal(dims).astype(np.float32)
-        elif i.name == "position_ids":
-            first = past if start is None else start
-            out[i.name] = np.arange(first, first + seq, dtype=np.int64).reshape(dims)
-        elif i.name == "attention_mask":
-            out[i.name] = np.ones(dims, np.int64)
-        else:
-            out[i.name] = rng.integers(0, 2, dims).astype(np.int64)
-    return out
-
-
 def ort_types(model: onnx.ModelProto, names: list[str]) -> dict[str, str]:
     """The element types ONNX Runtime gives these values when it loads the model.
 
@@ -75,7 +47,7 @@ def ort_types(model: onnx.ModelProto, names: list[str]) -> dict[str, str]:
         if name not in present:
             probe.graph.output.append(declared[name])
     sess = session(probe)
-    sess.run(None, feeds(model))
+    sess.run(None, step_feeds(model))
     return {o.name: o.type for o in sess.get_outputs() if o.name in names}
 
 
@@ -83,7 +55,7 @@ def ort_types(model: onnx.ModelProto, names: list[str]) -> dict[str, str]:
 def test_fused_models_are_deterministic_and_run_in_ort(name: str) -> None:
     model = ALL_FUSED[name]()
     assert model.SerializeToString() == ALL_FUSED[name]().SerializeToString()
-    outputs = session(model).run(None, feeds(model))
+    outputs = session(model).run(None, step_feeds(model))
     assert all(np.isfinite(o).all() for o in outputs)
 
 
@@ -178,7 +150,7 @@ def test_fused_nodes_go_low_int_slots_untouched(name: str, level: str) -> None:
 def test_fused_models_emulate_within_cosine(name: str) -> None:
     original = ALL_FUSED[name]()
     converted = convert(original, level="O2")
-    report = validate(original, converted, provider="emulate", inputs=feeds(original), runs=1)
+    report = validate(original, converted, provider="emulate", inputs=step_feeds(original), runs=1)
     for out in report.outputs:
         assert out.cosine >= 0.999, (out.name, out.cosine)
     assert sum(report.emulation["rounding_points"].values()) > 0
@@ -208,25 +180,15 @@ def test_rotary_caches_fp16_at_long_positions() -> None:
     assert caches == {"cos_cache": FLOAT16, "sin_cache": FLOAT16}
     cosines = {}
     for start in (0, 8000):
-        report = validate(
-            original, converted, provider="emulate", inputs=feeds(original, start=start), runs=1
-        )
+        feeds = step_feeds(original, start=start)
+        report = validate(original, converted, provider="emulate", inputs=feeds, runs=1)
         cosines[start] = min(o.cosine for o in report.outputs)
     assert min(cosines.values()) >= 0.9999, cosines
     assert abs(cosines[8000] - cosines[0]) < 1e-4
 
 
-def test_ort_optimizer_fuses_plain_bert_and_every_fused_node_goes_fp16(tmp_path: Path) -> None:
-    from onnxruntime.transformers.optimizer import optimize_model
-
-    path = tmp_path / "bert_plain.onnx"
-    onnx.save(bert_plain(), path)
-    optimized = optimize_model(
-        str(path), model_type="bert", num_heads=4, hidden_size=32, opt_level=0
-    )  # fusion only: opt_level > 0 runs an ORT session that imports torch
-    fused_path = tmp_path / "bert_fused.onnx"
-    optimized.save_model_to_file(str(fused_path))  # as users do: it adds the opset imports
-    fused_model = onnx.load(fused_path)
+def test_ort_optimizer_fuses_plain_bert_and_every_fused_node_goes_fp16() -> None:
+    fused_model = ort_optimized_bert()
     fused = {n.op_type for n in fused_model.graph.node if n.domain == "com.microsoft"}
     assert {"EmbedLayerNormalization", "Attention", "SkipLayerNormalization"} <= fused
     converted, report = convert(fused_model, level="O2", return_report=True)
@@ -311,5 +273,5 @@ def test_emulate_runs_ort_converter_output_with_omitted_optional_outputs() -> No
 
     original = genai_llama()
     theirs = convert_float_to_float16(genai_llama(), keep_io_types=False)
-    report = validate(original, theirs, provider="emulate", inputs=feeds(original), runs=1)
+    report = validate(original, theirs, provider="emulate", inputs=step_feeds(original), runs=1)
     assert min(o.cosine for o in report.outputs) >= 0.999
