@@ -62,3 +62,15 @@ def value(m: ir.Model, name: str) -> ir.Value:
 def proto_bytes(m: ir.Model) -> bytes:
     """The model serialised: equal bytes before and after a step that must not edit the graph."""
     return ir.serde.serialize_model(m).SerializeToString()
+
+
+def clip_opset11() -> ir.Model:
+    """y = Clip(x, 0, 6) at opset 11, bounds as weights: ORT CUDA has no FP16 Clip-11."""
+    return model(
+        [helper.make_node("Clip", ["x", "lo", "hi"], ["y"], name="clip")],
+        [tensor("x", [4])],
+        [tensor("y", [4])],
+        [weight("lo", 0.0), weight("hi", 6.0)],
+        opset=11,
+    )
+

@@ -78,3 +78,14 @@ def rel_error(ref: np.ndarray, got: np.ndarray) -> float:
     ref = ref.astype(np.float64)
     got = got.astype(np.float64)
     return float(np.max(np.abs(got - ref)) / max(float(np.max(np.abs(ref))), 1e-6))
+
+
+def one_line_error(result, *needles: str, code: int = 2) -> str:
+    """A CLI result that failed with `code` in one line holding every needle; that line."""
+    assert result.exit_code == code, result.output
+    assert "Traceback" not in result.output and "internal error" not in result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1, result.output
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    return lines[0]

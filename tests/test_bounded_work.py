@@ -23,6 +23,7 @@ from amp_convert import budget, name_patterns
 from amp_convert.cli import cli
 from amp_convert.errors import OptionError, ValidationError
 from amp_convert.validation import inputs as validation_inputs
+from tests.helpers import one_line_error
 
 W = np.random.default_rng(0).standard_normal((16, 16)).astype(np.float32)
 HOSTILE_NAME = "a" * 35  # (a+)+$ backtracks 2**35 ways on it in Python's re
@@ -45,15 +46,6 @@ def save(path: Path, node_name: str = "mm", batch: object = "batch") -> Path:
     onnx.save(model, path)
     return path
 
-
-def one_line_error(result, *needles: str) -> str:
-    assert result.exit_code == 2, result.output
-    assert "Traceback" not in result.output and "internal error" not in result.output
-    lines = result.output.strip().splitlines()
-    assert len(lines) == 1, result.output
-    for needle in needles:
-        assert needle in lines[0], lines[0]
-    return lines[0]
 
 
 # ------------------------------------------------------------------ item 11: patterns

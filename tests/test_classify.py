@@ -14,7 +14,7 @@ from amp_convert.pipeline import build_lists
 from amp_convert.precision import NodeClass
 from amp_convert.reasons import Reason, ReasonKind, render
 from amp_convert.targets import load_target
-from tests.graphs import F32, model, node, proto_bytes, tensor, weight
+from tests.graphs import F32, clip_opset11, model, node, proto_bytes, tensor, weight
 
 K = ReasonKind
 
@@ -141,13 +141,7 @@ def test_target_without_a_low_kernel_pins_the_node() -> None:
 
 
 def test_clip_before_opset_12_is_lowered_as_min_max() -> None:
-    m = model(
-        [helper.make_node("Clip", ["x", "lo", "hi"], ["y"], name="clip")],
-        [tensor("x", [4])],
-        [tensor("y", [4])],
-        [weight("lo", 0.0), weight("hi", 6.0)],
-        opset=11,
-    )
+    m = clip_opset11()
     info = _classify(m, target="ort-cuda")[node(m, "clip")]
     assert info.lowered_as is LoweredAs.MIN_MAX and info.candidate
     assert info.reasons[-1].kind == K.LOWERED_AS

@@ -19,7 +19,7 @@ from onnx import TensorProto, helper, numpy_helper
 import amp_convert
 from amp_convert import pipeline, proto_checks
 from amp_convert.cli import cli
-from tests.helpers import run
+from tests.helpers import one_line_error, run
 
 ROOT = Path(__file__).resolve().parents[1]
 W = np.random.default_rng(0).standard_normal((64, 64)).astype(np.float32)
@@ -57,15 +57,6 @@ def save(proto: onnx.ModelProto, path: Path, external: bool = False) -> Path:
         onnx.save(proto, path)
     return path
 
-
-def one_line_error(result, *needles: str, code: int = 2) -> str:
-    assert result.exit_code == code, result.output
-    assert "Traceback" not in result.output and "internal error" not in result.output
-    lines = result.output.strip().splitlines()
-    assert len(lines) == 1, result.output
-    for needle in needles:
-        assert needle in lines[0], lines[0]
-    return lines[0]
 
 
 # ------------------------------------------------------------------ item 10: no exit 3

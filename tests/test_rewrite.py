@@ -11,7 +11,7 @@ from onnx import helper
 from amp_convert.passes.plan import ClassInfo, LoweredAs, Placement, PrecisionPlan
 from amp_convert.passes.rewrite import RewriteResult, rewrite
 from amp_convert.precision import NodeClass, Precision, UniqueNames
-from tests.graphs import model, node, proto_bytes, tensor, value, weight
+from tests.graphs import clip_opset11, model, node, proto_bytes, tensor, value, weight
 
 LOW, FP32 = Precision.LOW, Precision.FP32
 F16, F32 = ir.DataType.FLOAT16, ir.DataType.FLOAT
@@ -147,13 +147,7 @@ def test_dtype_attributes_follow_the_node() -> None:
 
 
 def test_low_clip_runs_as_min_max() -> None:
-    m = model(
-        [helper.make_node("Clip", ["x", "lo", "hi"], ["y"], name="clip")],
-        [tensor("x", [4])],
-        [tensor("y", [4])],
-        [weight("lo", 0.0), weight("hi", 6.0)],
-        opset=11,
-    )
+    m = clip_opset11()
     clip = node(m, "clip")
     plan = _plan(m, {"clip": ((0, 1, 2), (0,))}, clip={"lowered_as": LoweredAs.MIN_MAX})
     result = rewrite(m, plan, UniqueNames.of_model(m))

@@ -20,6 +20,7 @@ import amp_convert
 from amp_convert.cli import cli
 from amp_convert.errors import ValidationError
 from amp_convert.validation.metrics import Thresholds, compare_output
+from tests.helpers import one_line_error
 
 W = np.random.default_rng(0).standard_normal((8, 8)).astype(np.float32)
 
@@ -73,13 +74,6 @@ def scaled_model(path: Path, scale: float) -> Path:
 
 VALIDATE = ("--provider", "emulate", "--runs", "0")
 
-
-def one_line_error(result, code: int = 2) -> str:
-    assert result.exit_code == code, result.output
-    assert "Traceback" not in result.output
-    lines = result.output.strip().splitlines()
-    assert len(lines) == 1, result.output
-    return lines[0]
 
 
 # ------------------------------------------------------------------ item 8: STRING outputs
