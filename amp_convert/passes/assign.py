@@ -22,6 +22,7 @@ from amp_convert.passes.boundaries import find_boundaries
 from amp_convert.passes.mincut import INF, FlowNetwork
 from amp_convert.passes.plan import FP32, LOW, Classes, ClassInfo, Placement, PrecisionPlan
 from amp_convert.precision import NodeClass, Precision, constant_tensor, is_float_tensor
+from amp_convert.qdq_rules import is_scale_slot, scale_refusal
 from amp_convert.reasons import Reason, ReasonKind
 from amp_convert.report import TensorNote
 from amp_convert.tensors import read, release
@@ -141,7 +142,10 @@ def _range_limits(
             if value is None or tensor is None or not is_float_tensor(value):
                 continue
             if id(value) not in refused:
-                refused[id(value)] = _refusal(weights, value, tensor, plan.low)
+                if is_scale_slot(node, i):  # judged by its effect on what it scales
+                    refused[id(value)] = _scale_refusal(weights, value, tensor, plan.low)
+                else:
+                    refused[id(value)] = _refusal(weights, value, tensor, plan.low)
             why = refused[id(value)]
             if why is not None:
                 d.info = d.info.pinned(Reason(K.RANGE, "range", f"input {value.name!r} {why}"))
@@ -163,6 +167,18 @@ def _refusal(
         )
         return verdict.detail
     return None
+
+
+def _scale_refusal(
+    weights: _Weights, value: ir.Value, tensor: ir.TensorProtocol, low: ir.DataType
+) -> str | None:
+    """A Q/DQ scale: passes/qdq.py's rule (relative rounding error), noted where it refuses."""
+    why = scale_refusal(read(tensor), low)
+    release(tensor)
+    if why is not None:
+        detail = f"{why}; its readers stay FP32"
+        weights.notes.append(TensorNote(value.name or "", "kept FP32", detail))
+    return why
 
 
 def _data_source(drafts: dict[ir.Node, _Draft], value: ir.Value | None) -> ir.Value | None:
