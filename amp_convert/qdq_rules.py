@@ -18,6 +18,11 @@ TARGET_OPSET = 19
 QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear"})
 
 
+def is_qdq(node: ir.Node) -> bool:
+    """Whether `node` is a default-domain QuantizeLinear or DequantizeLinear."""
+    return node.op_type in QDQ_OPS and domains.is_default(node.domain)
+
+
 def has_qdq(model: ir.Model) -> bool:
     """Whether the model holds a default-domain QuantizeLinear or DequantizeLinear."""
     return any(

@@ -199,3 +199,20 @@ def test_more_bytes_than_the_original_is_a_warning_naming_why(tmp_path: Path) ->
 def test_a_scale_is_judged_by_its_rounding(scale: float, refused: str | None) -> None:
     why = scale_refusal(np.array([scale, 0.01], np.float32), ir.DataType.FLOAT16)
     assert (why is None) if refused is None else (why is not None and refused in why)
+
+
+def test_a_scale_too_fine_for_fp16_keeps_its_whole_group_fp32() -> None:
+    """The stem's bias scale made 1000x finer (its int32 values 1000x larger: the same bias)."""
+    model = qdq_cnn()
+    inits = {t.name: t for t in model.graph.initializer}
+    for name, factor in (("stem.bias_scale", 1e-3), ("stem.bias_quantized", 1e3)):
+        array = onnx.numpy_helper.to_array(inits[name])
+        scaled = (array * factor).astype(array.dtype)
+        inits[name].CopyFrom(onnx.numpy_helper.from_array(scaled, name))
+    converted, report = amp_convert.convert(model, opset_upgrade=True, return_report=True)
+    assert _casts_inside_groups(converted) == []
+    stem = report.decision("stem")
+    assert stem.precision == "fp32" and "QDQ group" in stem.reason
+    assert report.decision("block0.conv1").precision == "low"
+    assert casts(converted) - casts(model) <= AUTOCAST_CASTS + 2
+    assert any(t.name == "stem.bias_scale" and t.action == "kept FP32" for t in report.tensors)

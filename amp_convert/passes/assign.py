@@ -22,7 +22,7 @@ from amp_convert.passes.boundaries import find_boundaries
 from amp_convert.passes.mincut import INF, FlowNetwork
 from amp_convert.passes.plan import FP32, LOW, Classes, ClassInfo, Placement, PrecisionPlan
 from amp_convert.precision import NodeClass, Precision, constant_tensor, is_float_tensor
-from amp_convert.qdq_rules import is_scale_slot, scale_refusal
+from amp_convert.qdq_rules import is_qdq, is_scale_slot, scale_refusal
 from amp_convert.reasons import Reason, ReasonKind
 from amp_convert.report import TensorNote
 from amp_convert.tensors import read, release
@@ -78,6 +78,7 @@ def assign(
         low_io=low_io,
     )
     _range_limits(draft, drafts, nodes, weights)
+    _whole_qdq_groups(drafts, nodes)
     level = options.level
     for node in nodes:
         d = drafts[node]
@@ -167,6 +168,48 @@ def _refusal(
         )
         return verdict.detail
     return None
+
+
+def _whole_qdq_groups(drafts: dict[ir.Node, _Draft], nodes: list[ir.Node]) -> None:
+    """A Q/DQ whose scale keeps FP32 keeps its whole DQ -> op -> Q group FP32 with it.
+
+    A group is what ORT and TensorRT fuse: the DQs an op reads, the op, and the Qs it feeds
+    (joined through shared DQs); a Cast anywhere inside it would split it (passes/qdq.py).
+    """
+    parent: dict[ir.Node, ir.Node] = {}
+
+    def find(n: ir.Node) -> ir.Node:
+        while parent.setdefault(n, n) is not n:
+            parent[n] = parent[parent[n]]
+            n = parent[n]
+        return n
+
+    for node in nodes:
+        if not is_qdq(node):
+            continue
+        x = node.inputs[0] if node.inputs else None
+        if node.op_type == "DequantizeLinear":
+            linked = [u.node for u in node.outputs[0].uses()]
+        else:
+            linked = [p] if x is not None and (p := x.producer()) is not None else []
+        for other in linked:
+            if other in drafts:
+                parent[find(node)] = find(other)
+    culprits = {
+        find(n): n
+        for n in parent
+        if is_qdq(n) and drafts[n].info.reasons and drafts[n].info.reasons[0].kind == K.RANGE
+    }
+    for node in parent:
+        culprit = culprits.get(find(node))
+        d = drafts[node]
+        if culprit is None or node is culprit or not d.info.candidate or d.info.user:
+            continue
+        detail = (
+            f"in the QDQ group of {culprit.name!r}, whose scale keeps FP32: a Cast inside the "
+            "group would split the DQ -> op -> Q fusion"
+        )
+        d.info = d.info.pinned(Reason(K.QDQ, "QDQ group", detail))
 
 
 def _scale_refusal(
