@@ -26,7 +26,7 @@ from amp_convert.reasons import Reason, ReasonKind
 from amp_convert.report import TensorNote
 from amp_convert.tensors import read, release
 from amp_convert.traffic import LAUNCH_BYTES, ShapeBook
-from amp_convert.weight_range import check_weight
+from amp_convert.weight_range import check_weight, float_attributes
 
 log = logging.getLogger(__name__)
 
@@ -146,6 +146,16 @@ def _range_limits(
             if why is not None:
                 d.info = d.info.pinned(Reason(K.RANGE, "range", f"input {value.name!r} {why}"))
                 break
+        if d.info.candidate and 0 in d.info.low_outputs:
+            why = _attribute_refusal(weights, node, plan.low)
+            if why is not None:  # its output holds the value: the node and its readers keep FP32
+                d.info = d.info.pinned(Reason(K.RANGE, "range", why))
+                out = node.outputs[0]
+                for use in out.uses():
+                    reader = drafts.get(use.node)
+                    if reader is not None and use.idx in reader.info.low_inputs:
+                        where = f"input {out.name!r}: {node.op_type} {node.name!r}'s {why}"
+                        reader.info = reader.info.pinned(Reason(K.RANGE, "range", where))
 
 
 def _refusal(
@@ -162,6 +172,24 @@ def _refusal(
             TensorNote(name, "kept FP32", f"{verdict.detail}; its readers stay FP32")
         )
         return verdict.detail
+    return None
+
+
+def _attribute_refusal(weights: _Weights, node: ir.Node, low: ir.DataType) -> str | None:
+    """Why a float attribute of `node` (ConstantOfShape's fill, Pad's value) cannot be low, or
+    None; judged like a weight read by the node's readers, a mask fill saturated (by rewrite,
+    under the name of the node's output)."""
+    out = node.outputs[0]
+    for attr in float_attributes(node):
+        verdict = check_weight(attr.values, low, out.uses(), attr.copied)
+        name = out.name or ""
+        if verdict.action == "saturate":
+            weights.saturate.add(name)
+        elif verdict.action == "keep":
+            what = f"attribute {attr.name!r} of {node.op_type} {node.name!r}"
+            note = f"{what} {verdict.detail}; the node stays FP32"
+            weights.notes.append(TensorNote(name, "kept FP32", note))
+            return f"attribute {attr.name!r} {verdict.detail}"
     return None
 
 

@@ -81,6 +81,7 @@ class _Rewriter:
         self.cast_optional_params = cast_optional_params
         self.opset = 1
         self._casts: dict[tuple[int, ir.DataType], ir.Value] = {}
+        self._fills: dict[ir.Node, str] = {}  # ConstantOfShape mask fills -> their report name
         self.counts = dict.fromkeys(
             ("values_lowered", "casts_inserted", "weight_copies", "initializers_converted",
              "initializers_kept", "attributes_retargeted"), 0
@@ -91,6 +92,12 @@ class _Rewriter:
 
     def run(self, model: ir.Model) -> RewriteResult:
         self.opset = domains.opset_version(model.opset_imports)
+        # mask fills held in ConstantOfShape attributes, by their output's name before any rename
+        self._fills = {
+            node: node.outputs[0].name or ""
+            for node in (model.graph.all_nodes() if self.plan.saturate else ())
+            if node.op_type == "ConstantOfShape" and node.outputs[0].name in self.plan.saturate
+        }
         homes = [(v, self._home(v)) for v in _float_values(model)]
         for value, home in homes:
             self._connect(value, home)
@@ -125,7 +132,16 @@ class _Rewriter:
         else:  # opset 6-10: float attributes
             for i, (op, attr) in enumerate((("Min", "max"), ("Max", "min"))):
                 if attr in clip.attributes:
-                    data = low_array(np.array(clip.attributes[attr].value, np.float32), low, True)
+                    given = np.array(clip.attributes[attr].value, np.float32)
+                    data = low_array(given, low, True)
+                    if abs(float(given)) > weight_range.LIMITS[low].max:
+                        detail = (
+                            f"Clip bound {attr}={float(given):.4g} stored as "
+                            f"{float(data.astype(np.float32)):g}: nothing a finite "
+                            f"{weight_range.LIMITS[low].name} value exceeds"
+                        )
+                        where = f"{clip.name or 'clip'}/{attr}"
+                        self._note_saturated(where, ir.Tensor(given), detail)
                     value = ir.Value(
                         name=self.names.take(f"{clip.name or 'clip'}/{attr}_{SUFFIX[low]}"),
                         type=ir.TensorType(low),
@@ -199,10 +215,13 @@ class _Rewriter:
         name = value.name or ""
         if name not in self.plan.saturate:
             return False
+        return self._note_saturated(name, tensor)
+
+    def _note_saturated(self, name: str, tensor: ir.TensorProtocol, detail: str = "") -> bool:
+        """Say once that `name` is stored saturated (default words: a mask fill's); True."""
         if name not in self.saturated:
-            self.saturated[name] = TensorNote(
-                name, "saturated", weight_range.saturation_detail(tensor, self.plan.low)
-            )
+            words = detail or weight_range.saturation_detail(tensor, self.plan.low)
+            self.saturated[name] = TensorNote(name, "saturated", words)
         return True
 
     def _connect(self, value: ir.Value, home: Precision) -> None:
@@ -306,7 +325,10 @@ class _Rewriter:
             elif op == "ConstantOfShape":
                 attr = node.attributes.get("value")
                 base = attr.value if attr is not None else ir.Tensor(np.zeros(1, np.float32))
-                node.attributes["value"] = ir.AttrTensor("value", to_low(base, low, False))
+                saturate = node in self._fills and self._note_saturated(self._fills[node], base)
+                node.attributes["value"] = ir.AttrTensor(
+                    "value", to_low(base, low, False, saturate)
+                )
             else:
                 continue
             self.counts["attributes_retargeted"] += 1
