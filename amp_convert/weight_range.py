@@ -110,21 +110,34 @@ def scan(array: np.ndarray, limits: LowLimits) -> RangeStats:
         finite = chunk[np.isfinite(chunk)] if not np.all(np.isfinite(chunk)) else chunk
         if not finite.size:
             continue
-        wide = finite.astype(np.float64)
-        small = (finite > 0) & (finite < limits.min_normal)
-        tiny = wide[small]
+        below = finite[finite < limits.min_normal]  # zeros and the values at risk: few
+        tiny = below[below > 0].astype(np.float64)
         rounded = tiny.astype(np.float32).astype(limits.numpy).astype(np.float64)
-        flushed = rounded == 0
+        flushed = tiny[rounded == 0]
+        peak = float(finite.max())
         total = total + RangeStats(
-            peak=float(finite.max()),
-            nonzero=int(np.count_nonzero(finite)),
-            overflow=int(np.sum(finite > limits.max)),
-            flushed=int(flushed.sum()),
-            subnormal=int(tiny.size),
-            sumsq=float(np.dot(wide, wide)),
-            loss_sq=float(np.sum((rounded - tiny) ** 2)),
-            flush_sq=float(np.dot(tiny[flushed], tiny[flushed])),
+            peak=peak,
+            nonzero=finite.size - (below.size - tiny.size),
+            overflow=int(np.count_nonzero(finite > limits.max)) if peak > limits.max else 0,
+            flushed=flushed.size,
+            subnormal=tiny.size,
+            # float32 sums suffice for a ratio compared with a threshold; a square beyond
+            # float32 (BF16 weights above 1.8e19) makes the norm inf and the losses negligible
+            sumsq=_sumsq(finite),
+            loss_sq=float(np.dot(rounded - tiny, rounded - tiny)),
+            flush_sq=float(np.dot(flushed, flushed)),
         )
+    return total
+
+
+def _sumsq(values: np.ndarray) -> float:
+    """Sum of squares in float32 (inf, silently, past float32's range), in float64 when the
+    float32 sum may have underflowed (a tensor of BF16-subnormal values: 1e-39 squared is 0)."""
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        total = float(np.dot(values, values))
+    if total < 1e-30:
+        wide = values.astype(np.float64)
+        total = float(np.dot(wide, wide))
     return total
 
 
