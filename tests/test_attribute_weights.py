@@ -166,3 +166,23 @@ def test_a_clip_bound_beyond_fp16_is_stored_saturated_with_a_note() -> None:
     np.testing.assert_allclose(run(converted, {"x": x})[0], run(original, {"x": x})[0], rtol=1e-3)
     quiet = amp_convert.convert(_clip_attributes(6.0), return_report=True, level="O3")[1]
     assert quiet.tensors == []
+
+
+def test_an_fp32_fill_read_low_gets_a_saturated_low_copy_not_a_cast() -> None:
+    """The user keeps the fill's ConstantOfShape FP32: a runtime Cast of float32 min to FP16 is
+    -inf again, so its low readers read a saturated low ConstantOfShape instead."""
+    original = seq2seq_decoder(merged=True)
+    converted, report = amp_convert.convert(
+        original, return_report=True, level="O2", exclude_nodes=["causal_mask/ConstantOfShape$"]
+    )
+    onnx.checker.check_model(converted, full_check=True)
+    fills = [n for n in _nodes(converted.graph) if n.op_type == "ConstantOfShape"
+             and "causal_mask/ConstantOfShape" in n.name and not n.name.endswith("_1")]  # fmt: skip
+    assert [n.name.rsplit("/", 1)[-1] for n in fills] == ["ConstantOfShape_fp16"] * 2
+    assert all(float(numpy_helper.to_array(n.attribute[0].t)[0]) == -65504.0 for n in fills)
+    casts = [n for n in _nodes(converted.graph) if n.op_type == "Cast"]
+    assert not any("ConstantOfShape" in n.input[0] for n in casts)
+    assert len([t for t in report.tensors if t.action == "saturated"]) == 2
+    result = validate(original, converted, provider="emulate", dims=DIMS, runs=0)
+    logits = result.output("logits")
+    assert logits.nonfinite == 0 and logits.cosine is not None and logits.cosine >= 0.999

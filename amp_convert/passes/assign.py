@@ -133,6 +133,21 @@ def _range_limits(
     refused: dict[int, str | None] = {}  # value -> why it cannot be low (None: it can)
     for node in nodes:
         d = drafts[node]
+        # judged whatever the node's own class: an FP32 node's output may still reach low readers
+        why = _attribute_refusal(weights, node, plan.low) if float_attributes(node) else None
+        if why is not None:  # its output holds the value: the node and its readers keep FP32
+            if d.info.candidate:
+                d.info = d.info.pinned(Reason(K.RANGE, "range", why))
+            out = node.outputs[0]
+            for use in out.uses():
+                reader = drafts.get(use.node)
+                if (
+                    reader is not None
+                    and reader.info.candidate
+                    and use.idx in reader.info.low_inputs
+                ):
+                    where = f"input {out.name!r}: {node.op_type} {node.name!r}'s {why}"
+                    reader.info = reader.info.pinned(Reason(K.RANGE, "range", where))
         if not d.info.candidate:
             continue
         for i in sorted(d.info.low_inputs):
@@ -146,16 +161,6 @@ def _range_limits(
             if why is not None:
                 d.info = d.info.pinned(Reason(K.RANGE, "range", f"input {value.name!r} {why}"))
                 break
-        if d.info.candidate and 0 in d.info.low_outputs:
-            why = _attribute_refusal(weights, node, plan.low)
-            if why is not None:  # its output holds the value: the node and its readers keep FP32
-                d.info = d.info.pinned(Reason(K.RANGE, "range", why))
-                out = node.outputs[0]
-                for use in out.uses():
-                    reader = drafts.get(use.node)
-                    if reader is not None and use.idx in reader.info.low_inputs:
-                        where = f"input {out.name!r}: {node.op_type} {node.name!r}'s {why}"
-                        reader.info = reader.info.pinned(Reason(K.RANGE, "range", where))
 
 
 def _refusal(

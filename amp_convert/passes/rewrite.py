@@ -105,6 +105,7 @@ class _Rewriter:
             if home == LOW:
                 value.type = ir.TensorType(self.plan.low)  # a new object: clones share types
                 self.counts["values_lowered"] += 1
+        self._drop_replaced_fills()
         self._retarget_attributes(model)
         lowered = [n for n in model.graph.all_nodes() if self._lowered_as(n) == LoweredAs.MIN_MAX]
         for node in lowered:
@@ -282,15 +283,18 @@ class _Rewriter:
             type=ir.TensorType(target),
             shape=value.shape,
         )
-        node = ir.Node(
-            "",
-            "Cast",
-            [value],
-            [ir.AttrInt64("to", target)],
-            outputs=[out],
-            name=self.names.take(f"{value.name}/cast_{SUFFIX[target]}"),
-        )
         producer = value.producer()
+        if target != FLOAT and producer is not None and producer in self._fills:
+            node = self._low_fill(producer, out, target)  # a Cast would make the fill -inf
+        else:
+            node = ir.Node(
+                "",
+                "Cast",
+                [value],
+                [ir.AttrInt64("to", target)],
+                outputs=[out],
+                name=self.names.take(f"{value.name}/cast_{SUFFIX[target]}"),
+            )
         if producer is not None:
             _graph(producer).insert_after(producer, node)
         else:
@@ -303,6 +307,30 @@ class _Rewriter:
         self._casts[key] = out
         self.counts["casts_inserted"] += 1
         return out
+
+    def _drop_replaced_fills(self) -> None:
+        """An FP32 mask fill whose every reader now reads its low copy leaves the graph."""
+        for fill in list(self._fills):
+            out = fill.outputs[0]
+            copy = self._casts.get((id(out), self.plan.low))
+            if copy is None or out.uses() or out.is_graph_output():
+                continue
+            new = copy.producer()
+            assert new is not None
+            why = f"mask fill {out.name!r} made directly in {SUFFIX[self.plan.low]} (saturated)"
+            self.values.append(NodeCarried(fill, new, why))
+            self.values.append(Carried(out, copy, why))
+            _graph(fill).remove(fill, safe=True)
+            del self._fills[fill]
+
+    def _low_fill(self, fill: ir.Node, out: ir.Value, low: ir.DataType) -> ir.Node:
+        """A second ConstantOfShape making an FP32 mask fill's value in `low`, saturated (and
+        said so): what a stored copy is to an initializer, without a runtime Cast to -inf."""
+        attr = fill.attributes["value"]
+        self._note_saturated(self._fills[fill], attr.as_tensor())
+        value = ir.AttrTensor("value", to_low(attr.as_tensor(), low, False, saturate=True))
+        name = self.names.take(f"{fill.name or 'fill'}_{SUFFIX[low]}")
+        return ir.Node("", "ConstantOfShape", [fill.inputs[0]], [value], outputs=[out], name=name)
 
     def _retarget_attributes(self, model: ir.Model) -> None:
         """Attributes that name a float dtype follow the node's new precision."""
