@@ -15,7 +15,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import amp_convert
-from models.seq2seq import FLT_MIN, seq2seq_decoder
+from models._graph import GraphBuilder
+from models.seq2seq import FLT_MIN, causal_mask, seq2seq_decoder
 from tests.helpers import FLOAT, run
 
 ort = pytest.importorskip("onnxruntime")
@@ -186,3 +187,39 @@ def test_an_fp32_fill_read_low_gets_a_saturated_low_copy_not_a_cast() -> None:
     result = validate(original, converted, provider="emulate", dims=DIMS, runs=0)
     logits = result.output("logits")
     assert logits.nonfinite == 0 and logits.cosine is not None and logits.cosine >= 0.999
+
+
+def _mask_in_loop_body() -> onnx.ModelProto:
+    """Two Loop iterations of s = Softmax(s + causal_mask(ids)) * 4: the pattern in a Loop body."""
+    b = GraphBuilder("mask_loop", 3)
+    b.input("ids", TensorProto.INT64, [1, "seq"], value_range=(0, 8))
+    b.input("scores", TensorProto.FLOAT, [1, "seq", "seq"])
+    b.output("y", TensorProto.FLOAT, [1, "seq", "seq"])
+    body = b.subgraph("body")
+    body.input("i", TensorProto.INT64, [])
+    body.input("cond", TensorProto.BOOL, [])
+    body.input("s", TensorProto.FLOAT, None)
+    mask = causal_mask(body, "ids", "body/causal_mask")
+    a = body.op("Add", ["s", mask], "body/Add")
+    p = body.op("Softmax", [a], "body/Softmax", axis=-1)
+    body.op("Mul", [p, body.f32("body/four", 4.0)], "body/Mul", outputs=["s_out"])
+    body.op("Identity", ["cond"], "body/cond", outputs=["cond_out"])
+    body.outputs += [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+                     helper.make_tensor_value_info("s_out", TensorProto.FLOAT, None)]  # fmt: skip
+    b.op("Loop", [b.i64("trips", 2), b.const("go", True, np.bool_), "scores"], "loop",
+         outputs=["y"], body=body.graph())  # fmt: skip
+    return b.model()
+
+
+def test_the_mask_pattern_in_a_loop_body() -> None:
+    original = _mask_in_loop_body()
+    converted, report = amp_convert.convert(original, return_report=True, level="O3")
+    onnx.checker.check_model(converted, full_check=True)
+    (fill,) = [n for n in _nodes(converted.graph) if n.name == "body/causal_mask/ConstantOfShape"]
+    assert float(numpy_helper.to_array(fill.attribute[0].t)[0]) == -65504.0
+    assert [t.action for t in report.tensors] == ["saturated"]
+    feeds = {"ids": np.zeros((1, 5), np.int64),
+             "scores": np.random.default_rng(0).standard_normal((1, 5, 5)).astype(np.float32)}  # fmt: skip
+    ref, got = run(original, feeds)[0], run(converted, feeds)[0]
+    assert np.isfinite(got).all()
+    np.testing.assert_allclose(got, ref, atol=5e-3)
