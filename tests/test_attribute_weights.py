@@ -218,8 +218,8 @@ def test_the_mask_pattern_in_a_loop_body() -> None:
     (fill,) = [n for n in _nodes(converted.graph) if n.name == "body/causal_mask/ConstantOfShape"]
     assert float(numpy_helper.to_array(fill.attribute[0].t)[0]) == -65504.0
     assert [t.action for t in report.tensors] == ["saturated"]
-    feeds = {"ids": np.zeros((1, 5), np.int64),
-             "scores": np.random.default_rng(0).standard_normal((1, 5, 5)).astype(np.float32)}  # fmt: skip
+    scores = np.random.default_rng(0).standard_normal((1, 5, 5)).astype(np.float32)
+    feeds = {"ids": np.zeros((1, 5), np.int64), "scores": scores}
     ref, got = run(original, feeds)[0], run(converted, feeds)[0]
     assert np.isfinite(got).all()
     np.testing.assert_allclose(got, ref, atol=5e-3)
