@@ -86,13 +86,19 @@ def _decoder(b: GraphBuilder, p: str, hidden: int, heads: int, vocab: int) -> st
 
 
 def seq2seq_decoder(
-    *, merged: bool = False, hidden: int = 32, heads: int = 4, vocab: int = 64, seed: int = 41
+    *,
+    merged: bool = False,
+    hidden: int = 32,
+    heads: int = 4,
+    vocab: int = 64,
+    seed: int = 41,
+    opset: int = 17,
 ) -> onnx.ModelProto:
     """optimum-style seq2seq decoder whose causal mask is ConstantOfShape(finfo.min) * triu.
 
     Traps: the mask fill is a float32-min ConstantOfShape attribute (not an initializer), the 0/1
     factor comes from a Trilu of ones (no bool anywhere), and with ``merged`` both copies of the
-    pattern sit inside If branches.
+    pattern sit inside If branches. ``opset`` 20 lets ConstantOfShape itself be BF16.
     """
     b = GraphBuilder("seq2seq_decoder", seed)
     b.input("input_ids", INT64, ["batch_size", "decoder_sequence_length"], value_range=(0, vocab))
@@ -103,7 +109,7 @@ def seq2seq_decoder(
     if not merged:
         b.op("Identity", [_decoder(b, "model.decoder", hidden, heads, vocab)], "/Identity",
              outputs=["logits"])  # fmt: skip
-        return b.model(doc=first_doc_paragraph(seq2seq_decoder))
+        return b.model(opset=opset, doc=first_doc_paragraph(seq2seq_decoder))
     branches = []
     for name in ("with_past", "no_past"):
         sub = b.subgraph(name)
@@ -113,4 +119,4 @@ def seq2seq_decoder(
         branches.append(sub.graph())
     b.op("If", ["use_cache_branch"], "optimum::if", outputs=["logits"],
          then_branch=branches[0], else_branch=branches[1])  # fmt: skip
-    return b.model(doc=first_doc_paragraph(seq2seq_decoder))
+    return b.model(opset=opset, doc=first_doc_paragraph(seq2seq_decoder))

@@ -223,3 +223,18 @@ def test_the_mask_pattern_in_a_loop_body() -> None:
     ref, got = run(original, feeds)[0], run(converted, feeds)[0]
     assert np.isfinite(got).all()
     np.testing.assert_allclose(got, ref, atol=5e-3)
+
+
+def test_causal_mask_fill_in_bf16_is_the_bf16_max() -> None:
+    """float32 min rounds to -inf in BF16 too (its max is 3.39e38): saturated, said so."""
+    original = seq2seq_decoder(opset=20)  # ConstantOfShape admits bfloat16 from opset 20
+    converted, report = amp_convert.convert(original, return_report=True, level="O2", dtype="bf16")
+    (node,) = [n for n in _nodes(converted.graph) if n.name.endswith("mask/ConstantOfShape")]
+    assert node.attribute[0].t.data_type == TensorProto.BFLOAT16
+    value = numpy_helper.to_array(node.attribute[0].t).astype(np.float32).reshape(-1)[0]
+    assert np.isfinite(value) and value < -3.3e38
+    (note,) = [t for t in report.tensors if t.action == "saturated"]
+    assert "mask fill" in note.detail
+    result = validate(original, converted, provider="emulate", dims=DIMS, runs=0)
+    logits = result.output("logits")
+    assert logits.nonfinite == 0 and logits.cosine is not None and logits.cosine >= 0.99
