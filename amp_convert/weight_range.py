@@ -248,16 +248,28 @@ _ADDEND_SLOTS: dict[str, tuple[int, ...] | None] = {
 }  # fmt: skip
 
 
-def is_addend(uses: Iterable[tuple[ir.Node, int]]) -> bool:
+#: ops that move a weight's values unchanged (a bias reshaped to [1, C, 1, 1] before its Add)
+_VALUE_MOVERS = {"Reshape", "Unsqueeze", "Squeeze", "Flatten", "Transpose", "Expand", "Identity"}
+
+
+def is_addend(uses: Iterable[tuple[ir.Node, int]], depth: int = 4) -> bool:
     """True when every reader adds the weight, unscaled, to a value computed at run time: an
     Add/Sub whose other operand is not a constant, a Conv/ConvTranspose/Gemm bias (Gemm with
-    beta 1), a normalization's bias. Its rounding then counts against the sum (see `judge`).
+    beta 1), a normalization's bias; through ops that only move its values (Reshape...).
+    Its rounding then counts against the sum (see `judge`).
     """
     uses = list(uses)
     if not uses:
         return False
     for node, idx in uses:
-        if node.domain not in ("", "ai.onnx") or node.op_type not in _ADDEND_SLOTS:
+        if node.domain not in ("", "ai.onnx"):
+            return False
+        if node.op_type in _VALUE_MOVERS and idx == 0 and depth > 0:
+            out = node.outputs[0]
+            if out.is_graph_output() or not is_addend(out.uses(), depth - 1):
+                return False
+            continue
+        if node.op_type not in _ADDEND_SLOTS:
             return False
         slots = _ADDEND_SLOTS[node.op_type]
         if slots is not None and idx not in slots:

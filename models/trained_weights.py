@@ -9,7 +9,7 @@ kernel's norm.
 
 * :func:`tiny_bias_linear`: MatMul -> Add(bias ~1e-5) -> Relu -> MatMul -> Add(bias ~1e-5);
 * :func:`conv_tiny_tail`: Conv(kernel with a 3% tail of |v| < 3e-8) -> Add(bias ~1e-5) -> Relu
-  -> Conv -> Add(bias).
+  -> Conv -> Add(Reshape(bias [C]) to [1, C, 1, 1]).
 """
 
 from __future__ import annotations
@@ -58,5 +58,7 @@ def conv_tiny_tail(channels: int = 16, size: int = 12, seed: int = 52) -> onnx.M
     h = b.op("Relu", [h], "relu_0")
     w1 = b.weight("conv2d_1.w_0", [channels, channels, 3, 3])
     h = b.op("Conv", [h, w1], "conv2d_1", pads=[1, 1, 1, 1])
-    b.op("Add", [h, _tiny(b, "conv2d_1.b_0", [1, channels, 1, 1])], "conv2d_1.add", outputs=["y"])
+    bias = _tiny(b, "conv2d_1.b_0", [channels])
+    bias = b.op("Reshape", [bias, b.i64("bias_shape", [1, -1, 1, 1])], "conv2d_1.bias_reshape")
+    b.op("Add", [h, bias], "conv2d_1.add", outputs=["y"])
     return b.model(opset=11, doc=first_doc_paragraph(conv_tiny_tail))
