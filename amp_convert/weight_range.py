@@ -168,7 +168,7 @@ def judge(
       (at most doubling the error the low type brings to every weight). A conv weight of
       std 0.02 with a 3% tail flushed entirely loses sqrt(0.03) * 3e-8 / 0.02 ~ 2.6e-7 of its
       norm: it fits; a weight of values near 1e-8 loses all of it, one of values 1e-6..5e-5 about
-      6e-4 (each value keeps 5 to 10 bits): both keep FP32.
+      6e-4 (each value keeps 4 to 10 bits): both keep FP32.
     """
     low = limits.name
     if stats.overflow:
