@@ -26,7 +26,7 @@ from amp_convert.dims import parse_dims
 from amp_convert.dtypes import LOW_BY_OPTION, numpy_type
 from amp_convert.errors import OptionError
 from amp_convert.name_patterns import NamePattern, compile_pattern
-from amp_convert.targets import TARGETS
+from amp_convert.targets.target import target_names
 
 if TYPE_CHECKING:  # typing.Unpack is 3.11+; typing_extensions only for the type checker
     from typing_extensions import Unpack
@@ -143,7 +143,7 @@ class ConvertOptions:
         "Runtime the result is for: ort-cuda (ort-cpu) keeps low only what ONNX Runtime's CUDA "
         "(CPU) provider has low-precision kernels for; none follows the ONNX schemas only.",
         "choice",
-        choices=tuple(TARGETS),
+        choices=target_names(),
     )
     #: exact names of nodes kept FP32 (the API's typed pin set; ``--auto`` passes its pins here)
     pinned_nodes: frozenset[str] = field(default=frozenset(), metadata={"kind": "api"})
@@ -274,8 +274,9 @@ def _op_lists(op_lists: Any) -> Path | None:
 
 
 def _target(target: Any) -> str:
-    if not isinstance(target, str) or target.lower() not in TARGETS:
-        raise OptionError(f"unknown target {target!r} (choose {' or '.join(TARGETS)})")
+    names = target_names()
+    if not isinstance(target, str) or target.lower() not in names:
+        raise OptionError(f"unknown target {target!r} (choose {' or '.join(names)})")
     return target.lower()
 
 

@@ -57,7 +57,7 @@ from amp_convert.passes.verify import Verified, verify
 from amp_convert.precision import NodeClass, Precision
 from amp_convert.reasons import render
 from amp_convert.report import ConversionReport, NodeDecision
-from amp_convert.targets import KernelTable, load_target, uncovered_nodes
+from amp_convert.targets import Target, build_target, uncovered_nodes
 from amp_convert.traffic import ShapeBook, cast_notes, measure_original, model_traffic
 from amp_convert.value_map import METADATA_KEY, Snapshot, ValueMap, ValueRecord
 from amp_convert.value_map import build as build_value_map
@@ -77,7 +77,7 @@ def run(model: ir.Model, options: ConvertOptions) -> ConversionReport:
     report.warnings.extend(_unknown_user_ops(options, model))
     if _nothing_to_do(model, options, report):
         return report
-    table = load_target(options.target) if options.target != "none" else None
+    target = build_target(options.target)  # the one Target every step that needs one asks
     low, keep_io = options.low_dtype, options.keep_io_types
     low_io, low_io_warnings = resolve_low_io(model, options.low_io_patterns)  # before any edit
     report.warnings.extend(low_io_warnings)
@@ -92,10 +92,9 @@ def run(model: ir.Model, options: ConvertOptions) -> ConversionReport:
     _step(3, "infer dtypes", infer_dtypes, model, inferred)
     before = _step(4, "measure", measure_original, model, shapes, low, keep_io, low_io)
     folded = _step(5, "fold BN", fold_batch_norm, model, low, inferred, prepared.names)
-    target = options.target
     norms = _step(6, "hand norms", rewrite_hand_norms, model, prepared.names, inferred, target)
     pooled = _step(7, "global pool", run_as_global_pool, model, inferred, target)
-    classes = _step(8, "classify", classify, model, options, lists, table)
+    classes = _step(8, "classify", classify, model, options, lists, target)
     classes = _step(9, "pin statistics", pin_norm_statistics, classes, norms, options.level)
     plan = _step(10, "assign", assign, model, classes, shapes, options, low_io)
     rewritten = _step(
@@ -124,7 +123,7 @@ def run(model: ir.Model, options: ConvertOptions) -> ConversionReport:
     report.initializers_kept = rewritten.initializers_kept
     report.folds = list(folded.records)
     report.rewrites = [*norms.notes, *pooled.notes]
-    _describe_target(report, model, table)
+    _describe_target(report, model, target)
     report.casts_after = count_casts(model)
     report.casts = cast_notes(model, shapes)
     report.traffic = {
@@ -248,11 +247,11 @@ def _value_map(
     return build_value_map(snapshot, records, model, precision)
 
 
-def _describe_target(report: ConversionReport, model: ir.Model, table: KernelTable | None) -> None:
-    if table is None:
-        report.target = "none (ONNX schemas only)"
+def _describe_target(report: ConversionReport, model: ir.Model, target: Target) -> None:
+    report.target = target.describe()
+    if not target.checks_kernels:
         return
-    report.target = f"{table.name} (kernel table from ONNX Runtime {table.ort_version})"
+    table = target.kernels
     uncovered = uncovered_nodes(model, table)
     if uncovered:  # nodes that were low precision already, or a table gap: say so
         report.warnings.append(
