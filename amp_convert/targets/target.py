@@ -55,7 +55,7 @@ class Target:
         """The report's line for the target."""
         if not self.checks_kernels:
             return f"{self.name} (ONNX schemas only)"
-        return f"{self.kernels.name} (kernel table from ONNX Runtime {self.kernels.ort_version})"
+        return f"{self.name} (kernel table from ONNX Runtime {self.kernels.ort_version})"
 
 
 def _shipped(name: str, *rewrites: Rewrite) -> Callable[[], Target]:
