@@ -129,7 +129,9 @@ def _fail(error: BaseException, verbose: bool, code: int = EXIT_ERROR) -> None:
     if isinstance(error, AmpConvertError):
         click.echo(f"amp-convert: error: {error}", err=True)
     else:
-        click.echo(f"amp-convert: internal error: {type(error).__name__}: {error}", err=True)
+        notes = "; ".join(getattr(error, "__notes__", ()))  # the conversion step it escaped
+        where = f" ({notes})" if notes else ""
+        click.echo(f"amp-convert: internal error: {type(error).__name__}: {error}{where}", err=True)
     sys.exit(code)
 
 

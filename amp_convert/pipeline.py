@@ -20,13 +20,15 @@ explicitly; no step reads another step's object, and every graph edit happens in
                                                    the records of steps 5, 6, 11 and 12)
 
 Each step logs its result (and classify/assign each node's decision) at DEBUG (`amp-convert -v`).
+`_step` passes a step its arguments typed (ParamSpec: mypy checks them against the step's
+signature), and an exception escaping a step carries a note naming it ("in step 8: classify").
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from typing import TypeVar
+from typing import ParamSpec, TypeVar
 
 import onnx_ir as ir
 
@@ -65,6 +67,7 @@ from amp_convert.value_map import build as build_value_map
 log = logging.getLogger(__name__)
 STAMP_KEY = "amp_convert"
 _R = TypeVar("_R")
+_P = ParamSpec("_P")
 
 
 def run(model: ir.Model, options: ConvertOptions) -> ConversionReport:
@@ -138,13 +141,29 @@ def run(model: ir.Model, options: ConvertOptions) -> ConversionReport:
     return report
 
 
-def _step(number: int, name: str, func: Callable[..., _R], *args: object, **kwargs: object) -> _R:
-    """Run one step, logging its name and a line about its result at DEBUG."""
+def _step(
+    number: int, name: str, func: Callable[_P, _R], *args: _P.args, **kwargs: _P.kwargs
+) -> _R:
+    """Run one step, logging its name and a line about its result at DEBUG; an exception that
+    escapes it leaves with a note naming the step (shown in tracebacks and the CLI's line)."""
     log.debug("step %d: %s", number, name)
-    result = func(*args, **kwargs)
+    try:
+        result = func(*args, **kwargs)
+    except Exception as e:
+        add_note(e, f"in step {number}: {name}")
+        raise
     if log.isEnabledFor(logging.DEBUG):
         log.debug("step %d: %s -> %s", number, name, _summary(result))
     return result
+
+
+def add_note(error: BaseException, note: str) -> None:
+    """PEP 678's add_note, also on Python 3.10 (where only __notes__ holds it)."""
+    add = getattr(error, "add_note", None)
+    if add is not None:
+        add(note)
+    else:
+        error.__notes__ = [*getattr(error, "__notes__", []), note]  # type: ignore[attr-defined]
 
 
 def _summary(result: object) -> str:
