@@ -243,6 +243,7 @@ def decisions(model: ir.Model, plan: PrecisionPlan, rewritten: RewriteResult) ->
                 op_class=op_class.value,
                 precision=precision,
                 reason=render(placement.reasons),
+                reasons=tuple(placement.reasons),
             )
         )
     return out

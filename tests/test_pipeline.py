@@ -106,3 +106,23 @@ def test_mypy_checks_the_arguments_of_a_step(tmp_path: Path) -> None:
     )  # fmt: skip
     errors = [line for line in result.stdout.splitlines() if ": error:" in line]
     assert errors and {line.split(":")[1] for line in errors} == {"9"}, result.stdout
+
+
+def test_the_json_report_keeps_structured_reasons_beside_the_text(tmp_path: Path) -> None:
+    import json
+
+    model = bert_encoder()
+    first = next(n.name for n in model.graph.node if n.op_type == "MatMul")
+    _, report = amp_convert.convert(model, level="O2", exclude_nodes=first, return_report=True)
+    report.to_json(tmp_path / "r.json")
+    nodes = {n["name"]: n for n in json.loads((tmp_path / "r.json").read_text())["nodes"]}
+    pinned = nodes[first]
+    assert pinned["reasons"][0] == {
+        "kind": "user", "source": "user", "detail": f"--exclude-nodes {first}"
+    }  # fmt: skip
+    for node in nodes.values():  # the text is the structured reasons rendered, nothing else
+        parts = [f"{r['source']}: {r['detail']}" if r["source"] else r["detail"]
+                 for r in node["reasons"]]  # fmt: skip
+        assert node["reason"] == "; ".join(parts) and node["reasons"]
+    kinds = {r["kind"] for n in nodes.values() for r in n["reasons"]}
+    assert {"user", "list", "no_float"} <= kinds
