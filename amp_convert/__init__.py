@@ -28,6 +28,7 @@ _EXPORTS = {
     "ConvertOptions": "amp_convert.options",
     "Level": "amp_convert.options",
     "make_options": "amp_convert.options",
+    "ValidateOptions": "amp_convert.validation.options",
     "ConversionReport": "amp_convert.report",
     "NodeDecision": "amp_convert.report",
     "ValidationReport": "amp_convert.validation",
@@ -45,6 +46,7 @@ __all__ = [
     "OptionError",
     "OutputError",
     "ValidationError",
+    "ValidateOptions",
     "ValidationReport",
     "VerificationError",
     "__version__",
@@ -70,6 +72,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ im
     from amp_convert.options import ConvertOptions, Level, make_options
     from amp_convert.report import ConversionReport, NodeDecision
     from amp_convert.validation import ValidationReport, validate
+    from amp_convert.validation.options import ValidateOptions
 
 
 def __getattr__(name: str) -> Any:

@@ -56,7 +56,7 @@ def _click_option(f: dataclasses.Field) -> Callable[[F], F]:
     if kind == "flag":
         return click.option(*flags, f.name, is_flag=True, help=help_text)
     if kind == "path":
-        path_type = InputPath(must_exist=False)  # make_options says why a file is missing
+        path_type = InputPath(must_exist=False)  # ConvertOptions says why a file is missing
         return click.option(*flags, f.name, type=path_type, help=help_text)
     metavar = meta.get("metavar", "OP,..." if kind == "ops" else None)
     return click.option(*flags, f.name, multiple=True, metavar=metavar, help=help_text)

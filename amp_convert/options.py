@@ -1,8 +1,11 @@
 """User-facing conversion options, declared once and validated once so passes can trust them.
 
 `ConvertOptions` is the single declaration: each field's metadata carries its command-line flag and
-help text. The CLI builds its options from it (`cli_spec`), the Python API takes the same names as
-keywords (`make_options`), and the already-converted stamp covers every field (`stamp`).
+help text, and ``__post_init__`` checks and normalises every value (one OptionError line), so an
+object that exists is valid. The CLI builds its flags from it (`cli_fields`) and one object per
+command; every API entry point takes ``options=ConvertOptions(...)`` and/or the fields as keywords
+(`ConvertKwargs`, a TypedDict: mypy and editors check the names; `from_kwargs` / `resolve` refuse
+unknown ones at run time), and the already-converted stamp covers every field (`stamp`).
 """
 
 from __future__ import annotations
