@@ -90,18 +90,22 @@ class ValidateOptions:
     @classmethod
     def from_kwargs(cls, **kwargs: Unpack[ValidateKwargs]) -> ValidateOptions:
         """The options from keywords; an unknown name is an OptionError."""
-        known = tuple(f.name for f in fields(cls))
-        unknown = sorted(set(kwargs) - set(known))
-        if unknown:
-            raise OptionError(
-                f"unknown validation option(s) {', '.join(unknown)} (known: {', '.join(known)})"
-            )
+        _check_names(kwargs)
         return cls(**kwargs)  # type: ignore[arg-type]  # loose values, normalised above
 
     def replace(self, **kwargs: Unpack[ValidateKwargs]) -> ValidateOptions:
         """These options with some changed (checked again)."""
-        ValidateOptions.from_kwargs(**kwargs)  # names checked
+        _check_names(kwargs)
         return dataclasses.replace(self, **kwargs)  # type: ignore[arg-type]
+
+
+def _check_names(kwargs: Mapping[str, Any]) -> None:
+    known = tuple(f.name for f in fields(ValidateOptions))
+    unknown = sorted(set(kwargs) - set(known))
+    if unknown:
+        raise OptionError(
+            f"unknown validation option(s) {', '.join(unknown)} (known: {', '.join(known)})"
+        )
 
 
 def resolve(options: ValidateOptions | None, kwargs: Mapping[str, Any]) -> ValidateOptions:
