@@ -279,9 +279,7 @@ def run_cli_validation(
             reference_path, candidate_path, input_files, report_path, junit_path, force
         )
         options = cli_validate_options(validation_option_values, decode_steps)
-        report = validate(
-            reference_path, candidate_path, options=options, progress=not quiet
-        )
+        report = validate(reference_path, candidate_path, options=options, progress=not quiet)
     except AmpConvertError as e:
         click.echo(f"error: {e}", err=True)
         return 2
