@@ -3,6 +3,7 @@ them (an object and/or typed keywords), and an unknown name is an error everywhe
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -143,3 +144,24 @@ def test_auto_starts_from_o3_unless_told(tmp_path: Path) -> None:
     _, told = auto_convert(_blocks(), inputs=feeds, level="O1")
     _, given = auto_convert(_blocks(), inputs=feeds, options=ConvertOptions(level="O2"))
     assert (default.level, told.level, given.level) == ("O3", "O1", "O2")
+
+
+def test_one_dim_sizes_the_cost_estimate_and_the_calibration_inputs(tmp_path: Path) -> None:
+    """--dim is parsed once and reaches both users (a guard: it used to be popped and put back)."""
+    w = numpy_helper.from_array(np.eye(8, dtype=np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")],
+        "g",
+        [helper.make_tensor_value_info("x", F32, ["batch", 8])],
+        [helper.make_tensor_value_info("y", F32, ["batch", 8])],
+        [w],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    src, out, report = tmp_path / "m.onnx", tmp_path / "o.onnx", tmp_path / "r.json"
+    onnx.save(model, src)
+    args = [str(src), "--auto", "--dim", "batch=3", "--report", str(report), "-o", str(out), "-q"]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    data = json.loads(report.read_text())
+    assert data["level"] == "O3" and data["conversion"]["traffic_dims"] == {"batch": 3}
+    assert any("dims (batch=3)" in w for w in data["warnings"])
