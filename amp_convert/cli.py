@@ -24,9 +24,10 @@ from amp_convert import __version__, safe_write
 from amp_convert.cli_paths import InputPath, OutputPath, check_needs, declared_outputs
 from amp_convert.errors import AmpConvertError, InputError
 from amp_convert.io import default_output_path
-from amp_convert.options import cli_fields, option_names
+from amp_convert.options import AUTO_LEVEL, ConvertOptions, cli_fields, option_names
 from amp_convert.validation.command import (
     VALIDATION_OPTION_NAMES,
+    cli_validate_options,
     run_cli_validation,
     validate_command,
     validation_options,
@@ -55,7 +56,7 @@ def _click_option(f: dataclasses.Field) -> Callable[[F], F]:
     if kind == "flag":
         return click.option(*flags, f.name, is_flag=True, help=help_text)
     if kind == "path":
-        path_type = InputPath(must_exist=False)  # make_options says why a file is missing
+        path_type = InputPath(must_exist=False)  # ConvertOptions says why a file is missing
         return click.option(*flags, f.name, type=path_type, help=help_text)
     metavar = meta.get("metavar", "OP,..." if kind == "ops" else None)
     return click.option(*flags, f.name, multiple=True, metavar=metavar, help=help_text)
@@ -128,7 +129,9 @@ def _fail(error: BaseException, verbose: bool, code: int = EXIT_ERROR) -> None:
     if isinstance(error, AmpConvertError):
         click.echo(f"amp-convert: error: {error}", err=True)
     else:
-        click.echo(f"amp-convert: internal error: {type(error).__name__}: {error}", err=True)
+        notes = "; ".join(getattr(error, "__notes__", ()))  # the conversion step it escaped
+        where = f" ({notes})" if notes else ""
+        click.echo(f"amp-convert: internal error: {type(error).__name__}: {error}{where}", err=True)
     sys.exit(code)
 
 
@@ -207,17 +210,17 @@ def convert_command(
         logging.getLogger("amp_convert").setLevel(logging.DEBUG)
     ctx = click.get_current_context()
     _check_companions(ctx, auto=auto, do_validate=do_validate, force_write=force_write)
-    options = {name: kwargs.pop(name) for name in option_names() if name in kwargs}
+    values = {name: kwargs.pop(name) for name in option_names() if name in kwargs}
     validation = kwargs
     # one --dim serves both the cast-cost estimate and the validation inputs
-    options["dims"] = validation.get("dim") or {}
-    options["dtype"] = options["dtype"].lower()
+    values["dims"] = validation.get("dim") or {}
     if auto and ctx.get_parameter_source("level") == click.core.ParameterSource.DEFAULT:
-        options["level"] = "O3"
+        values["level"] = AUTO_LEVEL
     try:
         if not model:
             raise InputError("empty model path ''")
-        output = output or default_output_path(model, options["dtype"])
+        options = ConvertOptions(**values)  # checked once, here
+        output = output or default_output_path(model, options.dtype)
         with safe_write.sigterm_cleans_up():
             run = _Run(ctx, model, output, options, validation, force, quiet)
             code = _run_auto(run) if auto else _run_convert(run, verbose)
@@ -254,7 +257,7 @@ class _Run:
     ctx: click.Context
     model: str
     output: Path
-    options: dict[str, Any]
+    options: ConvertOptions
     validation: dict[str, Any]
     force: bool
     quiet: bool
@@ -267,7 +270,7 @@ def _run_auto(run: _Run) -> int:
         (label, run.output if label == "output" else p) for label, p in declared_outputs(run.ctx)
     ]
     return run_auto(
-        run.model, outputs, run.options, run.validation, force=run.force,
+        run.model, outputs, run.options, cli_validate_options(run.validation), force=run.force,
         force_write=run.ctx.params["force_write"], quiet=run.quiet,
         extra_inputs=_other_inputs(run.ctx),
     )  # fmt: skip
@@ -292,7 +295,7 @@ def _run_convert(run: _Run, verbose: bool) -> int:
     others = {label: p for label, p in declared_outputs(run.ctx) if label != "output"}
     with open_file_conversion(
         run.model, run.output, force=run.force, other_outputs=others,
-        extra_inputs=_other_inputs(run.ctx), **run.options,
+        extra_inputs=_other_inputs(run.ctx), options=run.options,
     ) as conversion:  # fmt: skip
         report = conversion.run()
         plan = conversion.plan

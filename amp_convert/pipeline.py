@@ -22,13 +22,15 @@ explicitly; no step reads another step's object, and every graph edit happens in
                                                    the records of steps 5, 6, 11 and 12)
 
 Each step logs its result (and classify/assign each node's decision) at DEBUG (`amp-convert -v`).
+`_step` passes a step its arguments typed (ParamSpec: mypy checks them against the step's
+signature), and an exception escaping a step carries a note naming it ("in step 8: classify").
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from typing import TypeVar
+from typing import ParamSpec, TypeVar
 
 import onnx_ir as ir
 
@@ -62,7 +64,7 @@ from amp_convert.precision import NodeClass, Precision, UniqueNames
 from amp_convert.qdq_rules import has_qdq
 from amp_convert.reasons import render
 from amp_convert.report import ConversionReport, FoldNote, NodeDecision
-from amp_convert.targets import KernelTable, load_target, uncovered_nodes
+from amp_convert.targets import Target, build_target, uncovered_nodes
 from amp_convert.traffic import (
     ShapeBook,
     cast_notes,
@@ -76,6 +78,7 @@ from amp_convert.value_map import build as build_value_map
 log = logging.getLogger(__name__)
 STAMP_KEY = "amp_convert"
 _R = TypeVar("_R")
+_P = ParamSpec("_P")
 
 
 def run(model: ir.Model, options: ConvertOptions) -> ConversionReport:
@@ -88,7 +91,7 @@ def run(model: ir.Model, options: ConvertOptions) -> ConversionReport:
     report.warnings.extend(_unknown_user_ops(options, model))
     if _nothing_to_do(model, options, report):
         return report
-    table = load_target(options.target) if options.target != "none" else None
+    target = build_target(options.target)  # the one Target every step that needs one asks
     low, keep_io = options.low_dtype, options.keep_io_types
     low_io, low_io_warnings = resolve_low_io(model, options.low_io_patterns)  # before any edit
     report.warnings.extend(low_io_warnings)
@@ -104,10 +107,9 @@ def run(model: ir.Model, options: ConvertOptions) -> ConversionReport:
     _step(3, "infer dtypes", infer_dtypes, model, inferred)
     before = _step(4, "measure", measure_original, model, shapes, low, keep_io, low_io)
     folded = _step(5, "fold BN", fold_batch_norm, model, low, inferred, prepared.names)
-    target = options.target
     norms = _step(6, "hand norms", rewrite_hand_norms, model, prepared.names, inferred, target)
     pooled = _step(7, "global pool", run_as_global_pool, model, inferred, target)
-    classes = _step(8, "classify", classify, model, options, lists, table)
+    classes = _step(8, "classify", classify, model, options, lists, target)
     classes = _step(9, "pin statistics", pin_norm_statistics, classes, norms, options.level)
     groups = _step(9, "QDQ groups", keep_qdq_groups, model, classes)
     classes = groups.classes
@@ -139,7 +141,7 @@ def run(model: ir.Model, options: ConvertOptions) -> ConversionReport:
     report.folds = list(folded.records)
     report.rewrites = [*norms.notes, *pooled.notes, *_upgrade_notes(upgraded)]
     report.warnings.extend(_qdq_warnings(groups, options))
-    _describe_target(report, model, table)
+    _describe_target(report, model, target)
     report.casts_after = count_casts(model)
     report.casts = cast_notes(model, shapes)
     report.traffic = {
@@ -211,13 +213,29 @@ def _fp32_causes(plan: PrecisionPlan) -> list[str]:
     return causes
 
 
-def _step(number: int, name: str, func: Callable[..., _R], *args: object, **kwargs: object) -> _R:
-    """Run one step, logging its name and a line about its result at DEBUG."""
+def _step(
+    number: int, name: str, func: Callable[_P, _R], *args: _P.args, **kwargs: _P.kwargs
+) -> _R:
+    """Run one step, logging its name and a line about its result at DEBUG; an exception that
+    escapes it leaves with a note naming the step (shown in tracebacks and the CLI's line)."""
     log.debug("step %d: %s", number, name)
-    result = func(*args, **kwargs)
+    try:
+        result = func(*args, **kwargs)
+    except Exception as e:
+        add_note(e, f"in step {number}: {name}")
+        raise
     if log.isEnabledFor(logging.DEBUG):
         log.debug("step %d: %s -> %s", number, name, _summary(result))
     return result
+
+
+def add_note(error: BaseException, note: str) -> None:
+    """PEP 678's add_note, also on Python 3.10 (where only __notes__ holds it)."""
+    add = getattr(error, "add_note", None)
+    if add is not None:
+        add(note)
+    else:
+        error.__notes__ = [*getattr(error, "__notes__", []), note]  # type: ignore[attr-defined]
 
 
 def _summary(result: object) -> str:
@@ -297,6 +315,7 @@ def decisions(model: ir.Model, plan: PrecisionPlan, rewritten: RewriteResult) ->
                 op_class=op_class.value,
                 precision=precision,
                 reason=render(placement.reasons),
+                reasons=tuple(placement.reasons),
             )
         )
     return out
@@ -320,11 +339,11 @@ def _value_map(
     return build_value_map(snapshot, records, model, precision)
 
 
-def _describe_target(report: ConversionReport, model: ir.Model, table: KernelTable | None) -> None:
-    if table is None:
-        report.target = "none (ONNX schemas only)"
+def _describe_target(report: ConversionReport, model: ir.Model, target: Target) -> None:
+    report.target = target.describe()
+    if not target.checks_kernels:
         return
-    report.target = f"{table.name} (kernel table from ONNX Runtime {table.ort_version})"
+    table = target.kernels
     uncovered = uncovered_nodes(model, table)
     if uncovered:  # nodes that were low precision already, or a table gap: say so
         report.warnings.append(

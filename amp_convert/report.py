@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 
+from amp_convert.reasons import Reason
 from amp_convert.report_base import Report
 from amp_convert.value_map import ValueMap
 
@@ -13,7 +14,12 @@ SCHEMA_VERSION = 1
 
 @dataclass
 class NodeDecision:
-    """One node's outcome. precision: 'low', 'fp32', or 'n/a' (no float data path)."""
+    """One node's outcome. precision: 'low', 'fp32', or 'n/a' (no float data path).
+
+    ``reason`` is the line people read; ``reasons`` the same decision structured, one Reason per
+    cause in order (``kind`` for code: "user", "target", "range"...; ``source``: who decided;
+    ``detail``), so a tool filters decisions by kind without parsing prose.
+    """
 
     name: str
     op_type: str
@@ -22,6 +28,7 @@ class NodeDecision:
     op_class: str
     precision: str
     reason: str
+    reasons: tuple[Reason, ...] = ()
 
 
 @dataclass

@@ -248,14 +248,15 @@ def test_the_steps_alone() -> None:
     from amp_convert.passes.infer_dtypes import infer_dtypes
     from amp_convert.precision import UniqueNames
     from amp_convert.reasons import ReasonKind
+    from amp_convert.targets import build_target
 
     m = ir.serde.deserialize_model(_norm_model("div", opset=14))
     _, types = analyse(m)
     infer_dtypes(m, types)
-    result = rewrite_hand_norms(m, UniqueNames.of_model(m), types, "none")
+    result = rewrite_hand_norms(m, UniqueNames.of_model(m), types, build_target("none"))
     assert not result.modified and len(result.pinned) == 5
     options = make_options(level="O2", target="none")
-    classes = classify(m, options, load_builtin(), None)
+    classes = classify(m, options, load_builtin(), build_target("none"))
     assert pin_norm_statistics(classes, result, Level.O3) is classes  # O3: all low
     pinned = pin_norm_statistics(classes, result, Level.O2)
     changed = {n.name for n in pinned if pinned[n] != classes[n]}
@@ -264,7 +265,7 @@ def test_the_steps_alone() -> None:
     folded = ir.serde.deserialize_model(_norm_model("div", opset=17))
     _, types = analyse(folded)
     infer_dtypes(folded, types)
-    result = rewrite_hand_norms(folded, UniqueNames.of_model(folded), types, "none")
+    result = rewrite_hand_norms(folded, UniqueNames.of_model(folded), types, build_target("none"))
     assert result.modified and [n.op_type for n in folded.graph] == ["LayerNormalization"]
 
 

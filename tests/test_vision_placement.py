@@ -17,6 +17,7 @@ import pytest
 import amp_convert
 from amp_convert.passes.global_pool import run_as_global_pool
 from amp_convert.passes.infer_dtypes import infer_dtypes
+from amp_convert.targets import build_target
 from amp_convert.targets.accumulation import fp32_accumulating
 from models.vision import ARCHS, PAIRS, se_cnn
 from tests.helpers import casts, op_counts, run
@@ -88,8 +89,8 @@ def test_spatial_reduce_mean_runs_as_global_average_pool_on_ort_cuda() -> None:
     inferred = onnx.shape_inference.infer_shapes(model).graph.value_info
     types = {vi.name: vi.type for vi in inferred}
     infer_dtypes(m, types)
-    assert run_as_global_pool(m, types, "none").notes == ()  # other targets: untouched
-    assert len(run_as_global_pool(m, types, "ort-cuda").notes) == pools
+    assert run_as_global_pool(m, types, build_target("none")).notes == ()  # others: untouched
+    assert len(run_as_global_pool(m, types, build_target("ort-cuda")).notes) == pools
     rewritten = ir.serde.serialize_model(m)
     assert op_counts(rewritten)["GlobalAveragePool"] == pools
     rng = np.random.default_rng(0)

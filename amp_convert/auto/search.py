@@ -17,7 +17,7 @@ import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import onnx
@@ -34,11 +34,12 @@ from amp_convert.auto.ranges import DEFAULT_MARGIN, LIMITS, range_hits
 from amp_convert.auto.report import AutoReport, PinnedNode
 from amp_convert.auto.sessions import Sessions
 from amp_convert.auto.staging import stage
-from amp_convert.errors import ValidationError
-from amp_convert.options import ConvertOptions, make_options
+from amp_convert.errors import OptionError, ValidationError
+from amp_convert.options import AUTO_LEVEL, ConvertKwargs, ConvertOptions, resolve
 from amp_convert.report import ConversionReport
 from amp_convert.validation.input_search import RANDOM_CALIBRATION_WARNING, fmt_dims
 from amp_convert.validation.metrics import OutputResult, Thresholds, check_names
+from amp_convert.validation.options import AUTO_REFUSED_PROVIDERS, ValidateOptions
 from amp_convert.validation.progress import PhaseLog
 from amp_convert.validation.runtime import cuda_available, import_ort
 
@@ -47,46 +48,52 @@ NOTHING_TO_COMPARE = (
     "--auto: nothing to compare on these inputs (every reference output is empty, not a tensor, "
     "or has no finite value); choose other --inputs"
 )
-PROVIDERS = ("emulate", "cuda", "auto")
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 
 def auto_convert(
     model: Any,
     *,
+    options: ConvertOptions | None = None,
+    validation: ValidateOptions | None = None,
     inputs: Any = None,
-    level: str = "O3",
-    dtype: str = "fp16",
     thresholds: Thresholds | Mapping[str, Any] | None = None,
     min_cosine: float | None = None,
     atol: float | None = None,
     rtol: float | None = None,
     max_nan: int | None = None,
-    provider: str = "emulate",
+    provider: str | None = None,
+    seed: int | None = None,
     max_rounds: int = 8,
     margin: float = DEFAULT_MARGIN,
-    dims: Mapping[str, int] | None = None,
-    seed: int = 0,
     memory_budget: int = DEFAULT_BUDGET,
     progress: bool = False,
-    **options: Any,
+    **kwargs: Unpack[ConvertKwargs],
 ) -> tuple[Any, AutoReport]:
-    """Convert ``model`` at ``level`` keeping FP32 only the nodes the calibration data needs.
+    """Convert ``model`` at its level keeping FP32 only the nodes the calibration data needs.
 
     ``model``: path, bytes, onnx.ModelProto or onnx_ir.Model (returned as the same kind; a path
-    gives an onnx_ir.Model). ``inputs``: None (seeded random inputs, ``dims`` sets dynamic dims),
-    one ``.npz`` path or dict of arrays, or a list of them (each one sample). Thresholds mean
-    what they mean in ``validate``; with none given, ``min_cosine=0.999`` (and ``max_nan=0``).
-    Every output of every sample must pass. ``provider``: ``emulate`` (CPU, FP16/BF16 rounding
-    reproduced) or ``cuda`` (``auto``: cuda when available). Other keywords are conversion
-    options (``keep_io_types``, ``fp32_ops``, ``exclude_nodes``...). Unnamed nodes are given
+    gives an onnx_ir.Model). Conversion options: ``options`` (a ConvertOptions) and/or its fields
+    as keywords (``level``, ``dtype``, ``exclude_nodes``...; unknown names are an OptionError);
+    the level is ``AUTO_LEVEL`` (O3) unless one is given. Judging: ``validation`` (a
+    ValidateOptions: provider, inputs, seed, thresholds, dims) and/or the keywords ``inputs``
+    (None: seeded random inputs, the options' ``dims`` set dynamic dims; one ``.npz`` path or
+    dict of arrays, or a list of them, each one sample), ``thresholds``, ``min_cosine``, ``atol``,
+    ``rtol``, ``max_nan`` (with none given, ``min_cosine=0.999`` and ``max_nan=0``), ``provider``
+    (``emulate``, the default: CPU with FP16/BF16 rounding reproduced; ``cuda``; ``auto``: cuda
+    when available) and ``seed``. Every output of every sample must pass. Unnamed nodes are given
     unique names. ``progress``: a line per phase and per round on stderr. Returns (model,
     AutoReport); ``report.passed`` says whether the thresholds were met (the model is returned
     either way). Both models are loaded once at ORT's default options in a child process first
     (the result before the verdict): a crash there is a LoadCrashError, never a verdict.
     """
     start = time.perf_counter()
-    if provider not in PROVIDERS:
-        raise ValidationError(f"provider {provider!r}: --auto takes emulate, cuda or auto")
+    if options is None and "level" not in kwargs:
+        kwargs["level"] = AUTO_LEVEL
+    opts = resolve(options, kwargs)  # bad options fail before any work
+    judge = _judging(validation, opts, inputs=inputs, provider=provider, seed=seed)
+    provider = judge.provider
     if provider == "auto":
         provider = "cuda" if cuda_available() else "emulate"
     import_ort()
@@ -94,38 +101,48 @@ def auto_convert(
         raise ValidationError(f"max_rounds must be a positive integer, got {max_rounds!r}")
     if not (isinstance(margin, int | float) and margin >= 1):
         raise ValidationError(f"margin must be a number >= 1, got {margin!r}")
-    limits = _limits(thresholds, min_cosine=min_cosine, atol=atol, rtol=rtol, max_nan=max_nan)
-    if dims:
-        options["dims"] = dims  # sizes the cast-cost estimate too
-    make_options(level=level, dtype=dtype, **options)  # bad options fail before any work
-    user_excludes = list(options.pop("exclude_nodes", ()) or ())
-    if isinstance(user_excludes, str):
-        user_excludes = [user_excludes]
-    dtype = make_options(dtype=dtype).dtype
+    base = judge.thresholds if thresholds is None else thresholds
+    limits = _limits(base, min_cosine=min_cosine, atol=atol, rtol=rtol, max_nan=max_nan)
 
     work = io.load_model(model)
     renamed = name_nodes(work)
-    settings = Settings(
-        make_options(level=level, dtype=dtype, **{**options, "exclude_nodes": user_excludes}),
-        limits, float(margin),
-    )  # fmt: skip
+    settings = Settings(opts, limits, float(margin))
     original = str(model) if isinstance(model, str | os.PathLike) else None
     sessions = Sessions(
         stage(work, "<reference>"), provider=provider, budget=memory_budget, original=original
     )
     search = Search(work, sessions, settings, PhaseLog(progress, task="auto"))
     report = AutoReport(
-        level=str(level).upper(), dtype=dtype, provider=provider, thresholds=limits.to_dict(),
+        level=opts.level.value, dtype=opts.dtype, provider=provider, thresholds=limits.to_dict(),
         margin=float(margin), samples=0,
     )  # fmt: skip
     if renamed:
         report.warnings.append(f"{renamed} unnamed or duplicate node names were made unique")
+    dims = dict(judge.dims) or None
     try:
-        result = search.run(report, inputs, dims, seed, max_rounds)
+        result = search.run(report, judge.inputs, dims, judge.seed, max_rounds)
     finally:
         sessions.close()
     report.seconds = time.perf_counter() - start
     return _as_kind(model, result), report
+
+
+def _judging(
+    validation: ValidateOptions | None, options: ConvertOptions, **given: Any
+) -> ValidateOptions:
+    """What the search judges with: ``validation`` (default: emulate) with the keywords given
+    over it; the conversion's --dim sizes the random inputs unless the validation has its own."""
+    base = validation if validation is not None else ValidateOptions(provider="emulate")
+    if not isinstance(base, ValidateOptions):
+        raise OptionError(f"validation must be a ValidateOptions, not {type(base).__name__}")
+    changes: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
+    if not base.dims and options.dims:
+        changes["dims"] = options.dim_values
+    judge = dataclasses.replace(base, **changes) if changes else base
+    refused = AUTO_REFUSED_PROVIDERS.get(judge.provider)
+    if refused is not None:
+        raise OptionError(refused)
+    return judge
 
 
 def _limits(thresholds: Any, **flat: Any) -> Thresholds:
@@ -268,7 +285,7 @@ class Search:
         """The work model converted with ``pins`` kept FP32 (an ir clone; no protobuf trip)."""
         model = self.work.clone()
         options = self.settings.options
-        report = convert_ir(model, dataclasses.replace(options, pinned_nodes=pins))
+        report = convert_ir(model, options.replace(pinned_nodes=pins))
         return model, report
 
     def _candidate(self, pinned: Mapping[str, PinnedNode]) -> Candidate:

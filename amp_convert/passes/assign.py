@@ -237,6 +237,8 @@ def _scale_refusal(
         detail = f"{why}; its readers stay FP32"
         weights.notes.append(TensorNote(value.name or "", "kept FP32", detail))
     return why
+
+
 def _attribute_refusal(weights: _Weights, node: ir.Node, low: ir.DataType) -> str | None:
     """Why a float attribute of `node` (ConstantOfShape's fill, Pad's value) cannot be low, or
     None; judged like a weight read by the node's readers, a mask fill saturated (by rewrite,

@@ -9,12 +9,13 @@ beyond, and each norm costs casts and FP32 traffic (16 casts on two OCR recognis
 - Where the opset has the fused op, the match is folded into it: LayerNormalization (opset >= 17)
   or RMSNormalization (opset >= 23), axis = the first normalised axis, the constant gamma/beta as
   Scale/B, stash_type = 1. Same math (float64 check in the tests), one node, no casts.
-- Below opset 17 on ``--target ort-cuda`` a LayerNorm over trailing axes of static size H runs as
+- Below opset 17, for a target that wants it (``Rewrite.LAYERNORM_AS_INSTANCENORM``: ORT CUDA),
+  a LayerNorm over trailing axes of static size H runs as
   ``Reshape(x, [-1, 1, H])`` -> InstanceNormalization(scale [1], bias [0]) -> ``Reshape`` back to
   ``Shape(x)``: per row the same mean, biased variance and epsilon, and ORT's CUDA InstanceNorm
   keeps its statistics in FP32 for FP16 I/O (nn/instance_norm.cc, InstanceNorm<MLFloat16>:
   float stats descriptor and buffers; cuDNN >= 7.5 no longer clamps epsilon to 1e-5).
-- Otherwise (``--target none``, RMSNorm below opset 23, unknown sizes) the statistics nodes (the
+- Otherwise (other targets, RMSNorm below opset 23, unknown sizes) the statistics nodes (the
   reductions, the square, + eps, Sqrt, 1/x) are pinned FP32 after classify, with that reason, and
   everything else is left to placement: the centring Sub, the normalising Div/Mul and the affine
   part are free to be low, so only the full-size values the statistics read cross a Cast.
@@ -40,6 +41,7 @@ from amp_convert.passes.plan import Classes
 from amp_convert.precision import FLOAT, UniqueNames, constant_tensor
 from amp_convert.reasons import Reason, ReasonKind
 from amp_convert.report import FoldNote
+from amp_convert.targets import Rewrite, Target
 from amp_convert.value_map import Carried, Folded, NodeCarried, NodeFolded, ValueRecord
 
 #: fused op and the opset it appears at, per norm kind
@@ -147,9 +149,9 @@ def rewrite_hand_norms(
     model: ir.Model,
     names: UniqueNames,
     inferred: Mapping[str, onnx.TypeProto],
-    target: str,
+    target: Target,
 ) -> NormsResult:
-    """Fold hand-written norms where the opset (or ort-cuda) has a fused op; name the statistics
+    """Fold hand-written norms where the opset (or the target) has a fused op; name the statistics
     of the rest. Each graph (subgraphs included) is matched on its own nodes."""
     folder = _Folder(names, inferred, target)
     opset = domains.opset_version(model.opset_imports)
@@ -199,7 +201,7 @@ class _Folder:
     """rewrite_hand_norms' private state: the name registry and the shapes it folds with."""
 
     def __init__(
-        self, names: UniqueNames, inferred: Mapping[str, onnx.TypeProto], target: str
+        self, names: UniqueNames, inferred: Mapping[str, onnx.TypeProto], target: Target
     ) -> None:
         self.names = names
         self.inferred = inferred
@@ -228,7 +230,8 @@ class _Folder:
         if layout is None:
             return ""
         if opset < since:
-            ok = match.kind == "layer" and self.target == "ort-cuda" and opset >= 6
+            wanted = self.target.wants(Rewrite.LAYERNORM_AS_INSTANCENORM)
+            ok = match.kind == "layer" and wanted and opset >= 6
             return self._as_instance_norm(graph, match, layout[1]) if ok else ""
         axis, dims = layout
         base = match.stats[0].name or "norm"

@@ -37,8 +37,8 @@ from amp_convert.errors import AmpConvertError, ValidationError
 from amp_convert.output_rules import check_outputs, model_files, plan_outputs
 from amp_convert.safe_write import Slot, sigterm_cleans_up
 from amp_convert.validation.core import validate
-from amp_convert.validation.metrics import MATCH_MODES, Thresholds
-from amp_convert.validation.sessions import PROVIDERS
+from amp_convert.validation.metrics import Thresholds
+from amp_convert.validation.options import PROVIDERS, ValidateOptions, parse_match
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -94,25 +94,6 @@ def _dim_callback(ctx: click.Context, param: click.Parameter, value: tuple[str, 
         return parse_dims(value)
     except AmpConvertError as e:
         raise click.BadParameter(str(e), ctx=ctx, param=param) from None
-
-
-def parse_match(items: Any) -> dict[str, str]:
-    """``("boxes:sort",)`` → ``{"boxes": "sort"}`` (the name is everything before the last ':')."""
-    if isinstance(items, Mapping):
-        items = [f"{k}:{v}" for k, v in items.items()]
-    elif isinstance(items, str):
-        items = (items,)
-    out: dict[str, str] = {}
-    for item in items or ():
-        name, sep, mode = str(item).rpartition(":")
-        if not sep or not name or mode not in MATCH_MODES:
-            raise ValidationError(
-                f"--match {item!r}: expected NAME:MODE with MODE one of {', '.join(MATCH_MODES)}"
-            )
-        if out.get(name, mode) != mode:
-            raise ValidationError(f"--match given twice for output {name!r}")
-        out[name] = mode
-    return out
 
 
 def _match_callback(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> dict:
@@ -217,6 +198,28 @@ def _or(value: Any, default: Any) -> Any:
     return default if value is None else value
 
 
+def cli_validate_options(
+    values: Mapping[str, Any], decode_steps: int | None = None
+) -> ValidateOptions:
+    """ValidateOptions from the values ``validation_options`` parsed (one --dim, one --inputs
+    list: a file is one sample)."""
+    files = values.get("inputs")
+    if isinstance(files, list | tuple):  # repeatable: one sample per file
+        files = list(files) if len(files) > 1 else (files[0] if files else None)
+    return ValidateOptions(
+        provider=values.get("provider") or "auto",
+        inputs=files,
+        dims=values.get("dim") or {},
+        seed=_or(values.get("seed"), 0),
+        runs=values.get("runs"),
+        warmup=_or(values.get("warmup"), 3),
+        thresholds=thresholds_from_options(values),
+        top1=frozenset(values.get("top1") or ()),
+        match=parse_match(values.get("match") or ()),
+        decode_steps=decode_steps,
+    )
+
+
 def _as_list(value: Any) -> list[Any]:
     if value is None:
         return []
@@ -269,31 +272,14 @@ def run_cli_validation(
     unknown = set(validation_option_values) - set(VALIDATION_OPTION_NAMES)
     if unknown:
         raise TypeError(f"run_cli_validation: unknown option(s) {', '.join(sorted(unknown))}")
-    v = dict(validation_option_values)
-    files = v.get("inputs")
-    if isinstance(files, list | tuple):  # repeatable: one sample per file
-        v["inputs"] = list(files) if len(files) > 1 else (files[0] if files else None)
-    input_files = [Path(f) for f in _as_list(v.get("inputs")) if isinstance(f, str | Path)]
+    files = validation_option_values.get("inputs")
+    input_files = [Path(f) for f in _as_list(files) if isinstance(f, str | Path)]
     try:
         report_path, junit_path = _checked_reports(
             reference_path, candidate_path, input_files, report_path, junit_path, force
         )
-        dims = parse_dims(v.get("dim") or {})
-        report = validate(
-            reference_path,
-            candidate_path,
-            provider=v.get("provider") or "auto",
-            inputs=v.get("inputs"),
-            dims=dims,
-            seed=_or(v.get("seed"), 0),
-            runs=v.get("runs"),
-            warmup=_or(v.get("warmup"), 3),
-            thresholds=thresholds_from_options(v),
-            top1=tuple(v.get("top1") or ()),
-            match=parse_match(v.get("match") or ()),
-            progress=not quiet,
-            decode_steps=decode_steps,
-        )
+        options = cli_validate_options(validation_option_values, decode_steps)
+        report = validate(reference_path, candidate_path, options=options, progress=not quiet)
     except AmpConvertError as e:
         click.echo(f"error: {e}", err=True)
         return 2
