@@ -122,10 +122,18 @@ def _table(head: Sequence[str], rows: Sequence[Sequence[str]], cls: str = "") ->
     return f"<table class='{cls}'>" + (f"<tr>{h}</tr>" if h else "") + body + "</table>"
 
 
+_STATUS = {
+    "pass": "<span class='ok'>pass</span>",
+    "fail": "<span class='bad'>FAIL</span>",
+    "not_judged": "not judged",
+    "skipped": "not compared",
+}
+
+
 def _outputs(outputs: Sequence[OutputResult]) -> str:
     rows = []
     for o in outputs:
-        status = "<span class='ok'>pass</span>" if o.passed else "<span class='bad'>FAIL</span>"
+        status = _STATUS.get(o.status, html.escape(o.status))
         rows.append(
             [
                 html.escape(o.name), status, num(o.cosine), num(o.max_abs), num(o.max_rel),

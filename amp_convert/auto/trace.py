@@ -39,6 +39,7 @@ from amp_convert.validation.emulate import build_emulated_model
 from amp_convert.validation.input_search import Samples, gather_samples
 from amp_convert.validation.inputs import InputSpec
 from amp_convert.validation.metrics import OutputResult, Thresholds, compare_output
+from amp_convert.validation.report import ValidationReport
 from amp_convert.validation.runtime import ModelSource, cuda_available, load_source
 from amp_convert.value_map import Fate, ValueMap
 
@@ -49,11 +50,19 @@ def candidate_value_map(reference: onnx.ModelProto, candidate: onnx.ModelProto) 
     """The value map the candidate carries, or the by-name fallback (``complete`` False)."""
     result = [n for g in proto_walk.graphs(candidate.graph) for n in _value_names(g)]
     metadata = {p.key: p.value for p in candidate.metadata_props}
-    found = ValueMap.from_metadata(metadata, result)
+    found, problem = ValueMap.read_metadata(metadata, result)
     if found is not None:
         return found
     original = [n for g in proto_walk.graphs(reference.graph) for n in _value_names(g)]
-    return ValueMap.common_names(original, result)
+    by_name = ValueMap.common_names(original, result)
+    if not problem:
+        return by_name
+    note = (
+        f"the converted model carries amp-convert's value map but {problem}: it is not used, "
+        "values are matched by name (a value the conversion folded may be compared with "
+        "different data); the outputs are compared as the exit code judged them"
+    )
+    return ValueMap(by_name.values, {}, complete=False, note=note)
 
 
 def _value_names(graph: onnx.GraphProto) -> Iterator[str]:
@@ -181,8 +190,14 @@ def validation_page(
     seed: int = 0,
     thresholds: Thresholds | Mapping[str, Any] | None = None,
     budget: int = DEFAULT_BUDGET,
+    report: ValidationReport | None = None,
 ) -> Page:
-    """The HTML page's content for ``candidate`` validated against ``reference``."""
+    """The HTML page's content for ``candidate`` validated against ``reference``.
+
+    ``report``: the validation whose exit code the user sees; its outputs and verdict are the
+    page's (the value map only guides the intermediate values, never the verdict). Without one,
+    the graph outputs are compared here, by their own names in both models.
+    """
     if provider == "auto":
         provider = "cuda" if cuda_available() else "emulate"
     device = "cuda" if provider == "cuda" else "cpu"
@@ -208,6 +223,8 @@ def validation_page(
             facts = graph_facts(ref_src.proto, feeds)
             types = _elem_types(cand_src.proto, graph_facts(cand_src.proto, feeds).types)
             aliases = carrier_aliases(vm, values, cand_src.proto)
+            # graph outputs are the interface both models share: never looked up in the map
+            aliases.update({o: o for o in facts.graph_outputs})
             own = [a for a in dict.fromkeys(aliases.values()) if a in produced_names(
                 cand_src.proto)]  # fmt: skip
             model, low_inputs = _candidate_model(cand_src, emulate, own, types)
@@ -228,24 +245,35 @@ def validation_page(
         cand_src.close()
     ref_max = {k: s.ref_max for k, s in stats.items()}
     trace = _trace(facts, vm, types, stats, ref_max)
-    return _page(ref_src, cand_src, vm, trace, outputs, limits, emulate, gathered)
+    verdict = None
+    if report is not None:
+        outputs, verdict = list(report.outputs), report.verdict
+    return _page(ref_src, cand_src, vm, trace, outputs, limits, emulate, gathered, verdict)
 
 
-def _page(ref_src, cand_src, vm, trace, outputs, limits, emulate, gathered) -> Page:
+_VERDICTS = {
+    "pass": "all outputs pass",
+    "fail": "an output fails",
+    "not_judged": "report only (no thresholds set)",
+}
+
+
+def _page(ref_src, cand_src, vm, trace, outputs, limits, emulate, gathered, verdict) -> Page:
     by_op: dict[str, tuple[int, int]] = {}
     for t in trace:
         if t.precision in ("low", "fp32"):
             low, high = by_op.get(t.op_type, (0, 0))
             by_op[t.op_type] = (low + (t.precision == "low"), high + (t.precision == "fp32"))
-    passed = all(o.passed for o in outputs)
+    if verdict is None:
+        checked = any(o.status == "pass" for o in outputs)  # ValidationReport.verdict's rule
+        verdict = "fail" if any(o.failed for o in outputs) else ("pass" if checked else "not_judged")
+    passed = verdict != "fail"
     low_nodes = sum(lo for lo, _ in by_op.values())
     float_nodes = sum(lo + hi for lo, hi in by_op.values())
     source = "the converter's value map (in the model)" if vm.complete else "names (no value map)"
     return Page(
         title=f"amp-convert validate: {cand_src.label}",
-        verdict=("all outputs pass" if passed else "an output fails")
-        if limits.active
-        else "report only (no thresholds set)",
+        verdict=_VERDICTS[verdict],
         passed=passed,
         facts=[
             ("reference", ref_src.label),
@@ -280,14 +308,16 @@ def write_validation_html(
     inputs: Any = None,
     dims: Mapping[str, int] | None = None,
     seed: int = 0,
+    report: ValidationReport | None = None,
 ) -> None:
-    """``validate --html``: per-node trace of ``converted`` vs ``original`` (two more sessions)."""
+    """``validate --html``: per-node trace of ``converted`` vs ``original`` (two more sessions);
+    the outputs table and verdict are ``report``'s, the comparison the exit code came from."""
     files = inputs or None
     if isinstance(files, tuple):
         files = list(files)
     page = validation_page(
         original, converted, provider=provider or "auto", inputs=files, dims=dims or None,
-        seed=seed or 0, thresholds=thresholds,
+        seed=seed or 0, thresholds=thresholds, report=report,
     )  # fmt: skip
     html_report.write(page, path)
 

@@ -1,0 +1,240 @@
+"""Verdicts that cannot contradict themselves: what a user sees is what the exit code judged.
+
+Each test is one way the old code lied: a page following a tampered value map, an emulated copy
+reading the data next to a symlink's target, swapped arguments passing, a failing ``--validate``
+still writing the model.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from click.testing import CliRunner
+from onnx import helper, numpy_helper
+
+import amp_convert
+from amp_convert.cli import cli
+from amp_convert.value_map import METADATA_KEY, ValueMap
+from models import overflow as ov
+from models import validation_models as vm
+from tests.helpers import one_line_error
+
+pytest.importorskip("onnxruntime")
+
+from amp_convert.validation import validate  # noqa: E402
+
+
+# -- the emulated copy reads the data files ONNX Runtime reads ---------------------------------
+def _external(model: onnx.ModelProto, path: Path) -> None:
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)  # saving as external data rewrites the proto it is given
+    onnx.save(copy, path, save_as_external_data=True, location=path.name + ".data",
+              size_threshold=0)  # fmt: skip
+
+
+def _negated(model: onnx.ModelProto) -> onnx.ModelProto:
+    bad = onnx.ModelProto()
+    bad.CopyFrom(model)
+    for t in bad.graph.initializer:
+        t.CopyFrom(numpy_helper.from_array(-numpy_helper.to_array(t), t.name))
+    return bad
+
+
+def test_symlinked_candidate_is_emulated_with_the_data_next_to_the_link(tmp_path) -> None:
+    """link/cand.onnx -> target/cand.onnx; ORT reads link/cand.onnx.data (negated weights), so
+    must the emulated copy: it FAILs under emulate exactly as under --provider cpu."""
+    ref, cand = vm.mlp_pair(vm.F16)
+    onnx.save(ref, tmp_path / "ref.onnx")
+    target, link = tmp_path / "target", tmp_path / "link"
+    target.mkdir()
+    link.mkdir()
+    _external(cand, target / "cand.onnx")
+    _external(_negated(cand), tmp_path / "cand.onnx")
+    os.replace(tmp_path / "cand.onnx.data", link / "cand.onnx.data")
+    os.symlink(target / "cand.onnx", link / "cand.onnx")
+    limits = {"min_cosine": 0.99}
+    cosines = {}
+    for provider in ("cpu", "emulate"):
+        report = validate(tmp_path / "ref.onnx", link / "cand.onnx", provider=provider, runs=0,
+                          thresholds=limits)  # fmt: skip
+        assert report.failed, provider
+        cosines[provider] = report.output("y").cosine
+    assert cosines["emulate"] == pytest.approx(cosines["cpu"], abs=1e-3)
+    assert cosines["emulate"] < 0  # the negated weights, not the target's folder's
+    # the link's target folder, validated directly, passes: the two folders really differ
+    direct = validate(tmp_path / "ref.onnx", target / "cand.onnx", provider="emulate", runs=0,
+                      thresholds=limits)  # fmt: skip
+    assert direct.passed
+
+
+def test_hugging_face_cache_layout_validates_under_emulate(tmp_path) -> None:
+    """snapshots/v/model.onnx and its data are both symlinks into blobs/ (the hub cache)."""
+    ref, cand = vm.mlp_pair(vm.F16)
+    onnx.save(ref, tmp_path / "ref.onnx")
+    staging, blobs, snap = tmp_path / "staging", tmp_path / "blobs", tmp_path / "snapshots" / "v"
+    for d in (staging, blobs, snap):
+        d.mkdir(parents=True)
+    _external(cand, staging / "model.onnx")
+    os.replace(staging / "model.onnx", blobs / "1f3a")
+    os.replace(staging / "model.onnx.data", blobs / "9c0e")
+    os.symlink("../../blobs/1f3a", snap / "model.onnx")
+    os.symlink("../../blobs/9c0e", snap / "model.onnx.data")
+    for provider in ("cpu", "emulate"):
+        report = validate(tmp_path / "ref.onnx", snap / "model.onnx", provider=provider, runs=0,
+                          thresholds={"min_cosine": 0.999})  # fmt: skip
+        assert report.passed, provider
+        assert report.output("y").cosine > 0.999
+    assert sorted(os.listdir(blobs)) == ["1f3a", "9c0e"]  # nothing written next to the data
+
+
+# -- swapped arguments ---------------------------------------------------------------------------
+def test_swapped_arguments_are_refused(tmp_path) -> None:
+    model, _ = ov.mlp_ok()
+    src, dst = tmp_path / "m.onnx", tmp_path / "m.fp16.onnx"
+    onnx.save(model, src)
+    amp_convert.convert_file(src, dst, level="O2")
+    args = ["validate", str(dst), str(src), "--provider", "emulate", "--min-cosine", "0.99"]
+    res = CliRunner().invoke(cli, args)
+    one_line_error(res, "swapped", str(dst), "original FP32 model first")
+    # the right order passes
+    res = CliRunner().invoke(cli, ["validate", str(src), str(dst), "--provider", "emulate",
+                                   "--min-cosine", "0.99", "-q"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    # two FP32 files, one of them stamped with no low value (a stale stamp), are not "swapped"
+    stale = onnx.load(dst)
+    plain = onnx.load(src)
+    plain.metadata_props.extend(p for p in stale.metadata_props if p.key == "amp_convert")
+    onnx.save(plain, tmp_path / "stamped.onnx")
+    res = CliRunner().invoke(cli, ["validate", str(tmp_path / "stamped.onnx"), str(src),
+                                   "--provider", "emulate", "--min-cosine", "0.99", "-q"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+
+
+# -- the page's verdict is the exit code's -------------------------------------------------------
+def _converted(tmp_path: Path) -> tuple[Path, Path]:
+    model, _ = ov.mlp_ok()
+    src, dst = tmp_path / "m.onnx", tmp_path / "m.fp16.onnx"
+    onnx.save(model, src)
+    amp_convert.convert_file(src, dst, level="O2")
+    return src, dst
+
+
+def _with_map(dst: Path, path: Path, text: str, edit=None) -> Path:
+    m = onnx.load(dst)
+    if edit is not None:
+        edit(m)
+    for p in m.metadata_props:
+        if p.key == METADATA_KEY:
+            p.value = text
+    onnx.save(m, path)
+    return path
+
+
+def _validate_html(src: Path, cand: Path, tmp_path: Path) -> tuple[int, str, dict]:
+    page, report = tmp_path / (cand.stem + ".html"), tmp_path / (cand.stem + ".json")
+    args = ["validate", str(src), str(cand), "--provider", "emulate", "--min-cosine", "0.99",
+            "--html", str(page), "--report", str(report), "-q"]  # fmt: skip
+    res = CliRunner().invoke(cli, args)
+    assert res.exception is None or isinstance(res.exception, SystemExit), res.exc_info
+    assert "Traceback" not in res.output
+    return res.exit_code, page.read_text(encoding="utf-8"), json.loads(report.read_text())
+
+
+def _verdict(text: str) -> str:
+    found = re.search(r"<p class='verdict (\w+)'>([^<]*)</p>", text)
+    assert found is not None
+    return f"{found.group(1)}: {found.group(2)}"
+
+
+def _map_text(dst: Path) -> str:
+    return next(p.value for p in onnx.load(dst).metadata_props if p.key == METADATA_KEY)
+
+
+@pytest.mark.parametrize(
+    "tamper",
+    [
+        "into",  # "into": 7 on a folded value
+        "nested",  # 100,000 nested [
+        "surrogate",  # a lone surrogate in a name
+        "fate",  # a fate no version knows
+    ],
+)
+def test_a_tampered_map_means_match_by_name_with_a_note(tmp_path, tamper: str) -> None:
+    src, dst = _converted(tmp_path)
+    data = json.loads(_map_text(dst))
+    if tamper == "into":
+        data["values"]["fc1/Add"] = {"fate": "folded", "into": 7}
+        text = json.dumps(data)
+    elif tamper == "nested":
+        text = "[" * 100_000 + "]" * 100_000
+    elif tamper == "surrogate":
+        data["values"]["\ud800"] = {"fate": "removed"}
+        text = json.dumps(data)  # ASCII JSON with the escape "\ud800"
+    else:
+        data["values"]["y"]["fate"] = "teleported"
+        text = json.dumps(data)
+    cand = _with_map(dst, tmp_path / f"{tamper}.onnx", text)
+    code, page, report = _validate_html(src, cand, tmp_path)
+    assert code == 0 and report["verdict"] == "pass"
+    assert _verdict(page) == "ok: all outputs pass"
+    assert "value map is malformed" in page or "unknown version" in page
+    assert "matched by name" in page
+
+
+def test_a_negated_output_gets_a_failing_page(tmp_path) -> None:
+    """The candidate's output is negated behind the map's back: the map still names the value
+    before the Neg. Exit 1, and the page says the output fails (it used to say "pass")."""
+    src, dst = _converted(tmp_path)
+
+    def negate(m: onnx.ModelProto) -> None:
+        for node in m.graph.node:
+            node.output[:] = ["y_pos" if o == "y" else o for o in node.output]
+        m.graph.node.append(helper.make_node("Neg", ["y_pos"], ["y"], name="negate"))
+
+    data = json.loads(_map_text(dst))
+    data["values"]["y"]["via_cast"] = "y_pos"
+    cand = _with_map(dst, tmp_path / "negated.onnx", json.dumps(data), negate)
+    code, page, report = _validate_html(src, cand, tmp_path)
+    assert code == 1 and report["verdict"] == "fail"
+    assert report["outputs"][0]["cosine"] == pytest.approx(-1, abs=1e-3)
+    assert _verdict(page) == "bad: an output fails"
+    row = re.search(r"<tr><td>y</td><td>(.*?)</td><td>([^<]*)</td>", page)
+    assert row is not None and "FAIL" in row.group(1)
+    assert float(row.group(2)) == pytest.approx(-1, abs=1e-3)
+
+
+def test_a_map_pointing_the_output_elsewhere_cannot_fail_a_passing_model(tmp_path) -> None:
+    src, dst = _converted(tmp_path)
+    data = json.loads(_map_text(dst))
+    data["values"]["y"] = {"fate": "renamed", "carrier": "fc1/Relu_output_0"}
+    cand = _with_map(dst, tmp_path / "elsewhere.onnx", json.dumps(data))
+    code, page, report = _validate_html(src, cand, tmp_path)
+    assert code == 0 and report["verdict"] == "pass"
+    assert _verdict(page) == "ok: all outputs pass"
+
+
+def test_read_metadata_checks_every_field() -> None:
+    good = {"version": 1, "changed_only": False, "values": {"a": {"fate": "kept", "carrier": "a"}},
+            "nodes": {"n": {"op_type": "Add", "fate": "kept", "precision": "low"}}}  # fmt: skip
+    found, why = ValueMap.read_metadata({METADATA_KEY: json.dumps(good)}, [])
+    assert found is not None and why == "" and found.carrier("a") == "a"
+    bad_entries = [
+        {"values": {"a": {"fate": "kept", "carrier": 3}}},
+        {"values": {"a": "kept"}},
+        {"values": []},
+        {"nodes": {"n": {"fate": "kept", "precision": "half"}}},
+        {"nodes": {"n": {"fate": "kept", "why": ["x"]}}},
+        {"complete": "yes"},
+        {"note": "\ud800"},
+    ]
+    for entry in bad_entries:
+        found, why = ValueMap.read_metadata({METADATA_KEY: json.dumps({**good, **entry})}, [])
+        assert found is None and "malformed" in why, entry
+    assert ValueMap.read_metadata({METADATA_KEY: "[1]"}, [])[0] is None
+    assert ValueMap.read_metadata({}, []) == (None, "")
