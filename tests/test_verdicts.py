@@ -12,7 +12,6 @@ import os
 import re
 from pathlib import Path
 
-import numpy as np
 import onnx
 import pytest
 from click.testing import CliRunner
@@ -111,8 +110,9 @@ def test_swapped_arguments_are_refused(tmp_path) -> None:
     plain = onnx.load(src)
     plain.metadata_props.extend(p for p in stale.metadata_props if p.key == "amp_convert")
     onnx.save(plain, tmp_path / "stamped.onnx")
-    res = CliRunner().invoke(cli, ["validate", str(tmp_path / "stamped.onnx"), str(src),
-                                   "--provider", "emulate", "--min-cosine", "0.99", "-q"])  # fmt: skip
+    stamped = str(tmp_path / "stamped.onnx")
+    args = ["validate", stamped, str(src), "--provider", "emulate", "--min-cosine", "0.99", "-q"]
+    res = CliRunner().invoke(cli, args)
     assert res.exit_code == 0, res.output
 
 
@@ -238,3 +238,67 @@ def test_read_metadata_checks_every_field() -> None:
         assert found is None and "malformed" in why, entry
     assert ValueMap.read_metadata({METADATA_KEY: "[1]"}, [])[0] is None
     assert ValueMap.read_metadata({}, []) == (None, "")
+
+
+# -- convert --validate writes nothing that failed --------------------------------------------
+def _overflowing(tmp_path: Path) -> Path:
+    from models.focused import ALL_FOCUSED
+
+    src = tmp_path / "overflow.onnx"
+    onnx.save(ALL_FOCUSED["fp16_overflow"](), src)
+    return src
+
+
+def test_a_failing_validate_writes_nothing(tmp_path) -> None:
+    src = _overflowing(tmp_path)
+    out = tmp_path / "o.onnx"
+    args = [str(src), "-o", str(out), "--validate", "--provider", "emulate", "--runs", "0",
+            "--max-nan", "0", "--validation-report", str(tmp_path / "v.json")]  # fmt: skip
+    res = CliRunner().invoke(cli, args)
+    assert res.exit_code == 1, res.output
+    assert "nothing written" in res.output and "--force-write" in res.output
+    assert not out.exists() and not (tmp_path / "o.onnx.data").exists()
+    report = json.loads((tmp_path / "v.json").read_text())  # the evidence is still written
+    assert report["verdict"] == "fail" and report["candidate"] == str(out)
+    # an existing output is left as it was, even with --force
+    out.write_bytes(b"previous")
+    res = CliRunner().invoke(cli, [*args, "--force"])
+    assert res.exit_code == 1 and out.read_bytes() == b"previous"
+    # --force-write writes it, still exit 1
+    res = CliRunner().invoke(cli, [*args, "--force", "--force-write"])
+    assert res.exit_code == 1, res.output
+    assert f"wrote {out}" in res.output
+    assert onnx.load(out).graph.node  # the converted model, not the old bytes
+    # a passing validation writes, exit 0
+    model, _ = ov.mlp_ok()
+    onnx.save(model, tmp_path / "ok.onnx")
+    ok = tmp_path / "ok.fp16.onnx"
+    res = CliRunner().invoke(cli, [str(tmp_path / "ok.onnx"), "--validate", "--provider",
+                                   "emulate", "--runs", "0", "--min-cosine", "0.99"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert ok.exists() and f"wrote {ok}" in res.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["overflow.onnx", "o.onnx", "v.json", "ok.onnx", "ok.fp16.onnx"]
+    )
+
+
+def test_validate_without_onnxruntime_writes_nothing(tmp_path, monkeypatch) -> None:
+    model, _ = ov.mlp_ok()
+    src = tmp_path / "m.onnx"
+    onnx.save(model, src)
+    monkeypatch.setitem(__import__("sys").modules, "onnxruntime", None)  # import fails
+    res = CliRunner().invoke(cli, [str(src), "--validate"])
+    one_line_error(res, "needs ONNX Runtime")
+    assert [p.name for p in tmp_path.iterdir()] == ["m.onnx"]
+
+
+def test_the_api_refuses_an_op_name_no_schema_knows() -> None:
+    from amp_convert.errors import OptionError
+
+    model, _ = ov.mlp_ok()
+    with pytest.raises(OptionError, match="Sofmax.*did you mean 'Softmax'"):
+        amp_convert.convert(model, fp32_ops=["Sofmax"])
+    with pytest.raises(OptionError, match="Sofmax"):
+        amp_convert.convert(model, fp16_ops=["Sofmax"])
+    converted = amp_convert.convert(model, fp32_ops=["Softmax"])  # a real op: fine
+    assert isinstance(converted, onnx.ModelProto)

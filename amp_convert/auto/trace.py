@@ -266,7 +266,9 @@ def _page(ref_src, cand_src, vm, trace, outputs, limits, emulate, gathered, verd
             by_op[t.op_type] = (low + (t.precision == "low"), high + (t.precision == "fp32"))
     if verdict is None:
         checked = any(o.status == "pass" for o in outputs)  # ValidationReport.verdict's rule
-        verdict = "fail" if any(o.failed for o in outputs) else ("pass" if checked else "not_judged")
+        verdict = (
+            "fail" if any(o.failed for o in outputs) else ("pass" if checked else "not_judged")
+        )
     passed = verdict != "fail"
     low_nodes = sum(lo for lo, _ in by_op.values())
     float_nodes = sum(lo + hi for lo, hi in by_op.values())

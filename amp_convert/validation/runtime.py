@@ -304,7 +304,9 @@ def linked_data(proto: onnx.ModelProto, folder: str) -> tuple[onnx.ModelProto, s
     the same bytes ONNX Runtime reads for the model itself, never the files next to a link target.
     """
     real = os.path.realpath(folder)
-    external = [t for t in _all_initializers(proto.graph) if t.data_location == TensorProto.EXTERNAL]
+    external = [
+        t for t in _all_initializers(proto.graph) if t.data_location == TensorProto.EXTERNAL
+    ]
     places: dict[str, str] = {}
     for t in external:
         location = next((e.value for e in t.external_data if e.key == "location"), "")
