@@ -12,6 +12,7 @@ import os
 import re
 from pathlib import Path
 
+import numpy as np
 import onnx
 import pytest
 from click.testing import CliRunner
@@ -302,3 +303,34 @@ def test_the_api_refuses_an_op_name_no_schema_knows() -> None:
         amp_convert.convert(model, fp16_ops=["Sofmax"])
     converted = amp_convert.convert(model, fp32_ops=["Softmax"])  # a real op: fine
     assert isinstance(converted, onnx.ModelProto)
+
+
+# -- emulation faithful to kernels that read a low-precision weight directly -------------------
+@pytest.mark.parametrize("external", [False, True])
+def test_matmul_nbits_scales_stay_a_constant_under_emulate(tmp_path, external: bool) -> None:
+    """int4 MatMulNBits (accuracy_level 4): fed its scales through a Cast, ORT's prepacked kernel
+    returned zeros (cosine 0, a false FAIL). The scales are now an FP32 initializer (exact)."""
+    from amp_convert.validation import build_emulated_model
+
+    ref, cand = vm.matmul_nbits_pair()
+    if external:  # the scales' bytes are read from the data file next to the model
+        onnx.save(ref, tmp_path / "ref.onnx")
+        _external(cand, tmp_path / "cand.onnx")
+        ref, cand = tmp_path / "ref.onnx", tmp_path / "cand.onnx"  # type: ignore[assignment]
+    limits = {"min_cosine": 0.9999}
+    cpu = validate(ref, cand, provider="cpu", runs=0, thresholds=limits)
+    emu = validate(ref, cand, provider="emulate", runs=0, thresholds=limits)
+    assert cpu.passed and emu.passed, (cpu.output("y"), emu.output("y"))
+    assert emu.output("y").cosine > 0.9999
+    assert emu.output("y").max_abs <= 2 * cpu.output("y").max_abs + 1e-6  # FP16 rounding only
+    proto = onnx.load(cand, load_external_data=False) if external else cand
+    emulated = build_emulated_model(proto, str(tmp_path) if external else None).model
+    node = next(n for n in emulated.graph.node if n.op_type == "MatMulNBits")
+    scales = {t.name: t for t in emulated.graph.initializer}[node.input[2]]
+    assert scales.data_type == onnx.TensorProto.FLOAT and scales.name == "scales"
+    assert not any(n.op_type == "Cast" and "scales" in n.output for n in emulated.graph.node)
+    expected = numpy_helper.to_array(
+        {t.name: t for t in vm.matmul_nbits_pair()[1].graph.initializer}["scales"]
+    ).astype(np.float32)
+    np.testing.assert_array_equal(numpy_helper.to_array(scales), expected)  # an exact upcast
+    assert emulated.graph.node[0].op_type == "Cast"  # the activation is still rounded to FP16

@@ -208,7 +208,7 @@ class Sessions:
         aliases = carrier_aliases(value_map, values, staged.proto)
         own = list(dict.fromkeys(aliases.values()))
         if self.provider == "emulate":
-            emulated = build_emulated_model(staged.proto)
+            emulated = build_emulated_model(staged.proto, staged.source.base_dir)
             model = emulated.model
             expose(model, own, {v: FLOAT for v in own})  # the emulated copy computes in FP32
             low_inputs = dict(emulated.low_inputs)

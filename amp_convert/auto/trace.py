@@ -123,7 +123,7 @@ def _candidate_model(
         model.CopyFrom(cand_src.proto)
         expose(model, own, types)
         return model, {}
-    emulated = build_emulated_model(cand_src.proto)
+    emulated = build_emulated_model(cand_src.proto, cand_src.base_dir)
     expose(emulated.model, own, {v: FLOAT for v in own})  # the emulated copy computes in FP32
     return emulated.model, dict(emulated.low_inputs)
 
