@@ -334,3 +334,30 @@ def test_matmul_nbits_scales_stay_a_constant_under_emulate(tmp_path, external: b
     ).astype(np.float32)
     np.testing.assert_array_equal(numpy_helper.to_array(scales), expected)  # an exact upcast
     assert emulated.graph.node[0].op_type == "Cast"  # the activation is still rounded to FP16
+
+
+# -- --auto with a STRING output -------------------------------------------------------------
+def test_auto_with_a_string_output_is_consistent(tmp_path) -> None:
+    """A classifier that also returns its label names (a STRING constant output): the search
+    met its thresholds and listed that output as FAIL. Now it is compared exactly (equal)."""
+    model, _ = ov.mlp_ok()
+    labels = helper.make_tensor("names", onnx.TensorProto.STRING, [3], [b"cat", b"dog", b"bird"])
+    model.graph.node.append(helper.make_node("Constant", [], ["labels"], name="labels",
+                                             value=labels))  # fmt: skip
+    model.graph.output.append(helper.make_tensor_value_info("labels", onnx.TensorProto.STRING, [3]))
+    onnx.checker.check_model(model)
+    src = tmp_path / "m.onnx"
+    onnx.save(model, src)
+    np.savez(tmp_path / "x.npz", **ov.calibration(model))
+    args = [str(src), "--auto", "--inputs", str(tmp_path / "x.npz"), "--report",
+            str(tmp_path / "r.json"), "--html", str(tmp_path / "p.html")]  # fmt: skip
+    res = CliRunner().invoke(cli, args)
+    assert res.exit_code == 0, res.output
+    assert "thresholds met" in res.output and "FAIL" not in res.output
+    assert re.search(r"ok +labels", res.output)
+    report = json.loads((tmp_path / "r.json").read_text())
+    by_name = {o["name"]: o for o in report["outputs"]}
+    assert by_name["labels"]["status"] == "pass" and by_name["labels"]["kind"] == "exact"
+    assert by_name["labels"]["mismatches"] == 0
+    page = (tmp_path / "p.html").read_text()
+    assert "FAIL" not in page and "thresholds met" in page
