@@ -29,6 +29,8 @@ from amp_convert.precision import Precision
 
 METADATA_KEY = "amp_convert.value_map"
 MAP_VERSION = 1
+#: metadata key of {node: why it is FP32} (the conversion report's reasons, for the pages)
+REASONS_KEY = "amp_convert.fp32_reasons"
 
 
 class Fate(str, enum.Enum):
@@ -324,6 +326,28 @@ def _flag(d: Mapping[str, Any], key: str, default: bool) -> bool:
 
 def _fate(d: Mapping[str, Any]) -> Fate:
     return Fate(_text(d, "fate"))  # ValueError for an unknown fate
+
+
+def reasons_to_metadata(reasons: Mapping[str, str]) -> str:
+    """{node: why it stays FP32} as the compact JSON stored next to the map."""
+    return json.dumps(dict(reasons), separators=(",", ":"), sort_keys=True)
+
+
+def read_reasons(metadata: Mapping[str, str]) -> tuple[dict[str, str], str]:
+    """({node: why FP32}, "") from a converted model's metadata, or ({}, why it is not used):
+    like the map, untrusted text, checked entry by entry."""
+    text = metadata.get(REASONS_KEY)
+    if not text:
+        return {}, ""
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError) as e:
+        return {}, f"its FP32 reasons are malformed ({type(e).__name__})"
+    if not isinstance(data, Mapping) or not all(
+        _is_text(k) and _is_text(v) for k, v in data.items()
+    ):
+        return {}, "its FP32 reasons are malformed (not text)"
+    return dict(data), ""
 
 
 # -- building the map from the steps' records -----------------------------------------------

@@ -361,3 +361,35 @@ def test_auto_with_a_string_output_is_consistent(tmp_path) -> None:
     assert by_name["labels"]["mismatches"] == 0
     page = (tmp_path / "p.html").read_text()
     assert "FAIL" not in page and "thresholds met" in page
+
+
+# -- the validate page reads the converted file ------------------------------------------------
+def test_weights_in_constant_nodes_are_weights(tmp_path) -> None:
+    """TorchScript writes weights as Constant nodes: the page's sizes count them (was 0 B)."""
+    from amp_convert.auto.page_facts import weight_bytes
+    from amp_convert.auto.trace import validation_page
+
+    rng = np.random.default_rng(3)
+    w = numpy_helper.from_array(rng.standard_normal((16, 32)).astype(np.float32), "w")
+    b = numpy_helper.from_array(rng.standard_normal(32).astype(np.float32), "b")
+    nodes = [
+        helper.make_node("Constant", [], ["w"], name="fc.weight", value=w),
+        helper.make_node("Constant", [], ["b"], value=b),  # nameless, as TorchScript
+        helper.make_node("MatMul", ["x", "w"], ["h"], name="fc/MatMul"),
+        helper.make_node("Add", ["h", "b"], ["y"], name="fc/Add"),
+    ]
+    graph = helper.make_graph(
+        nodes, "consts", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, 16])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2, 32])],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
+    assert weight_bytes(model) == (16 * 32 + 32) * 4
+    converted = amp_convert.convert(model, level="O2")
+    assert weight_bytes(converted) == (16 * 32 + 32) * 2
+    page = validation_page(model, converted, provider="emulate", thresholds={"min_cosine": 0.99})
+    sizes = dict(page.sizes)
+    assert sizes["weights before"] == "2.18 KB" and sizes["weights after"] == "1.09 KB"
+    hidden = [t for t in page.trace if t.hidden]
+    assert [t.op_type for t in hidden] == ["Constant"] and hidden[0].node.startswith("Constant_")
+    assert "Constant" not in page.by_op and page.by_op["MatMul"] == (1, 0)
+    assert page.verdict == "all outputs pass"

@@ -46,6 +46,10 @@ class TracePoint:
     folded_into: str = ""
     #: a body node: the main-graph control-flow node it sits in
     inside: str = ""
+    #: why it is FP32 (the conversion report's reason) or what became of it
+    reason: str = ""
+    #: a nameless Constant: listed only on request, never labelled
+    hidden: bool = False
 
 
 @dataclass

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,13 @@ import onnx
 from amp_convert import html_report, proto_walk
 from amp_convert.auto.graph import FLOAT, GraphFacts, graph_facts
 from amp_convert.auto.localise import ValueStats
+from amp_convert.auto.page_facts import (
+    cast_count,
+    folded_by_op,
+    node_names,
+    precision_by_op,
+    weight_bytes,
+)
 from amp_convert.auto.probe import (
     DEFAULT_BUDGET,
     Probe,
@@ -41,7 +49,7 @@ from amp_convert.validation.inputs import InputSpec
 from amp_convert.validation.metrics import OutputResult, Thresholds, compare_output
 from amp_convert.validation.report import ValidationReport
 from amp_convert.validation.runtime import ModelSource, cuda_available, load_source
-from amp_convert.value_map import Fate, ValueMap
+from amp_convert.value_map import Fate, ValueMap, read_reasons
 
 _LOW = {int(t) for t in LOW_TYPES}
 
@@ -157,7 +165,37 @@ def _measure(ref, cand, samples, low_inputs, facts: GraphFacts, values, limits, 
     return stats, [worst(results) for results in per_output.values() if results]
 
 
-def _trace(facts: GraphFacts, vm: ValueMap, types, stats, ref_max) -> list[TracePoint]:
+@dataclass(frozen=True)
+class _Names:
+    """Node names as the reports give them, and why each node of the result is FP32."""
+
+    reference: Mapping[str, str]  # output value -> reference node name
+    candidate: Mapping[str, str]  # output value -> candidate node name
+    reasons: Mapping[str, str]  # candidate node name -> why FP32
+
+    def name(self, node: str, outputs: list[str], op_type: str) -> str:
+        if node:
+            return node
+        return next((self.reference[v] for v in outputs if v in self.reference), op_type)
+
+    def reason(self, label: str, outputs: list[str], vm: ValueMap, node: str) -> str:
+        """Why the node is FP32 (the conversion report), or what became of it (the map)."""
+        if label == "fp32":
+            for v in outputs:
+                carrier = vm.fate(v).carrier
+                found = self.reasons.get(self.candidate.get(carrier or "", ""), "")
+                if found:
+                    return found
+            return ""
+        fate = vm.nodes.get(node)
+        if fate is not None and fate.why:
+            return fate.why
+        return next((w for v in outputs if (w := vm.fate(v).why) and w != "not mapped"), "")
+
+
+def _trace(
+    facts: GraphFacts, vm: ValueMap, types, stats, ref_max, names: _Names
+) -> list[TracePoint]:
     trace = []
     for node in facts.nodes:
         floats = [v for v in node.outputs if facts.types.get(v) == FLOAT]
@@ -165,18 +203,27 @@ def _trace(facts: GraphFacts, vm: ValueMap, types, stats, ref_max) -> list[Trace
             continue
         label, into = _precision(floats, vm, types)
         compared = [v for v in floats if v in stats]
+        name = names.name(node.name, node.outputs, node.op_type)
         trace.append(
             TracePoint(
-                node.name, node.op_type, max((ref_max.get(v, 0.0) for v in floats), default=None),
+                name, node.op_type, max((ref_max.get(v, 0.0) for v in floats), default=None),
                 None, max((stats[v].error for v in compared), default=None), label, into,
+                reason=names.reason(label, floats, vm, name),
+                hidden=not node.name and node.op_type == "Constant",
             )
         )  # fmt: skip
         for inner in node.body_nodes:
             outs = facts.inner[inner].outputs if inner in facts.inner else []
             label, into = _precision(outs, vm, types)
+            op = facts.op_type(inner) if inner in facts.inner else ""
+            inner_name = names.name(inner, outs, op)
             trace.append(
-                TracePoint(inner, facts.op_type(inner), None, None, None, label, into, node.name)
-            )
+                TracePoint(
+                    inner_name, op, None, None, None, label, into, name,
+                    reason=names.reason(label, outs, vm, inner_name),
+                    hidden=not inner and op == "Constant",
+                )
+            )  # fmt: skip
     return trace
 
 
@@ -244,11 +291,19 @@ def validation_page(
         ref_src.close()
         cand_src.close()
     ref_max = {k: s.ref_max for k, s in stats.items()}
-    trace = _trace(facts, vm, types, stats, ref_max)
-    verdict = None
-    if report is not None:
+    reasons, problem = read_reasons({p.key: p.value for p in cand_src.proto.metadata_props})
+    names = _Names(node_names(ref_src.proto), node_names(cand_src.proto), reasons)
+    trace = _trace(facts, vm, types, stats, ref_max, names)
+    notes = [vm.note] if vm.note else []
+    if problem:
+        notes.append(f"the converted model carries amp-convert's FP32 reasons but {problem}")
+    if report is None:
+        checked = any(o.status == "pass" for o in outputs)  # ValidationReport.verdict's rule
+        failed = any(o.failed for o in outputs)
+        verdict = "fail" if failed else ("pass" if checked else "not_judged")
+    else:
         outputs, verdict = list(report.outputs), report.verdict
-    return _page(ref_src, cand_src, vm, trace, outputs, limits, emulate, gathered, verdict)
+    return _page(ref_src, cand_src, vm, trace, outputs, emulate, gathered, verdict, types, notes)
 
 
 _VERDICTS = {
@@ -258,25 +313,20 @@ _VERDICTS = {
 }
 
 
-def _page(ref_src, cand_src, vm, trace, outputs, limits, emulate, gathered, verdict) -> Page:
-    by_op: dict[str, tuple[int, int]] = {}
-    for t in trace:
-        if t.precision in ("low", "fp32"):
-            low, high = by_op.get(t.op_type, (0, 0))
-            by_op[t.op_type] = (low + (t.precision == "low"), high + (t.precision == "fp32"))
-    if verdict is None:
-        checked = any(o.status == "pass" for o in outputs)  # ValidationReport.verdict's rule
-        verdict = (
-            "fail" if any(o.failed for o in outputs) else ("pass" if checked else "not_judged")
-        )
-    passed = verdict != "fail"
+def _page(ref_src, cand_src, vm, trace, outputs, emulate, gathered, verdict, types, notes) -> Page:
+    by_op = precision_by_op(cand_src.proto, types)  # the file as it will be shipped
+    folded = folded_by_op(vm) if vm.complete else {}
     low_nodes = sum(lo for lo, _ in by_op.values())
     float_nodes = sum(lo + hi for lo, hi in by_op.values())
     source = "the converter's value map (in the model)" if vm.complete else "names (no value map)"
+    hidden = sum(t.hidden for t in trace)
+    if hidden:
+        notes = [*notes, f"{hidden} nameless Constant node(s) are left off the chart and hidden "
+                 "in the node table (a box above the table shows them)"]  # fmt: skip
     return Page(
         title=f"amp-convert validate: {cand_src.label}",
         verdict=_VERDICTS[verdict],
-        passed=passed,
+        passed=verdict != "fail",
         facts=[
             ("reference", ref_src.label),
             ("candidate", cand_src.label),
@@ -284,18 +334,20 @@ def _page(ref_src, cand_src, vm, trace, outputs, limits, emulate, gathered, verd
             ("inputs", gathered.describe()),
             ("values matched by", source),
             ("float nodes low (converted model)", f"{low_nodes} / {float_nodes}"),
+            ("Cast nodes (converted model)", str(cast_count(cand_src.proto))),
         ],  # fmt: skip
         outputs=outputs,
         trace=trace,
         by_op=by_op,
+        folded_ops=folded,
         sizes=[
-            ("weights before", html_report.bytes_text(_weights(ref_src.proto))),
-            ("weights after", html_report.bytes_text(_weights(cand_src.proto))),
+            ("weights before", html_report.bytes_text(weight_bytes(ref_src.proto))),
+            ("weights after", html_report.bytes_text(weight_bytes(cand_src.proto))),
         ],
         series=("", "converted vs original"),
         searched=False,
         warnings=list(gathered.warnings),
-        notes=[vm.note] if vm.note else [],
+        notes=notes,
         folded=vm.with_fate(Fate.FOLDED, Fate.REMOVED) if vm.complete else [],
     )
 
@@ -322,12 +374,3 @@ def write_validation_html(
         seed=seed or 0, thresholds=thresholds, report=report,
     )  # fmt: skip
     html_report.write(page, path)
-
-
-def _weights(proto: onnx.ModelProto) -> int:
-    total = 0
-    for g in proto_walk.graphs(proto.graph):
-        for t in g.initializer:
-            size = onnx.helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
-            total += size * int(np.prod(t.dims, dtype=np.int64))
-    return total
