@@ -320,11 +320,11 @@ def _run_convert(run: _Run, verbose: bool) -> int:
             return codes[0] == 0 or run.ctx.params["force_write"]
 
         report = conversion.run(gate if validating else None)
-        if not validating:
-            show(report)
         written = not validating or codes[0] == 0 or run.ctx.params["force_write"]
         if written and not run.quiet:
             click.echo(f"wrote {run.output}")
+        if not validating:
+            show(report)
         if not written:
             why = "the validation failed" if codes[0] == 1 else "the validation could not run"
             click.echo(
