@@ -385,7 +385,7 @@ def _pinned(pinned: Sequence[PinnedNode]) -> str:
 def _folded(folded: Sequence[ValueFate], notes: Sequence[str]) -> str:
     if not folded:
         if notes:
-            return "<p class='note'>Unknown: the converted model carries no value map.</p>"
+            return "<p class='note'>Unknown: no usable value map (see the note above).</p>"
         return "<p class='note'>None: every value of the original is carried by the result.</p>"
     rows = [
         [html.escape(v.name), f"<span class='fate {v.fate.value}'>{v.fate.value}</span>",
