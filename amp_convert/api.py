@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
@@ -80,10 +80,13 @@ def convert(
     back an onnx_ir.Model with its weights still memory-mapped; use convert_file to write one).
     Options: a ConvertOptions as `options`, and/or its fields as keywords (ConvertKwargs; they
     replace the object's values); an unknown name is an OptionError. The input is never
-    modified. With return_report=True, returns (model, ConversionReport).
+    modified. With return_report=True, returns (model, ConversionReport). An op name in
+    fp32_ops/fp16_ops that no ONNX or ONNX Runtime op and no node of the model has raises
+    OptionError.
     """
     opts = resolve(options, kwargs)
     work = io.load_model(model)
+    option_checks.check_ops(opts, work)  # a misspelt op name is an error here too, as in the CLI
     report = convert_ir(work, opts)
     result: object
     if isinstance(model, onnx.ModelProto):
@@ -106,8 +109,14 @@ class FileConversion:
     options: ConvertOptions
     external_data: bool | None
 
-    def run(self) -> ConversionReport:
-        """Convert and write the model to plan["output"] (and its data file)."""
+    def run(
+        self, gate: Callable[[ir.Model, ConversionReport, bool | None], bool] | None = None
+    ) -> ConversionReport:
+        """Convert and write the model to plan["output"] (and its data file).
+
+        ``gate(model, report, external)``, when given, sees the converted model before it is
+        written and says whether to write it (``convert --validate``: not when it fails).
+        """
         start = time.perf_counter()
         if self.proto is None:
             raise InputError(f"{self.src}: this conversion already ran")
@@ -120,10 +129,13 @@ class FileConversion:
             external = io.uses_external_data(model) or None  # None: decide by size
         report = pipeline.run(model, self.options)
         report.warnings[:0] = model.meta.get(io.LOAD_NOTES, [])
+        report.size_before = io.files_size(self.inputs)
+        if gate is not None and not gate(model, report, external):
+            report.seconds = time.perf_counter() - start
+            return report
         out = self.plan["output"]
         data_path = io.save_model(model, out, external=external, keep=self.inputs)
         report.seconds = time.perf_counter() - start
-        report.size_before = io.files_size(self.inputs)
         report.size_after = io.files_size([out.path] + ([data_path] if data_path else []))
         return report
 

@@ -162,7 +162,8 @@ def _fail(error: BaseException, verbose: bool, code: int = EXIT_ERROR) -> None:
 @click.option(
     "--force-write",
     is_flag=True,
-    help="With --auto: write the model even when the thresholds are not met (still exit 1).",
+    help="With --auto or --validate: write the model even when the thresholds are not met "
+    "(still exit 1).",
 )
 @click.option(
     "--html",
@@ -174,7 +175,8 @@ def _fail(error: BaseException, verbose: bool, code: int = EXIT_ERROR) -> None:
     "--validate",
     "do_validate",
     is_flag=True,
-    help="Validate the converted model against the original afterwards.",
+    help="Validate the converted model against the original before writing it: exit 1 and "
+    "write nothing when an output fails (--force-write writes it anyway).",
 )
 @click.option(
     "--validation-report",
@@ -236,8 +238,8 @@ def _check_companions(
 ) -> None:
     """Options that do nothing without --validate / --auto are refused, never ignored."""
     check_needs(ctx, {"--auto": auto, "--validate": do_validate})
-    if force_write and not auto:
-        raise click.UsageError("--force-write goes with --auto", ctx)
+    if force_write and not (auto or do_validate):
+        raise click.UsageError("--force-write goes with --auto or --validate", ctx)
     if do_validate and auto:
         raise click.UsageError("--validate and --auto do not go together (--auto validates)", ctx)
     if do_validate or auto:
@@ -292,32 +294,66 @@ def _paths(value: Any) -> list[Path]:
 def _run_convert(run: _Run, verbose: bool) -> int:
     from amp_convert.api import open_file_conversion  # imported on use: --help/--version stay light
 
+    validating = run.ctx.params["do_validate"]
+    if validating:  # before anything is written: no model left by a check that cannot run
+        from amp_convert.validation.runtime import import_ort
+
+        import_ort()
     others = {label: p for label, p in declared_outputs(run.ctx) if label != "output"}
     with open_file_conversion(
         run.model, run.output, force=run.force, other_outputs=others,
         extra_inputs=_other_inputs(run.ctx), options=run.options,
     ) as conversion:  # fmt: skip
-        report = conversion.run()
         plan = conversion.plan
-        if plan.get("report") is not None:
-            report.to_json(plan["report"])
-        if not run.quiet:
+        codes: list[int] = []
+
+        def show(report: Any) -> None:
+            if plan.get("report") is not None:
+                report.to_json(plan["report"])
+            if not run.quiet:
+                click.echo(report.summary())
+                if verbose:
+                    for n in report.nodes:
+                        click.echo(f"  {n.precision:5s} {n.op_type:22s} {n.name}: {n.reason}")
+
+        def gate(model: Any, report: Any, external: bool | None) -> bool:
+            """--validate: judge the converted model before it is written."""
+            show(report)
+            codes.append(_validate_staged(run, plan, model, external))
+            return codes[0] == 0 or run.ctx.params["force_write"]
+
+        report = conversion.run(gate if validating else None)
+        written = not validating or codes[0] == 0 or run.ctx.params["force_write"]
+        if written and not run.quiet:
             click.echo(f"wrote {run.output}")
-            click.echo(report.summary())
-            if verbose:
-                for n in report.nodes:
-                    click.echo(f"  {n.precision:5s} {n.op_type:22s} {n.name}: {n.reason}")
-        if not run.ctx.params["do_validate"]:
-            return 0
+        if not validating:
+            show(report)
+        if not written:
+            why = "the validation failed" if codes[0] == 1 else "the validation could not run"
+            click.echo(
+                f"amp-convert: {why}; nothing written (--force-write writes the model anyway)",
+                err=True,
+            )
+        return codes[0] if validating else 0
+
+
+def _validate_staged(run: _Run, plan: Any, model: Any, external: bool | None) -> int:
+    """The converted model, saved in a temporary folder under its output's name, validated
+    against the original (the exit code ``validate`` would give); the folder goes afterwards."""
+    from amp_convert import io
+
+    with safe_write.temp_folder("amp-validate-") as tmp:
+        staged = Path(tmp) / run.output.name
+        io.save_model(model, staged, external=external)
+
+        def relabel(report: Any) -> None:  # the file the user will have, not our staging copy
+            report.candidate = str(run.output)
+
         return run_cli_validation(
-            run.model,
-            run.output,
-            report_path=plan.get("validation report"),
-            junit_path=plan.get("JUnit report"),
-            force=run.force,
-            quiet=run.quiet,
-            **run.validation,
-        )
+            run.model, staged, report_path=plan.get("validation report"),
+            junit_path=plan.get("JUnit report"), force=run.force, quiet=run.quiet,
+            on_report=relabel, **run.validation,
+        )  # fmt: skip
 
 
 cli.add_command(validate_command)

@@ -72,7 +72,14 @@ from amp_convert.traffic import (
     measure_original,
     model_traffic,
 )
-from amp_convert.value_map import METADATA_KEY, Snapshot, ValueMap, ValueRecord
+from amp_convert.value_map import (
+    METADATA_KEY,
+    REASONS_KEY,
+    Snapshot,
+    ValueMap,
+    ValueRecord,
+    reasons_to_metadata,
+)
 from amp_convert.value_map import build as build_value_map
 
 log = logging.getLogger(__name__)
@@ -158,6 +165,8 @@ def run(model: ir.Model, options: ConvertOptions) -> ConversionReport:
     report.traffic_estimated = shapes.estimated
     model.metadata_props[STAMP_KEY] = options.stamp()
     model.metadata_props[METADATA_KEY] = report.value_map.to_metadata()
+    fp32 = {n.name: n.reason for n in report.nodes if n.precision == Precision.FP32.value}
+    model.metadata_props[REASONS_KEY] = reasons_to_metadata(fp32)  # `validate --html` shows them
     return report
 
 

@@ -39,6 +39,7 @@ from amp_convert.safe_write import Slot, sigterm_cleans_up
 from amp_convert.validation.core import validate
 from amp_convert.validation.metrics import Thresholds
 from amp_convert.validation.options import PROVIDERS, ValidateOptions, parse_match
+from amp_convert.validation.report import ValidationReport
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -261,6 +262,7 @@ def run_cli_validation(
     force: bool = False,
     quiet: bool = False,
     decode_steps: int | None = None,
+    on_report: Callable[[ValidationReport], None] | None = None,
     **validation_option_values: Any,
 ) -> int:
     """Validate, print the table (stdout) or errors (stderr), write reports; return exit code.
@@ -268,6 +270,7 @@ def run_cli_validation(
     The report paths are checked before anything runs: never one of the models' files (or the
     inputs file), never each other, an existing file only with `force` (Slots from a command's
     output plan are checked already). ``decode_steps``: ``validate --decode-steps N``.
+    ``on_report`` receives the report the exit code comes from (``--html`` shows its verdict).
     """
     unknown = set(validation_option_values) - set(VALIDATION_OPTION_NAMES)
     if unknown:
@@ -286,6 +289,8 @@ def run_cli_validation(
     except Exception as e:  # a bug: one line (exit 3), never a traceback read as "failed"
         click.echo(f"internal error: {type(e).__name__}: {e}", err=True)
         return 3
+    if on_report is not None:
+        on_report(report)
     if not quiet:
         click.echo(report.format_table())
     elif report.failed:
@@ -348,10 +353,11 @@ def validate_command(
         click.echo(f"error: {e}", err=True)
         ctx.exit(2)
     with plan, sigterm_cleans_up():
+        reports: list[ValidationReport] = []
         code = run_cli_validation(
             original, converted, report_path=plan.get("report"),
             junit_path=plan.get("JUnit report"), force=force, quiet=quiet,
-            decode_steps=decode_steps, **values,
+            decode_steps=decode_steps, on_report=reports.append, **values,
         )  # fmt: skip
         html = plan.get("HTML report")
         if html is not None and code != 2:
@@ -363,8 +369,12 @@ def validate_command(
                     original, converted, html, thresholds=thresholds_from_options(values),
                     provider=values.get("provider"), inputs=values.get("inputs"),
                     dims=values.get("dim"), seed=values.get("seed") or 0,
+                    report=reports[0] if reports else None,
                 )  # fmt: skip
             except (AmpConvertError, OSError) as e:
                 click.echo(f"error: cannot write HTML report {html_path}: {e}", err=True)
                 code = 2
+            except Exception as e:  # a bug: one line (exit 3), never a traceback
+                click.echo(f"internal error: HTML report: {type(e).__name__}: {e}", err=True)
+                code = 3
     ctx.exit(code)

@@ -82,6 +82,7 @@ def validate(
     with ExitStack() as stack:
         ref_src = stack.enter_context(load_source(reference, "reference"))
         cand_src = stack.enter_context(load_source(candidate, "candidate"))
+        check_order(ref_src, cand_src)
         return _validate(ort, ref_src, cand_src, req, log, stack)
 
 
@@ -129,6 +130,28 @@ def _validate(
     report.decode = decode
     log.phase(report.result_line())
     return report
+
+
+def check_order(ref_src: ModelSource, cand_src: ModelSource) -> None:
+    """Refuse swapped arguments: a reference amp-convert converted (its stamp, low-precision
+    values) against a candidate with no low-precision value would "pass" with the roles reversed,
+    and a CI gate would go green on the FP32 file."""
+    from amp_convert.pipeline import STAMP_KEY  # on use: the converter is not needed to validate
+    from amp_convert.validation.emulate import low_dtype_names
+
+    def stamped(src: ModelSource) -> bool:
+        return any(p.key == STAMP_KEY for p in src.proto.metadata_props)
+
+    if not stamped(ref_src) or stamped(cand_src):
+        return
+    ref_low = low_dtype_names(ref_src.proto)
+    if not ref_low or low_dtype_names(cand_src.proto):
+        return
+    raise ValidationError(
+        f"the arguments look swapped: the reference {ref_src.label} was converted by amp-convert "
+        f"(it holds {', '.join(ref_low)} values) and the candidate {cand_src.label} holds no "
+        "low-precision value; pass the original FP32 model first, then the converted one"
+    )
 
 
 def _check_interface(sessions: Sessions, req: ValidateOptions, warnings: list[str]) -> None:

@@ -100,13 +100,17 @@ class EmulatedModel:
         }
 
 
-def build_emulated_model(model: onnx.ModelProto) -> EmulatedModel:
+def build_emulated_model(model: onnx.ModelProto, base_dir: str | None = None) -> EmulatedModel:
     """Return the FP32-with-rounding copy of ``model`` (``model`` itself is not changed).
 
     Initializers stored as external data keep their references (only their names change) and are
-    never read, so the copy must be run with the original model's folder as external-data folder.
+    not read (but the few a kernel reads as constants, ``CONSTANT_INPUT_OPS``, which are stored
+    as FP32 in the copy: ``base_dir`` is the folder their data is relative to), so the copy must
+    be run with the original model's folder as external-data folder.
     """
     clone = ir.serde.deserialize_model(densified(model))  # wraps the weights, copies nothing
+    if base_dir:
+        ir.external_data.set_base_dir(clone.graph, base_dir)
     # the clone's tensors are views of `model`'s TensorProtos, and renaming an initializer renames
     # the proto it wraps: put the names back once the copy is serialised
     names = [
@@ -167,6 +171,35 @@ def _retype(value: ir.Value) -> None:
         value.type = new
 
 
+#: contrib ops whose kernels read their low-precision side inputs (scales, bias, zero points) as
+#: constants, prepacked with the quantized weight: fed by a Cast node instead, ORT's CPU
+#: MatMulNBits (accuracy_level 4) computes with scales it never received and returns zeros
+CONSTANT_INPUT_OPS = frozenset(
+    {
+        "MatMulNBits", "MatMulNBitsMlp", "MatMulNBitsQkv", "MatMulNBitsQLoRA", "MatMulBnb4",
+        "MatMulFpQ4", "GatherBlockQuantized", "QMoE",
+    }
+)  # fmt: skip
+
+
+def _read_as_constant(value: ir.Value) -> bool:
+    """Whether a kernel in ``CONSTANT_INPUT_OPS`` reads initializer ``value`` directly."""
+    return any(
+        node.domain == "com.microsoft" and node.op_type in CONSTANT_INPUT_OPS
+        for node, _ in value.uses()
+    )
+
+
+def _store_as_float(value: ir.Value) -> None:
+    """Make low initializer ``value`` an FP32 initializer holding the same numbers (exact): it
+    stays a constant for kernels that prepack it, and the emulated copy computes in FP32."""
+    tensor = value.const_value
+    assert tensor is not None
+    exact = np.asarray(tensor.numpy(), dtype=np.float32)  # FP16/BF16 ⊂ FP32
+    value.const_value = ir.tensor(exact, name=value.name)
+    value.type = ir.TensorType(FLOAT)
+
+
 def _cast(value: ir.Value, to: ir.DataType, out: ir.Value, name: str) -> ir.Node:
     return ir.Node("", "Cast", [value], [ir.AttrInt64("to", to)], outputs=[out], name=name)
 
@@ -223,6 +256,10 @@ class EmulatePass(ir.passes.InPlacePass):
         """Read a low initializer through one exact Cast to FLOAT, under its old name."""
         dtype = value.const_value.dtype if value.const_value is not None else value.dtype
         if dtype not in LOW_TYPES:
+            return None
+        if value.const_value is not None and _read_as_constant(value):
+            _store_as_float(value)
+            self.result.upcast_initializers += 1
             return None
         name = value.name
         up = ir.Value(name=name, type=ir.TensorType(FLOAT), shape=value.shape)

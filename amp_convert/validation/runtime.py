@@ -142,7 +142,9 @@ def load_source(model: Any, role: str) -> ModelSource:
             proto = onnx.load(str(path), load_external_data=False)
         except Exception as e:
             raise ValidationError(f"{role} {path}: not a readable ONNX model ({e})") from None
-        return ModelSource(str(path), str(path), proto, str(path.resolve().parent))
+        # the folder of the path as given, never the symlink's target: ONNX Runtime reads the
+        # data files next to the link (a Hugging Face cache links both files into blobs/)
+        return ModelSource(str(path), str(path), proto, os.path.dirname(os.path.abspath(path)))
     if isinstance(model, bytes | bytearray | memoryview):
         data = bytes(model)
         try:
@@ -247,11 +249,13 @@ def make_session(
     owned: ModelSource | None = None
     if model_override is not None:
         if model_override.ByteSize() < _PROTO_LIMIT:
-            model_input = model_override.SerializeToString()
-            if src.base_dir:
+            folder = src.base_dir
+            if folder:
+                model_override, folder = linked_data(model_override, folder)
                 so.add_session_config_entry(
-                    "session.model_external_initializers_file_folder_path", src.base_dir
+                    "session.model_external_initializers_file_folder_path", folder
                 )
+            model_input = model_override.SerializeToString()
         else:
             owned = ModelSource(src.label, b"", model_override)
             model_input = serialize_for_ort(owned)
@@ -288,6 +292,37 @@ def make_session(
     inputs = {i.name: (i.type, list(i.shape)) for i in session.get_inputs()}
     outputs = [(o.name, o.type) for o in session.get_outputs()]
     return Runner(session, device, inputs, outputs, owned_source=owned)
+
+
+def linked_data(proto: onnx.ModelProto, folder: str) -> tuple[onnx.ModelProto, str]:
+    """``proto`` (a rewritten copy of a model in ``folder``) and the folder its data is read from.
+
+    Why: ONNX Runtime follows a symlinked data file when it loads the model by path, but a copy
+    handed over as bytes may only read files that resolve inside the folder it is given, and a
+    Hugging Face cache links every file into ``blobs/``. Where a data file resolves elsewhere,
+    the copy's locations name the very files the link leads to, relative to their common folder:
+    the same bytes ONNX Runtime reads for the model itself, never the files next to a link target.
+    """
+    real = os.path.realpath(folder)
+    external = [
+        t for t in _all_initializers(proto.graph) if t.data_location == TensorProto.EXTERNAL
+    ]
+    places: dict[str, str] = {}
+    for t in external:
+        location = next((e.value for e in t.external_data if e.key == "location"), "")
+        places[location] = os.path.realpath(os.path.join(folder, location))
+    if all(os.path.commonpath([real, p]) == real for p in places.values()):
+        return proto, folder
+    common = os.path.commonpath([os.path.dirname(p) for p in places.values()])
+    copy = onnx.ModelProto()
+    copy.CopyFrom(proto)
+    for t in _all_initializers(copy.graph):
+        if t.data_location != TensorProto.EXTERNAL:
+            continue
+        for e in t.external_data:
+            if e.key == "location":
+                e.value = os.path.relpath(places[e.value], common)
+    return copy, common
 
 
 def _ort_ep_fail_type(ort: Any) -> type[BaseException] | None:

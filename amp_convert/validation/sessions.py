@@ -148,7 +148,7 @@ def _open(
     if mode == "emulate":
         from amp_convert.validation.emulate import build_emulated_model
 
-        emulated = build_emulated_model(cand_src.proto)
+        emulated = build_emulated_model(cand_src.proto, cand_src.base_dir)
         ref = session(ref_src, "reference", "cpu", True)
         cand = session(cand_src, "candidate", "cpu", True, model_override=emulated.model)
         return ref, cand, emulated
