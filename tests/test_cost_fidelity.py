@@ -69,5 +69,5 @@ def test_estimate_within_bounds_of_measured(tmp_path: Path, family: str) -> None
 def test_estimate_reports_the_dims_it_assumed(tmp_path: Path) -> None:
     path = tmp_path / "m.onnx"
     onnx.save(exporters.paddle_ocr_rec(), str(path))
-    assert estimate(path, {}).dims == {"x[0]": 1, "x[3]": 128}
+    assert estimate(path, {}).dims == {"x[0]": 1, "x[3]": 224}  # an image's width
     assert estimate(path, {"x[3]": 320}).dims == {"x[0]": 1, "x[3]": 320}
