@@ -40,6 +40,11 @@ FLOAT_TYPES = ("tensor(float)", "tensor(float16)", "tensor(bfloat16)", "tensor(d
 _TOKENS = ("input_ids", "decoder_input_ids", "inputs_embeds")
 
 
+def is_cross_cache(name: str) -> bool:
+    """An encoder-decoder's cross-attention cache input (``past_key_values.0.encoder.key``)."""
+    return bool(_CROSS.search(name))
+
+
 def _key(name: str, shape: Sequence[Dim], axis: int) -> str | None:
     d = shape[axis]
     if isinstance(d, int) and d >= 0:
@@ -113,7 +118,7 @@ def recognise(
         axis = _past_axis(s.name, s.shape)
         if axis is None:
             continue
-        (cross_cache if _CROSS.search(s.name) else self_cache).append((s.name, axis))
+        (cross_cache if is_cross_cache(s.name) else self_cache).append((s.name, axis))
         _head_size(s, outputs, user, fixed)
     links: dict[tuple[str, int], DimExpr] = {}
     past = None

@@ -215,7 +215,7 @@ def _values(
         lo, hi = DEFAULT_INT_RANGE
         hi = min(hi, bounds.get(spec.name, hi))
         arr = rng.integers(lo, hi, size=shape)
-    return np.ascontiguousarray(arr.astype(dtype))
+    return np.ascontiguousarray(arr.astype(dtype)).reshape(shape)  # a scalar stays rank 0
 
 
 def load_inputs(
