@@ -63,6 +63,7 @@ def run_auto(
             dims=dims or None,
             seed=validation.get("seed") or 0,
             progress=not quiet,
+            save_inputs=plan.get("inputs file"),
             **options,
         )
         if not quiet:

@@ -258,13 +258,15 @@ def run_cli_validation(
     force: bool = False,
     quiet: bool = False,
     decode_steps: int | None = None,
+    save_inputs: str | os.PathLike | None = None,
     **validation_option_values: Any,
 ) -> int:
     """Validate, print the table (stdout) or errors (stderr), write reports; return exit code.
 
     The report paths are checked before anything runs: never one of the models' files (or the
     inputs file), never each other, an existing file only with `force` (Slots from a command's
-    output plan are checked already). ``decode_steps``: ``validate --decode-steps N``.
+    output plan are checked already). ``decode_steps``: ``validate --decode-steps N``;
+    ``save_inputs``: ``--save-inputs FILE.npz`` (the inputs used, for ``--inputs``).
     """
     unknown = set(validation_option_values) - set(VALIDATION_OPTION_NAMES)
     if unknown:
@@ -278,6 +280,9 @@ def run_cli_validation(
         report_path, junit_path = _checked_reports(
             reference_path, candidate_path, input_files, report_path, junit_path, force
         )
+        if save_inputs is not None and not isinstance(save_inputs, Slot):
+            read = [model_files(Path(reference_path)), model_files(Path(candidate_path))]
+            check_outputs([("inputs file", Path(save_inputs))], [*read, input_files], force)
         dims = parse_dims(v.get("dim") or {})
         report = validate(
             reference_path,
@@ -293,6 +298,7 @@ def run_cli_validation(
             match=parse_match(v.get("match") or ()),
             progress=not quiet,
             decode_steps=decode_steps,
+            save_inputs=save_inputs,
         )
     except AmpConvertError as e:
         click.echo(f"error: {e}", err=True)
@@ -335,6 +341,9 @@ def run_cli_validation(
               "feeding its own present.* back as past_key_values.* and its own next token "
               "(merged decoders: step 1 without past); reports per-step errors, token agreement "
               "and the first divergence; thresholds apply to every step.")  # fmt: skip
+@click.option("--save-inputs", "save_inputs", type=OutputPath("inputs file"),
+              metavar="FILE.npz", help="Write the inputs both models ran on (the generated ones, "
+              "or the first --inputs sample) as an .npz that --inputs reads back.")  # fmt: skip
 @click.option("-q", "--quiet", is_flag=True, help="No table or progress; failures on stderr.")
 def validate_command(
     original: Path,
@@ -345,6 +354,7 @@ def validate_command(
     quiet: bool,
     html_path: Path | None = None,
     decode_steps: int | None = None,
+    save_inputs: Path | None = None,
     **values: Any,
 ) -> None:
     """Run ORIGINAL (FP32) and CONVERTED on the same inputs and compare every output.
@@ -365,7 +375,7 @@ def validate_command(
         code = run_cli_validation(
             original, converted, report_path=plan.get("report"),
             junit_path=plan.get("JUnit report"), force=force, quiet=quiet,
-            decode_steps=decode_steps, **values,
+            decode_steps=decode_steps, save_inputs=plan.get("inputs file"), **values,
         )  # fmt: skip
         html = plan.get("HTML report")
         if html is not None and code != 2:
