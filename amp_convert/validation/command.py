@@ -143,10 +143,10 @@ def validation_options(f: F) -> F:
         ),
         click.option(
             "--dim", "dim", multiple=True, metavar="NAME=VALUE", callback=_dim_callback,
-            help="Value of a dynamic dim for random inputs (repeatable). Defaults: batch-like "
-            "names 1, other names 16, unnamed dims (and ?, -1, None) 1, set as INPUT[AXIS]=VALUE; "
-            "larger ones (64/256/1024, 224/640 for image H/W) are tried when the original "
-            "cannot run on them.",
+            help="Value of a dynamic dim for random inputs (repeatable; unnamed dims and ?, -1, "
+            "None as INPUT[AXIS]=VALUE). Defaults, the cost estimate's: batches 1, image H/W 224, "
+            "num_channels 3, others 128; larger ones (256/1024, 640 for image H/W) are tried "
+            "when the original cannot run on them.",
         ),
         click.option(
             "--inputs", type=InputPath(),
