@@ -260,7 +260,8 @@ def _compare_samples(
                 n, sample.result[n], cand_out[n], req.limits.for_output(n),
                 top1=True if n in req.top1 else None, match=req.match.get(n, "position"),
             )  # fmt: skip
-            needs.see(n, sample.result[n], cand_out[n], req.limits, req.match.get(n, "position"))
+            if r.failed:  # a run that passes needs nothing looser (evidence.py)
+                needs.see(n, sample.result[n], cand_out[n], req.limits, r.match)
             if several:
                 r.sample = i
             if n not in worst or _badness(r) > _badness(worst[n]):
@@ -290,11 +291,13 @@ def _decode(
     ref, cand = sessions.reference, sessions.candidate
 
     def compare(n: str, r: np.ndarray | None, c: np.ndarray | None) -> OutputResult:
-        needs.see(n, r, c, req.limits, req.match.get(n, "position"))
-        return compare_output(
+        result = compare_output(
             n, r, c, req.limits.for_output(n), top1=True if n in req.top1 else None,
             match=req.match.get(n, "position"),
         )  # fmt: skip
+        if result.failed:
+            needs.see(n, r, c, req.limits, result.match)
+        return result
 
     return roll_out(
         io, samples.first.arrays, req.decode_steps or 0,

@@ -7,7 +7,8 @@
   element are never called weak (a scalar is constant by nature).
 * ``Tolerances``: on FAIL, the smallest thresholds that would have passed each failing output
   (Polygraphy prints the same): the ``--atol`` at the given ``--rtol``, the ``--min-cosine``, the
-  ``--max-nan`` (of the worst result), over every sample and decode step seen.
+  ``--max-nan`` (of the worst result), over every failing sample and decode step (runs that
+  passed are within the thresholds set, which the suggestion never tightens).
 * ``save_npz``: the inputs a run used, as an ``.npz`` that ``--inputs`` reads back (Polygraphy's
   ``--save-inputs``), one array per model input by name.
 """
@@ -120,11 +121,14 @@ class Tolerances:
                 continue
             t = limits.for_output(r.name)
             parts = []
+            # never tighter than what is set: runs that passed were only checked against that
             if t.atol is not None or t.rtol is not None:
                 rtol = f" (at --rtol {t.rtol:g})" if t.rtol else ""
-                parts.append(f"--atol {r.name}:{_up(self.atol[r.name])}{rtol}")
+                atol = max(self.atol[r.name], t.atol or 0.0)
+                parts.append(f"--atol {r.name}:{_up(atol)}{rtol}")
             if t.min_cosine is not None:
-                parts.append(f"--min-cosine {r.name}:{_down(self.cosine[r.name])}")
+                cosine = min(self.cosine[r.name], t.min_cosine)
+                parts.append(f"--min-cosine {r.name}:{_down(cosine)}")
             if r.nonfinite:
                 parts.append(f"--max-nan {r.name}:{r.nonfinite}")
             if parts:
