@@ -172,6 +172,14 @@ def _fail(error: BaseException, verbose: bool, code: int = EXIT_ERROR) -> None:
     help="With --auto: write a self-contained HTML report (error along the graph, pinned nodes).",
 )
 @click.option(
+    "--save-inputs",
+    "save_inputs",
+    type=OutputPath("inputs file", needs=("--auto",)),
+    metavar="FILE.npz",
+    help="With --auto: write the calibration inputs (generated, or the first --inputs file) as "
+    "an .npz that --inputs reads back.",
+)
+@click.option(
     "--validate",
     "do_validate",
     is_flag=True,
@@ -204,6 +212,7 @@ def convert_command(
     auto: bool,
     force_write: bool,
     html_path: Path | None,
+    save_inputs: Path | None = None,
     **kwargs: Any,
 ) -> None:
     """Convert MODEL to mixed precision (writes MODEL.fp16.onnx unless -o is given)."""

@@ -51,7 +51,9 @@ def run_auto(
     if refused is not None:  # before the outputs are planned
         raise OptionError(refused)
     with output_rules.plan_outputs(writes, read, force) as plan:
-        samples = validation.replace(inputs=[str(f) for f in files] or None)  # one per file
+        samples = validation.replace(  # one sample per file
+            inputs=[str(f) for f in files] or None, save_inputs=plan.get("inputs file")
+        )
         result, report = auto_convert(
             model, options=options, validation=samples, progress=not quiet
         )

@@ -8,11 +8,20 @@
    (localise.py) and go back to 2, up to ``max_rounds`` candidates.
 
 A model that meets the thresholds at the level comes back after two sessions.
+
+Weak evidence stops the search rather than mislead it: on random inputs, a reference whose every
+float output is near zero or nearly constant (evidence.py: a detector's map on noise) is refused
+before any candidate, exit 2 naming the output (the cosine would measure rounding noise, and each
+round would pin nodes for it). A round whose worst output is no better than the best candidate's
+ends the search; the best candidate is the result, and the report ends with concrete next steps
+(real ``--inputs``, the per-output threshold it reached, the node that introduces the most
+error, for ``--exclude-nodes``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import time
 from collections.abc import Mapping
@@ -28,7 +37,7 @@ from amp_convert.api import convert_ir
 from amp_convert.auto.blame import localise, pin_entry, pin_set
 from amp_convert.auto.figures import fill_figures
 from amp_convert.auto.graph import FLOAT, name_nodes
-from amp_convert.auto.localise import ValueStats
+from amp_convert.auto.localise import ValueStats, introduced
 from amp_convert.auto.probe import DEFAULT_BUDGET
 from amp_convert.auto.ranges import DEFAULT_MARGIN, LIMITS, range_hits
 from amp_convert.auto.report import AutoReport, PinnedNode
@@ -37,6 +46,7 @@ from amp_convert.auto.staging import stage
 from amp_convert.errors import OptionError, ValidationError
 from amp_convert.options import AUTO_LEVEL, ConvertKwargs, ConvertOptions, resolve
 from amp_convert.report import ConversionReport
+from amp_convert.validation.evidence import save_npz, weak_notes, weak_outputs
 from amp_convert.validation.input_search import RANDOM_CALIBRATION_WARNING, fmt_dims
 from amp_convert.validation.metrics import OutputResult, Thresholds, check_names
 from amp_convert.validation.options import AUTO_REFUSED_PROVIDERS, ValidateOptions
@@ -44,6 +54,11 @@ from amp_convert.validation.progress import PhaseLog
 from amp_convert.validation.runtime import cuda_available, import_ort
 
 DEFAULT_MIN_COSINE = 0.999
+DEGENERATE_REFERENCE = (
+    "--auto: the reference output {name!r} is {why} on random inputs (so is every float output): "
+    "a search would tune the model to rounding noise; give real inputs with --inputs FILE.npz "
+    "(--save-inputs FILE.npz writes the generated ones)"
+)
 NOTHING_TO_COMPARE = (
     "--auto: nothing to compare on these inputs (every reference output is empty, not a tensor, "
     "or has no finite value); choose other --inputs"
@@ -87,6 +102,10 @@ def auto_convert(
     AutoReport); ``report.passed`` says whether the thresholds were met (the model is returned
     either way). Both models are loaded once at ORT's default options in a child process first
     (the result before the verdict): a crash there is a LoadCrashError, never a verdict.
+    ``validation.save_inputs``: write the (first) calibration sample as an ``.npz`` for ``inputs``.
+    On random
+    inputs a reference whose float outputs are all near zero or nearly constant is refused
+    (ValidationError naming it; see the module docstring).
     """
     start = time.perf_counter()
     if options is None and "level" not in kwargs:
@@ -120,7 +139,7 @@ def auto_convert(
         report.warnings.append(f"{renamed} unnamed or duplicate node names were made unique")
     dims = dict(judge.dims) or None
     try:
-        result = search.run(report, judge.inputs, dims, judge.seed, max_rounds)
+        result = search.run(report, judge.inputs, dims, judge.seed, max_rounds, judge.save_inputs)
     finally:
         sessions.close()
     report.seconds = time.perf_counter() - start
@@ -213,7 +232,7 @@ class Search:
 
     def run(
         self, report: AutoReport, inputs: Any, dims: Mapping[str, int] | None, seed: int,
-        max_rounds: int,
+        max_rounds: int, save_inputs: str | os.PathLike | None = None,
     ) -> ir.Model:  # fmt: skip
         """Steps 1-3 of the module docstring; the last candidate (the report says if it passed)."""
         sessions = self.sessions
@@ -221,22 +240,41 @@ class Search:
         if not late:
             report.warnings += sessions.check_loads([(sessions.ref_staged, "the original")])
         self.facts = sessions.open_reference(inputs, dims, seed)
+        if save_inputs is not None:
+            save_npz(save_inputs, sessions.samples[0])
         if not sessions.reference_comparable(self.facts.graph_outputs):
             raise ValidationError(NOTHING_TO_COMPARE)
         self._inputs(report, seed)
+        self._evidence(report)
         check_names(self.settings.limits, self.facts.graph_outputs)
         ref_max = sessions.reference_pass()  # 1. range guard: one FP32 pass
         pinned = self._range_guard(ref_max)
         self.log.phase(f"range guard: {len(pinned)} node(s) kept FP32")
         first: Candidate | None = None
+        best: tuple[int, Candidate, dict[str, PinnedNode]] | None = None
         for round_no in range(1, max_rounds + 1):  # 2-3. candidates
             report.rounds = round_no
             cand = self._candidate(pinned)
             first = first or cand
             self._record(report, round_no, len(pinned), cand)
+            if best is not None and not cand.passed and _score(cand) <= _score(best[1]):
+                report.warnings.append(
+                    f"round {round_no} did not improve the worst output ({_worst_text(cand)}, "
+                    f"round {best[0]}: {_worst_text(best[1])}); the search stops with round "
+                    f"{best[0]}'s candidate"
+                )
+                break
+            best = (round_no, cand, dict(pinned))
             if cand.passed or not self._pin_more(report, round_no, max_rounds, pinned):
                 break
-        assert first is not None and self.last is not None
+        assert first is not None and self.last is not None and best is not None
+        if best[1] is not self.last:  # keep the best candidate, not the last one tried
+            self.last = best[1]
+            pinned = best[2]
+            report.outputs, report.conversion = best[1].outputs, best[1].conversion
+            report.passed = best[1].passed
+        if not self.last.passed:
+            report.warnings += self._next_steps(pinned)
         self.log.phase("the result at ONNX Runtime's default options (child process)")
         report.warnings += sessions.check_loads([*late, (sessions.cand_staged, "the result")])
         report.pinned = sorted(pinned.values(), key=lambda p: self.facts.order(p.name))
@@ -261,6 +299,59 @@ class Search:
             f"reference: {gathered.describe()}; {len(self.facts.float_values)} values in "
             f"{len(self.sessions.batches)} batch(es)"
         )
+
+    def _evidence(self, report: AutoReport) -> None:
+        """Refuse a degenerate reference on random inputs; otherwise say which outputs are weak."""
+        outputs = self.facts.graph_outputs
+        refs = [self.sessions.ref_batch(s, outputs) for s in range(len(self.sessions.samples))]
+        weak = weak_outputs(refs)
+        floats = {
+            n for r in refs for n, a in r.items()
+            if isinstance(a, np.ndarray) and a.dtype.kind == "f" and a.size > 1
+        }  # fmt: skip
+        gathered = self.sessions.gathered
+        assert gathered is not None
+        if weak and gathered.random and floats and floats <= set(weak):
+            name = next(n for n in outputs if n in weak)
+            raise ValidationError(DEGENERATE_REFERENCE.format(name=name, why=weak[name]))
+        report.warnings += weak_notes(weak, random=False)
+
+    def _next_steps(self, pinned: Mapping[str, PinnedNode]) -> list[str]:
+        """What the user can do when the thresholds are not met: concrete options."""
+        assert self.last is not None
+        steps = []
+        gathered = self.sessions.gathered
+        if gathered is not None and gathered.random:
+            steps.append("next step: calibrate on real data with --inputs FILE.npz")
+        reached = [
+            f"--min-cosine {o.name}:{math.floor(o.cosine * 1e6) / 1e6:.6f}"
+            for o in self.last.outputs
+            if o.failed and o.cosine is not None and o.cosine > 0
+        ]
+        if reached:
+            steps.append(
+                "next step: if this accuracy is enough for the output, a per-output threshold: "
+                + " ".join(reached)
+            )
+        node = self._worst_node(pinned)
+        if node is not None:
+            steps.append(
+                f"next step: keep FP32 the node that introduces the most error: --exclude-nodes "
+                f"{node}"
+            )
+        return steps
+
+    def _worst_node(self, pinned: Mapping[str, PinnedNode]) -> str | None:
+        assert self.last is not None
+        stats = self.last.stats
+        best, worst = None, 0.0
+        for node in self.facts.nodes:
+            if node.name in pinned:
+                continue
+            gain = introduced(node, stats)[1]
+            if gain > worst:
+                best, worst = node.name, gain
+        return best
 
     def _range_guard(self, ref_max: dict[str, float]) -> dict[str, PinnedNode]:
         """Nodes whose FP32 values would overflow the low type (graph inputs' peaks included)."""
@@ -351,6 +442,19 @@ class Search:
         for b in new:
             pinned[b.node] = pin_entry(self.facts, b, round_no, whole.get(b.node))
         return True
+
+
+def _score(c: Candidate) -> tuple[float, float]:
+    """Higher is better: fewer new NaN/Inf, then the worst output's cosine."""
+    floats = [o for o in c.outputs if o.status != "skipped"]
+    nonfinite = sum(o.nonfinite for o in floats)
+    worst = min((o.cosine for o in floats if o.cosine is not None), default=1.0)
+    return (-float(nonfinite), worst)
+
+
+def _worst_text(c: Candidate) -> str:
+    nonfinite, cosine = _score(c)
+    return f"cosine {cosine:.6f}" + (f", {int(-nonfinite)} new NaN/Inf" if nonfinite else "")
 
 
 def _brief(o: OutputResult) -> dict[str, Any]:

@@ -44,6 +44,7 @@ from amp_convert.auto.staging import lean_options
 from amp_convert.dtypes import LOW_TYPES, low_numpy_type
 from amp_convert.html_report import Page
 from amp_convert.validation.emulate import build_emulated_model
+from amp_convert.validation.evidence import weak_notes, weak_outputs
 from amp_convert.validation.input_search import Samples, gather_samples
 from amp_convert.validation.inputs import InputSpec
 from amp_convert.validation.metrics import OutputResult, Thresholds, compare_output
@@ -112,12 +113,13 @@ def _precision(outputs: list[str], vm: ValueMap, types: Mapping[str, int]) -> tu
     return "n/a", ""
 
 
-def _samples(ref: Probe, inputs: Any, dims, seed, proto, outputs) -> Samples[None]:
-    """The one input generator (random inputs at dims the reference runs on, or the files)."""
+def _samples(ref: Probe, inputs: Any, dims, seed, proto, outputs) -> Samples[dict[str, Any]]:
+    """The one input generator (random inputs at dims the reference runs on, or the files);
+    each sample keeps the reference's outputs (evidence.py reads them)."""
     specs = [InputSpec(n, t, s) for n, (t, s) in ref.runner.inputs.items()]
 
-    def run(feeds: dict[str, np.ndarray]) -> None:
-        ref.fetch(feeds, outputs)
+    def run(feeds: dict[str, np.ndarray]) -> dict[str, Any]:
+        return ref.fetch(feeds, outputs)
 
     return gather_samples(specs, proto, run, inputs=inputs, dims=dims, seed=seed)
 
@@ -346,7 +348,10 @@ def _page(ref_src, cand_src, vm, trace, outputs, emulate, gathered, verdict, typ
         ],
         series=("", "converted vs original"),
         searched=False,
-        warnings=list(gathered.warnings),
+        warnings=[
+            *gathered.warnings,
+            *weak_notes(weak_outputs(s.result for s in gathered.items), gathered.random),
+        ],
         notes=notes,
         folded=vm.with_fate(Fate.FOLDED, Fate.REMOVED) if vm.complete else [],
     )

@@ -125,10 +125,10 @@ def validation_options(f: F) -> F:
         ),
         click.option(
             "--dim", "dim", multiple=True, metavar="NAME=VALUE", callback=_dim_callback,
-            help="Value of a dynamic dim for random inputs (repeatable). Defaults: batch-like "
-            "names 1, other names 16, unnamed dims (and ?, -1, None) 1, set as INPUT[AXIS]=VALUE; "
-            "larger ones (64/256/1024, 224/640 for image H/W) are tried when the original "
-            "cannot run on them.",
+            help="Value of a dynamic dim for random inputs (repeatable; unnamed dims and ?, -1, "
+            "None as INPUT[AXIS]=VALUE). Defaults, the cost estimate's: batches 1, image H/W 224, "
+            "num_channels 3, others 128; larger ones (256/1024, 640 for image H/W) are tried "
+            "when the original cannot run on them.",
         ),
         click.option(
             "--inputs", type=InputPath(),
@@ -200,7 +200,9 @@ def _or(value: Any, default: Any) -> Any:
 
 
 def cli_validate_options(
-    values: Mapping[str, Any], decode_steps: int | None = None
+    values: Mapping[str, Any],
+    decode_steps: int | None = None,
+    save_inputs: str | os.PathLike[str] | None = None,
 ) -> ValidateOptions:
     """ValidateOptions from the values ``validation_options`` parsed (one --dim, one --inputs
     list: a file is one sample)."""
@@ -218,6 +220,7 @@ def cli_validate_options(
         top1=frozenset(values.get("top1") or ()),
         match=parse_match(values.get("match") or ()),
         decode_steps=decode_steps,
+        save_inputs=save_inputs,
     )
 
 
@@ -263,13 +266,15 @@ def run_cli_validation(
     quiet: bool = False,
     decode_steps: int | None = None,
     on_report: Callable[[ValidationReport], None] | None = None,
+    save_inputs: str | os.PathLike | None = None,
     **validation_option_values: Any,
 ) -> int:
     """Validate, print the table (stdout) or errors (stderr), write reports; return exit code.
 
     The report paths are checked before anything runs: never one of the models' files (or the
     inputs file), never each other, an existing file only with `force` (Slots from a command's
-    output plan are checked already). ``decode_steps``: ``validate --decode-steps N``.
+    output plan are checked already). ``decode_steps``: ``validate --decode-steps N``;
+    ``save_inputs``: ``--save-inputs FILE.npz`` (the inputs used, for ``--inputs``).
     ``on_report`` receives the report the exit code comes from (``--html`` shows its verdict).
     """
     unknown = set(validation_option_values) - set(VALIDATION_OPTION_NAMES)
@@ -281,7 +286,10 @@ def run_cli_validation(
         report_path, junit_path = _checked_reports(
             reference_path, candidate_path, input_files, report_path, junit_path, force
         )
-        options = cli_validate_options(validation_option_values, decode_steps)
+        if save_inputs is not None and not isinstance(save_inputs, Slot):
+            read = [model_files(Path(reference_path)), model_files(Path(candidate_path))]
+            check_outputs([("inputs file", Path(save_inputs))], [*read, input_files], force)
+        options = cli_validate_options(validation_option_values, decode_steps, save_inputs)
         report = validate(reference_path, candidate_path, options=options, progress=not quiet)
     except AmpConvertError as e:
         click.echo(f"error: {e}", err=True)
@@ -326,6 +334,9 @@ def run_cli_validation(
               "feeding its own present.* back as past_key_values.* and its own next token "
               "(merged decoders: step 1 without past); reports per-step errors, token agreement "
               "and the first divergence; thresholds apply to every step.")  # fmt: skip
+@click.option("--save-inputs", "save_inputs", type=OutputPath("inputs file"),
+              metavar="FILE.npz", help="Write the inputs both models ran on (the generated ones, "
+              "or the first --inputs sample) as an .npz that --inputs reads back.")  # fmt: skip
 @click.option("-q", "--quiet", is_flag=True, help="No table or progress; failures on stderr.")
 def validate_command(
     original: Path,
@@ -336,6 +347,7 @@ def validate_command(
     quiet: bool,
     html_path: Path | None = None,
     decode_steps: int | None = None,
+    save_inputs: Path | None = None,
     **values: Any,
 ) -> None:
     """Run ORIGINAL (FP32) and CONVERTED on the same inputs and compare every output.
@@ -357,7 +369,8 @@ def validate_command(
         code = run_cli_validation(
             original, converted, report_path=plan.get("report"),
             junit_path=plan.get("JUnit report"), force=force, quiet=quiet,
-            decode_steps=decode_steps, on_report=reports.append, **values,
+            decode_steps=decode_steps, save_inputs=plan.get("inputs file"),
+            on_report=reports.append, **values,
         )  # fmt: skip
         html = plan.get("HTML report")
         if html is not None and code != 2:

@@ -18,6 +18,13 @@ import numpy as np
 from amp_convert.dtypes import low_numpy_type
 from amp_convert.errors import ValidationError
 from amp_convert.validation.decode import DecodeResult, DecoderIO, badness, decoder_io, roll_out
+from amp_convert.validation.evidence import (
+    Tolerances,
+    save_npz,
+    weak_flags,
+    weak_notes,
+    weak_outputs,
+)
 from amp_convert.validation.input_search import Samples, gather_samples
 from amp_convert.validation.inputs import InputSpec
 from amp_convert.validation.metrics import OutputResult, check_names, compare_output
@@ -73,7 +80,10 @@ def validate(
     runs on cuda and none under emulate/cpu (CPU latency says nothing about a GPU).
     ``progress``: one line per phase on stderr. ``decode_steps``: also run both models as
     decoders for that many greedy steps, each on its own KV cache and tokens (see decode.py);
-    the report's ``decode`` holds every step, and every step is judged.
+    the report's ``decode`` holds every step, and every step is judged. ``save_inputs``: write
+    the (first sample's) inputs as an ``.npz`` that ``inputs`` reads back. The report's
+    ``weak_evidence`` flags random inputs and reference outputs near zero or nearly constant;
+    on FAIL a warning gives the smallest thresholds that would pass (evidence.py).
     """
     req = resolve(options, kwargs)
     ort = import_ort()
@@ -110,14 +120,20 @@ def _validate(
         what=f"reference {ref_src.label}",
     )  # fmt: skip
     warnings += samples.warnings
+    if req.save_inputs is not None:
+        save_npz(req.save_inputs, samples.first.arrays)
+    weak = weak_outputs(s.result for s in samples.items)
+    warnings += weak_notes(weak, random=False)
     log.phase(f"running the candidate on {samples.describe()}")
-    results, cand_feeds = _compare_samples(sessions, samples, req, cand_src.label)
+    needs = Tolerances()
+    results, cand_feeds = _compare_samples(sessions, samples, req, cand_src.label, needs)
     decode = None
     if io is not None and req.decode_steps is not None:
         log.phase(f"decoding {req.decode_steps} steps with each model's own tokens and cache")
-        decode = _decode(sessions, io, samples, req, cand_src.label)
+        decode = _decode(sessions, io, samples, req, cand_src.label, needs)
         results = _worst_of(results, decode)
     warnings += _result_warnings(results, req)
+    warnings += needs.lines(results, req.thresholds)
     runs = req.runs
     if runs is None:
         runs = DEFAULT_CUDA_RUNS if sessions.mode == "cuda" else 0
@@ -128,6 +144,7 @@ def _validate(
     report = _report(ort, ref_src, cand_src, sessions, samples, req, results, runs, latency)
     report.warnings.extend(warnings)
     report.decode = decode
+    report.weak_evidence = weak_flags(weak, samples.random)
     log.phase(report.result_line())
     return report
 
@@ -198,7 +215,11 @@ def _candidate_feeds(feeds: dict[str, np.ndarray], emulated: EmulatedModel | Non
 
 
 def _compare_samples(
-    sessions: Sessions, samples: Samples[RefOutputs], req: ValidateOptions, label: str
+    sessions: Sessions,
+    samples: Samples[RefOutputs],
+    req: ValidateOptions,
+    label: str,
+    needs: Tolerances,
 ) -> tuple[list[OutputResult], dict[str, np.ndarray]]:
     """Per output, the worst result over the samples (a failure first, then the lowest cosine).
 
@@ -218,6 +239,8 @@ def _compare_samples(
                 n, sample.result[n], cand_out[n], req.thresholds.for_output(n),
                 top1=True if n in req.top1 else None, match=req.match.get(n, "position"),
             )  # fmt: skip
+            if r.failed:  # a run that passes needs nothing looser (evidence.py)
+                needs.see(n, sample.result[n], cand_out[n], req.thresholds, r.match)
             if several:
                 r.sample = i
             if n not in worst or _badness(r) > _badness(worst[n]):
@@ -241,19 +264,27 @@ def _decode(
     samples: Samples[RefOutputs],
     req: ValidateOptions,
     label: str,
+    needs: Tolerances,
 ) -> DecodeResult:
     """Roll both models out from the first sample (decode.py), every output judged per step."""
     ref, cand = sessions.reference, sessions.candidate
+
+    def compare(n: str, r: np.ndarray | None, c: np.ndarray | None) -> OutputResult:
+        result = compare_output(
+            n, r, c, req.thresholds.for_output(n), top1=True if n in req.top1 else None,
+            match=req.match.get(n, "position"),
+        )  # fmt: skip
+        if result.failed:
+            needs.see(n, r, c, req.thresholds, result.match)
+        return result
+
     return roll_out(
         io, samples.first.arrays, req.decode_steps or 0,
         lambda feeds: run_once(ref, feeds, "reference (decoding)"),
         lambda feeds: run_once(
             cand, _candidate_feeds(feeds, sessions.emulated), f"candidate {label} (decoding)"
         ),
-        lambda n, r, c: compare_output(
-            n, r, c, req.thresholds.for_output(n), top1=True if n in req.top1 else None,
-            match=req.match.get(n, "position"),
-        ),
+        compare,
         ref.output_names,
     )  # fmt: skip
 

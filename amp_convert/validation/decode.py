@@ -8,8 +8,10 @@ Each model runs on its OWN state: after a step, its ``present.X`` outputs become
 ``past_key_values.X`` inputs, its greedy token (argmax of the last position of the logits) its
 ``input_ids``, ``attention_mask`` grows by a column of ones and ``position_ids`` moves one position
 on, where the model has them. A merged decoder (input ``use_cache_branch``) starts without past
-(the flag False, an empty cache) and then runs with it (True). Every step's outputs are compared
-with the same thresholds as a single run.
+(the flag False, an empty cache) and then runs with it (True). An encoder-decoder's merged
+decoder (optimum's Whisper, T5) computes its cross-attention cache on step 1 and returns an empty
+placeholder for it afterwards: an empty ``present`` never replaces a cache that was not empty.
+Every step's outputs are compared with the same thresholds as a single run.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from amp_convert.errors import ValidationError
+from amp_convert.validation.decoder_inputs import is_cross_cache
 from amp_convert.validation.metrics import OutputResult
 
 #: input name -> output name pairs: past_key_values.X / past.X / past_X (ORT's GPT-2) in,
@@ -68,8 +71,12 @@ def decoder_io(inputs: Mapping[str, tuple[str, list]], outputs: Sequence[str]) -
     if not logits:
         raise ValidationError("--decode-steps needs a logits output besides the present.* ones")
     token_dims = {d for d in inputs["input_ids"][1] if isinstance(d, str)}
-    past_dims = {
-        d for name, _ in kv for d in inputs[name][1] if isinstance(d, str) and d not in token_dims
+    past_dims = {  # a cross-attention cache's length is the encoder's, never 0
+        d
+        for name, _ in kv
+        if not is_cross_cache(name)
+        for d in inputs[name][1]
+        if isinstance(d, str) and d not in token_dims
     }
     return DecoderIO(
         kv, logits, USE_CACHE in inputs, "attention_mask" in inputs, "position_ids" in inputs,
@@ -202,6 +209,8 @@ def next_feeds(
         value = outputs[present]
         if value is None:
             raise ValidationError(f"--decode-steps: output {present} is not a tensor")
+        if value.size == 0 and np.asarray(feeds[past]).size:
+            continue  # a merged decoder's placeholder (optimum's cross-attention cache): keep
         nxt[past] = value
     if io.has_mask:
         mask = np.asarray(feeds["attention_mask"])

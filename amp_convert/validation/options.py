@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, TypedDict
@@ -46,6 +47,7 @@ class ValidateKwargs(TypedDict, total=False):
     top1: str | Collection[str]
     match: Mapping[str, str] | Iterable[str] | None
     decode_steps: int | None
+    save_inputs: str | os.PathLike[str] | None
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,8 @@ class ValidateOptions:
     top1: frozenset[str] = frozenset()
     match: Mapping[str, str] = field(default_factory=dict)
     decode_steps: int | None = None
+    #: write the (first sample's) inputs here as an ``.npz`` that ``inputs`` reads back
+    save_inputs: str | os.PathLike[str] | None = None
 
     def __post_init__(self) -> None:
         put = functools.partial(object.__setattr__, self)

@@ -26,7 +26,9 @@ the strings ``"inf"``, ``"-inf"`` and ``"nan"`` so the file is strict JSON. Top-
 * ``decode``: null, or with ``--decode-steps N`` ``{steps, token_agreement, first_divergence,
   merged, kv_pairs, notes}``, ``steps`` one ``{step, reference_tokens, candidate_tokens,
   same_token, status, outputs}`` per step (``outputs`` as above); each top-level output is then
-  its worst of the single run and every step.
+  its worst of the single run and every step;
+* ``weak_evidence``: what makes the verdict weak, as short flags (``random inputs``,
+  ``reference 'maps' near zero``, ``... nearly constant``; see evidence.py); empty when none.
 
 Each output also says ``match``: ``position`` or ``sort`` (compared after sorting along its last
 axis, ``--match NAME:sort``).
@@ -112,6 +114,8 @@ class ValidationReport(Report, tool="amp-convert validate", schema_version=SCHEM
     warnings: list[str] = field(default_factory=list)
     samples: list[dict[str, Any]] = field(default_factory=list)
     decode: DecodeResult | None = None
+    #: short flags for the result line and JSON (evidence.py): random inputs, weak references
+    weak_evidence: list[str] = field(default_factory=list)
 
     @property
     def verdict(self) -> str:
@@ -188,6 +192,7 @@ class ValidationReport(Report, tool="amp-convert validate", schema_version=SCHEM
             "warnings": list(self.warnings),
             "samples": [dict(s) for s in self.samples],
             "decode": None if self.decode is None else self.decode.to_dict(),
+            "weak_evidence": list(self.weak_evidence),
         }
         return json_ready(d)
 
@@ -323,13 +328,14 @@ class ValidationReport(Report, tool="amp-convert validate", schema_version=SCHEM
         outs = f"{n} output{'' if n == 1 else 's'}"
         failed = self.failed_outputs
         checked = sum(o.status == "pass" for o in self.outputs)
+        weak = f"; weak evidence: {', '.join(self.weak_evidence)}" if self.weak_evidence else ""
         if failed:
-            return f"result: FAIL ({len(failed)} of {outs}: {', '.join(failed)})"
+            return f"result: FAIL ({len(failed)} of {outs}: {', '.join(failed)}){weak}"
         if checked:
-            return f"result: PASS ({checked} of {outs} checked)"
+            return f"result: PASS ({checked} of {outs} checked){weak}"
         return (
             f"result: NOT JUDGED (report only: no thresholds set, nothing failed; {outs}; "
-            "set --atol/--rtol/--min-cosine/--max-nan to judge)"
+            f"set --atol/--rtol/--min-cosine/--max-nan to judge){weak}"
         )
 
     def notes(self) -> list[str]:

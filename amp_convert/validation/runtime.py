@@ -343,7 +343,7 @@ def first_line(e: BaseException) -> str:
 def to_ortvalue(arr: np.ndarray, type_str: str, device: str = "cpu") -> Any:
     """numpy → OrtValue of the session's declared type (BF16 goes through its bit pattern)."""
     ort = import_ort()
-    arr = np.ascontiguousarray(arr)
+    arr = np.ascontiguousarray(arr).reshape(np.shape(arr))  # a scalar stays rank 0
     dev_args = ("cuda", 0) if device == "cuda" else ("cpu", 0)
     if type_str == "tensor(bfloat16)":
         bits = np.ascontiguousarray(arr.astype(ml_dtypes.bfloat16).view(np.uint16))
