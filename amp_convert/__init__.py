@@ -28,6 +28,7 @@ _EXPORTS = {
     "ConvertOptions": "amp_convert.options",
     "Level": "amp_convert.options",
     "make_options": "amp_convert.options",
+    "MixedPrecisionPass": "amp_convert.ir_pass",
     "ConversionReport": "amp_convert.report",
     "NodeDecision": "amp_convert.report",
     "ValidationReport": "amp_convert.validation",
@@ -41,6 +42,7 @@ __all__ = [
     "ConvertOptions",
     "InputError",
     "Level",
+    "MixedPrecisionPass",
     "NodeDecision",
     "OptionError",
     "OutputError",
@@ -67,6 +69,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ im
         ValidationError,
         VerificationError,
     )
+    from amp_convert.ir_pass import MixedPrecisionPass
     from amp_convert.options import ConvertOptions, Level, make_options
     from amp_convert.report import ConversionReport, NodeDecision
     from amp_convert.validation import ValidationReport, validate

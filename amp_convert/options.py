@@ -116,6 +116,14 @@ class ConvertOptions:
         "choice",
         choices=tuple(TARGETS),
     )
+    opset_upgrade: bool = _option(
+        False,
+        ("--opset-upgrade",),
+        "Move a QDQ model at opset 13-18 to opset 19, where QuantizeLinear/DequantizeLinear take "
+        "low-precision scales and the float ops between them can go low; refused with one line "
+        "where an op's meaning could change.",
+        "flag",
+    )
     #: exact names of nodes kept FP32 (the API's typed pin set; ``--auto`` passes its pins here)
     pinned_nodes: frozenset[str] = field(default=frozenset(), metadata={"kind": "api"})
     exclude_patterns: tuple[NamePattern, ...] = field(
@@ -194,6 +202,9 @@ def make_options(**kwargs: Any) -> ConvertOptions:
     cast_optional = kwargs.get("cast_optional_params", False)
     if not isinstance(cast_optional, bool | np.bool_):
         raise OptionError(f"cast_optional_params must be True or False, not {cast_optional!r}")
+    opset_upgrade = kwargs.get("opset_upgrade", False)
+    if not isinstance(opset_upgrade, bool | np.bool_):
+        raise OptionError(f"opset_upgrade must be True or False, not {opset_upgrade!r}")
     op_lists = kwargs.get("op_lists")
     if op_lists is not None:
         if not isinstance(op_lists, str | Path) or not str(op_lists):
@@ -212,6 +223,7 @@ def make_options(**kwargs: Any) -> ConvertOptions:
         op_lists=op_lists,
         dims=_dims(kwargs.get("dims", ())),
         target=_target(kwargs.get("target", "ort-cuda")),
+        opset_upgrade=bool(opset_upgrade),
         pinned_nodes=frozenset(_strings("pinned_nodes", kwargs.get("pinned_nodes", ()))),
         exclude_patterns=tuple(patterns),
         low_io=low_io,

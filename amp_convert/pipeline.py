@@ -4,6 +4,7 @@ Every step takes what it reads as arguments and returns one frozen result that l
 explicitly; no step reads another step's object, and every graph edit happens inside a step.
 
     1. prepare         passes/prepare.py       -> Prepared (IR < 4 initializers, constants, names)
+   1b. opset upgrade   passes/opset_upgrade.py -> UpgradeResult (--opset-upgrade, QDQ models)
     2. analyse         onnx_checks.py          -> (strict check error, inferred types)
     3. infer dtypes    passes/infer_dtypes.py  -> DtypeResult
     4. measure         traffic.py              -> OriginalTraffic (bytes per inference, before)
@@ -12,6 +13,7 @@ explicitly; no step reads another step's object, and every graph edit happens in
     7. global pool     passes/global_pool.py   -> PoolResult (spatial ReduceMean, ort-cuda)
     8. classify        passes/classify.py      -> Classes (a frozen ClassInfo per node)
     9. pin statistics  passes/hand_norms.py    -> Classes (unfolded norms' statistics FP32)
+   9b. QDQ groups      passes/qdq.py           -> QdqGroups (ops next to an FP32 Q/DQ pinned)
    10. assign          passes/assign.py        -> PrecisionPlan (a frozen Placement per node)
    11. rewrite         passes/rewrite.py       -> RewriteResult
    12. cleanup         passes/cleanup.py       -> CleanupResult
@@ -52,15 +54,24 @@ from amp_convert.passes.global_pool import run_as_global_pool
 from amp_convert.passes.hand_norms import pin_norm_statistics, rewrite_hand_norms
 from amp_convert.passes.infer_dtypes import infer_dtypes
 from amp_convert.passes.kernel_limits import kernel_limits
+from amp_convert.passes.opset_upgrade import UpgradeResult, upgrade_opset
 from amp_convert.passes.plan import PrecisionPlan
 from amp_convert.passes.prepare import prepare
+from amp_convert.passes.qdq import QdqGroups, keep_qdq_groups
 from amp_convert.passes.rewrite import RewriteResult, rewrite
 from amp_convert.passes.verify import Verified, verify
-from amp_convert.precision import NodeClass, Precision
+from amp_convert.precision import NodeClass, Precision, UniqueNames
+from amp_convert.qdq_rules import has_qdq
 from amp_convert.reasons import render
-from amp_convert.report import ConversionReport, NodeDecision
+from amp_convert.report import ConversionReport, FoldNote, NodeDecision
 from amp_convert.targets import KernelTable, load_target, uncovered_nodes
-from amp_convert.traffic import ShapeBook, cast_notes, measure_original, model_traffic
+from amp_convert.traffic import (
+    ShapeBook,
+    cast_notes,
+    excess_warning,
+    measure_original,
+    model_traffic,
+)
 from amp_convert.value_map import METADATA_KEY, Snapshot, ValueMap, ValueRecord
 from amp_convert.value_map import build as build_value_map
 
@@ -88,6 +99,7 @@ def run(model: ir.Model, options: ConvertOptions) -> ConversionReport:
 
     snapshot = Snapshot.take(model)  # the original's values and nodes: the value map's keys
     prepared = _step(1, "prepare", prepare, model)
+    upgraded = _step(1, "opset upgrade", _upgrade, model, options, prepared.names)
     strict_error, inferred = _step(2, "analyse", analyse, model)
     report.warnings.extend(schema.unknown_warnings(model))
     shapes = ShapeBook(model, options.dim_values)  # sizes from the input dims (shapes.py)
@@ -99,6 +111,8 @@ def run(model: ir.Model, options: ConvertOptions) -> ConversionReport:
     pooled = _step(7, "global pool", run_as_global_pool, model, inferred, target)
     classes = _step(8, "classify", classify, model, options, lists, table)
     classes = _step(9, "pin statistics", pin_norm_statistics, classes, norms, options.level)
+    groups = _step(9, "QDQ groups", keep_qdq_groups, model, classes)
+    classes = groups.classes
     plan = _step(10, "assign", assign, model, classes, shapes, options, low_io)
     rewritten = _step(
         11, "rewrite", rewrite, model, plan, prepared.names,
@@ -126,7 +140,8 @@ def run(model: ir.Model, options: ConvertOptions) -> ConversionReport:
     report.initializers_converted = rewritten.initializers_converted
     report.initializers_kept = rewritten.initializers_kept
     report.folds = list(folded.records)
-    report.rewrites = [*norms.notes, *pooled.notes]
+    report.rewrites = [*norms.notes, *pooled.notes, *_upgrade_notes(upgraded)]
+    report.warnings.extend(_qdq_warnings(groups, options))
     report.limits = list(limits)
     _describe_target(report, model, table)
     report.casts_after = count_casts(model)
@@ -136,11 +151,68 @@ def run(model: ir.Model, options: ConvertOptions) -> ConversionReport:
         "result": model_traffic(model, shapes),
         "all_low": before.all_low,
     }
+    excess = excess_warning(
+        before.original, report.traffic["result"], report.casts, _fp32_causes(plan)
+    )
+    if excess is not None:
+        report.warnings.append(excess)
     report.traffic_dims = dict(shapes.dims)
     report.traffic_estimated = shapes.estimated
     model.metadata_props[STAMP_KEY] = options.stamp()
     model.metadata_props[METADATA_KEY] = report.value_map.to_metadata()
     return report
+
+
+def _upgrade(model: ir.Model, options: ConvertOptions, names: UniqueNames) -> UpgradeResult | None:
+    """--opset-upgrade on a model with Q/DQ nodes (the only models it helps); else nothing."""
+    if not options.opset_upgrade or not has_qdq(model):
+        return None
+    return upgrade_opset(model, names)
+
+
+def _upgrade_notes(upgraded: UpgradeResult | None) -> list[FoldNote]:
+    if upgraded is None or not upgraded.upgraded:
+        return []
+    detail = (
+        f"QuantizeLinear/DequantizeLinear take low-precision scales; IR version "
+        f"{upgraded.from_ir} -> {upgraded.to_ir}"
+    )
+    notes = [
+        FoldNote("model", f"opset {upgraded.from_opset}", f"to opset {upgraded.to_opset}", detail)
+    ]
+    for edit in upgraded.edits:
+        notes.append(FoldNote(edit.split(":")[0], "opset-19 form", "same meaning", edit))
+    return notes
+
+
+def _qdq_warnings(groups: QdqGroups, options: ConvertOptions) -> list[str]:
+    """Why ops between Q/DQ nodes kept FP32, and how to lower them."""
+    if not groups.pinned:
+        return []
+    line = (
+        f"{groups.pinned} op(s) next to FP32 QuantizeLinear/DequantizeLinear nodes keep FP32 (a "
+        "Cast between them would split the DQ -> op -> Q groups ORT and TensorRT fuse)"
+    )
+    if groups.below_19 and not options.opset_upgrade:
+        line += (
+            f": below opset 19 a Q/DQ scale must be FP32 (the model is at opset "
+            f"{groups.opset}); --opset-upgrade moves it to opset 19, where the groups go low"
+        )
+    elif groups.cause:
+        line += f"; a Q/DQ keeps FP32 for: {groups.cause}"
+    return [line]
+
+
+def _fp32_causes(plan: PrecisionPlan) -> list[str]:
+    """For each float node kept FP32, who decided it (its first reason's source)."""
+    causes = []
+    for node in plan.nodes:
+        p = plan.placement(node)
+        if p is None or p.op_class == NodeClass.NONE or p.precision != Precision.FP32:
+            continue
+        if p.reasons:
+            causes.append(p.reasons[0].source or p.reasons[0].kind.value)
+    return causes
 
 
 def _step(number: int, name: str, func: Callable[..., _R], *args: object, **kwargs: object) -> _R:

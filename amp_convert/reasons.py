@@ -32,6 +32,7 @@ class ReasonKind(str, enum.Enum):
     DENY_REACH = "deny_reach"  # reads a value a DENY node produced
     NEIGHBOUR = "neighbour"  # low only between low neighbours, and one is FP32
     PLACEMENT = "placement"  # the min-cut moved the node
+    QDQ = "qdq"  # next to an FP32 Q/DQ: a Cast would split the DQ -> op -> Q group
     NORM_STATISTICS = "norm_statistics"  # statistics of a hand-written norm: FP32 (stash_type=1)
 
 

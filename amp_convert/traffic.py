@@ -12,6 +12,8 @@ symbolic rules and, for what stays unknown, the size of its producer's inputs.
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import onnx_ir as ir
@@ -26,6 +28,7 @@ __all__ = [
     "ShapeBook",
     "Traffic",
     "cast_notes",
+    "excess_warning",
     "measure_original",
     "model_traffic",
 ]
@@ -83,6 +86,30 @@ def cast_notes(model: ir.Model, shapes: ShapeBook) -> list[CastNote]:
         moved *= shapes.runs(node.graph)  # a Cast in a Loop body runs once per trip
         notes.append(CastNote(source.name or "", to.name, int(moved)))
     return sorted(notes, key=lambda n: -n.bytes)
+
+
+def excess_warning(
+    original: int, result: int, casts: Sequence[CastNote], fp32_causes: Sequence[str]
+) -> str | None:
+    """A warning naming why the result moves more bytes than the original, or None if it doesn't.
+
+    A conversion exists to move fewer bytes; where the estimate says otherwise (Casts around ops
+    kept FP32 that cost more than the low ops save) the user is told, with the Casts' share and
+    the commonest reason nodes kept FP32 (`fp32_causes`: one entry per FP32 node).
+    """
+    if not original or result <= original:
+        return None
+    moved = sum(c.bytes for c in casts)
+    line = (
+        f"the result moves more bytes per inference than the original (traffic estimate "
+        f"{result / original:.2f}x): {len(casts)} Cast(s) move {moved / 1e6:.2f} MB of them"
+    )
+    if casts:
+        line += f" (largest: {casts[0].tensor} to {casts[0].to})"
+    if fp32_causes:
+        cause, n = Counter(fp32_causes).most_common(1)[0]
+        line += f"; {n} node(s) kept FP32 by {cause}"
+    return line
 
 
 def model_traffic(

@@ -74,7 +74,8 @@ def cuda_unavailable_reason() -> str | None:
 def make_variant(variant: str, src: Path, folder: Path, *, target: str) -> Path:
     """The ``variant`` of the FP32 model ``src`` as a file in ``folder`` (FP32: ``src`` itself).
 
-    O1/O2/O3: ``amp_convert.convert_file`` (weights streamed, external data kept).
+    O1/O2/O3: ``amp_convert.convert_file`` (weights streamed, external data kept); ``O2+upgrade``:
+    the same with ``opset_upgrade=True`` (a QDQ model moved to opset 19).
     OCC: onnxconverter-common's ``float16.convert_float_to_float16(model, keep_io_types=True)``;
     its exceptions propagate, for the caller to report.
     """
@@ -96,7 +97,9 @@ def make_variant(variant: str, src: Path, folder: Path, *, target: str) -> Path:
             size_threshold=1024,
         )
     else:
-        amp_convert.convert_file(src, dst, level=variant, target=target, force=True)
+        level, _, extra = variant.partition("+")
+        upgrade = {"opset_upgrade": True} if extra == "upgrade" else {}
+        amp_convert.convert_file(src, dst, level=level, target=target, force=True, **upgrade)
     return dst
 
 

@@ -2,7 +2,8 @@
 
     python bench/pipelines.py [--layers 2 --hidden 64] [--steps 8] [--json FILE]
 
-Per model (fused ORT graphs and optimum-style decoders, all built in code under models/) and per
+Per model (fused ORT graphs, optimum-style decoders and a quantize_static QDQ encoder, all built in
+code under models/; the QDQ one also with ``--opset-upgrade``) and per
 tool, side by side in one run: amp-convert ``convert(level="O2")``, ONNX Runtime's
 ``onnxruntime.transformers.float16.convert_float_to_float16(keep_io_types=True)`` and
 onnxconverter-common's ``float16.convert_float_to_float16(keep_io_types=True)``:
@@ -51,6 +52,7 @@ from models.fused import (  # noqa: E402
     genai_llama,
     ort_optimized_bert,
 )
+from models.qdq import qdq_encoder  # noqa: E402
 
 Tool = Callable[[onnx.ModelProto], tuple[onnx.ModelProto, Any]]
 
@@ -123,11 +125,18 @@ def occ_fp16(model: onnx.ModelProto) -> tuple[onnx.ModelProto, Any]:
     return _toposorted(out), None
 
 
+def amp_o2_upgrade(model: onnx.ModelProto) -> tuple[onnx.ModelProto, Any]:
+    """amp-convert O2 with --opset-upgrade (QDQ models: Q/DQ take FP16 scales at opset 19)."""
+    return convert(model, level="O2", opset_upgrade=True, return_report=True)
+
+
 TOOLS: dict[str, Tool] = {
     "amp O2": amp_o2,
     "ORT float16": ort_fp16,
     "onnxconverter-common": occ_fp16,
 }
+#: for QDQ models, amp-convert with and without the opset upgrade
+QDQ_TOOLS: dict[str, Tool] = {"amp O2 --opset-upgrade": amp_o2_upgrade, **TOOLS}
 
 
 def casts(model: onnx.ModelProto) -> int:
@@ -162,12 +171,17 @@ def _first_line(e: BaseException) -> str:
 
 
 def measure(
-    name: str, model: onnx.ModelProto, dims: dict[str, int], steps: int, decoder: bool
+    name: str,
+    model: onnx.ModelProto,
+    dims: dict[str, int],
+    steps: int,
+    decoder: bool,
+    tools: dict[str, Tool] = TOOLS,
 ) -> list[dict[str, Any]]:
     """One row per tool, after the FP32 model's own row."""
     rows = []
     amp_dims: dict[str, int] = {}  # amp's report says which dims its traffic figure took
-    for tool, fn in TOOLS.items():
+    for tool, fn in tools.items():
         row: dict[str, Any] = {"model": name, "tool": tool}
         rows.append(row)
         try:
@@ -238,6 +252,7 @@ def models(layers: int, hidden: int, heads: int) -> list[tuple[str, onnx.ModelPr
          True),
         ("decoder_model_merged", decoder_model_merged(layers=layers, hidden=hidden, heads=heads),
          {}, True),
+        ("qdq_encoder (quantize_static)", qdq_encoder(hidden=hidden, ffn=4 * hidden), {}, False),
     ]  # fmt: skip
 
 
@@ -284,7 +299,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.only and name not in args.only:
             continue
         print(f"measuring {name} ...", file=sys.stderr)
-        rows += measure(name, model, dims, args.steps, decoder)
+        tools = QDQ_TOOLS if name.startswith("qdq") else TOOLS
+        rows += measure(name, model, dims, args.steps, decoder, tools)
     print(table(rows, args.steps))
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))

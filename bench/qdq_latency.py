@@ -2,8 +2,9 @@
 
 A ResNet-50 (gpu_bench's, BatchNormalization in the graph) is quantized by ORT's own
 ``quantize_static`` (QDQ format, opset 17, MinMax calibration on a few seeded images), then
-converted by amp-convert at O2. Each variant is timed with gpu_bench's I/O-bound runner at a
-GPU-bound batch, with its error against the FP32 model (TF32 off) and its CPU-placed nodes.
+converted by amp-convert at O2, without and with ``--opset-upgrade`` (opset 19, FP16 scales).
+Each variant is timed with gpu_bench's I/O-bound runner at a GPU-bound batch, with its error
+against the FP32 model (TF32 off) and its CPU-placed nodes.
 
     PYTHONPATH=. python bench/qdq_latency.py --batch 64 --runs 30
 """
@@ -67,12 +68,15 @@ def main(argv: list[str] | None = None) -> int:
                                         target="ort-cuda", runs=args.runs, warmup=args.warmup)),
             ("QDQ O2", convert_and_measure("O2", qdq, folder, feeds, ref, provider=args.provider,
                                            target="ort-cuda", runs=args.runs, warmup=args.warmup)),
+            ("QDQ O2+up", convert_and_measure("O2+upgrade", qdq, folder, feeds, ref,
+                                              provider=args.provider, target="ort-cuda",
+                                              runs=args.runs, warmup=args.warmup)),
         ]  # fmt: skip
     print(f"ResNet-50 b{args.batch} on {args.provider}")
     for name, m in rows:
         cpu = m.placement.cpu_nodes if m.placement else None
         print(
-            f"{name:8s} median {m.median_ms} ms  rel {m.worst_rel}  cos {m.worst_cosine}  "
+            f"{name:9s} median {m.median_ms} ms  rel {m.worst_rel}  cos {m.worst_cosine}  "
             f"cpu nodes {cpu}  error {m.error}"
         )
     return 0

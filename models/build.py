@@ -25,6 +25,7 @@ from models.decoders import ALL_DECODERS
 from models.exporters import ALL_EXPORTERS
 from models.focused import ALL_FOCUSED
 from models.fused import ALL_FUSED
+from models.qdq import ALL_QDQ
 from models.vision import ALL_VISION
 
 #: Small variants committed to the repository for README's first-use line (< 300 KB each).
@@ -44,6 +45,7 @@ BUILDERS: dict[str, Callable[[], onnx.ModelProto]] = {
     **ALL_FUSED,
     **ALL_VISION,
     **ALL_EXPORTERS,
+    **ALL_QDQ,
     **SAMPLES,
 }
 

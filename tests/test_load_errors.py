@@ -266,6 +266,9 @@ def test_empty_model_path() -> None:
         amp_convert.convert_file(None)  # type: ignore[arg-type]
 
 
+MORE_BYTES = "the result moves more bytes per inference than the original"
+
+
 def test_strict_check_does_not_depend_on_the_working_directory(tmp_path: Path, monkeypatch) -> None:
     """Small external tensors are resolved against the model's folder, wherever we run from."""
     folder = tmp_path / "model"
@@ -279,9 +282,14 @@ def test_strict_check_does_not_depend_on_the_working_directory(tmp_path: Path, m
     for cwd in (folder, elsewhere):
         monkeypatch.chdir(cwd)
         reports[cwd] = amp_convert.convert_file(path, tmp_path / f"{cwd.name}.onnx")
-        assert reports[cwd].warnings == [], reports[cwd].warnings
+        # this 2x8 MatMul moves more bytes low than FP32 (its two Casts): that warning is due
+        warnings = [w for w in reports[cwd].warnings if not w.startswith(MORE_BYTES)]
+        assert warnings == [], reports[cwd].warnings
         result = invoke(path, "-o", tmp_path / f"{cwd.name}.cli.onnx")
-        assert result.exit_code == 0 and "warning" not in result.output, result.output
+        lines = [
+            x for x in result.output.splitlines() if not x.startswith(f"warning: {MORE_BYTES}")
+        ]
+        assert result.exit_code == 0 and "warning" not in "\n".join(lines), result.output
     assert sorted(os.listdir(tmp_path)) == [
         "elsewhere", "elsewhere.cli.onnx", "elsewhere.onnx", "model", "model.cli.onnx", "model.onnx"
     ]  # fmt: skip

@@ -36,8 +36,9 @@ def test_every_step_and_decision_is_logged(caplog) -> None:
     steps = [r.getMessage() for r in caplog.records if r.name == "amp_convert.pipeline"]
     names = [m.split(": ", 1)[1] for m in steps if " -> " not in m]
     assert names == [
-        "prepare", "analyse", "infer dtypes", "measure", "fold BN", "hand norms", "global pool",
-        "classify", "pin statistics", "assign", "rewrite", "cleanup", "verify",
+        "prepare", "opset upgrade", "analyse", "infer dtypes", "measure", "fold BN", "hand norms",
+        "global pool", "classify", "pin statistics", "QDQ groups", "assign", "rewrite", "cleanup",
+        "verify",
     ]  # fmt: skip
     assert any(m.startswith("step 10: assign -> PrecisionPlan: ") for m in steps)
     decisions = [r.getMessage() for r in caplog.records if r.name == "amp_convert.passes.assign"]

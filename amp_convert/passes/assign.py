@@ -22,6 +22,7 @@ from amp_convert.passes.boundaries import find_boundaries
 from amp_convert.passes.mincut import INF, FlowNetwork
 from amp_convert.passes.plan import FP32, LOW, Classes, ClassInfo, Placement, PrecisionPlan
 from amp_convert.precision import NodeClass, Precision, constant_tensor, is_float_tensor
+from amp_convert.qdq_rules import is_qdq, is_scale_slot, scale_refusal
 from amp_convert.reasons import Reason, ReasonKind
 from amp_convert.report import TensorNote
 from amp_convert.tensors import read, release
@@ -77,6 +78,7 @@ def assign(
         low_io=low_io,
     )
     _range_limits(draft, drafts, nodes, weights)
+    _whole_qdq_groups(drafts, nodes)
     level = options.level
     for node in nodes:
         d = drafts[node]
@@ -141,7 +143,10 @@ def _range_limits(
             if value is None or tensor is None or not is_float_tensor(value):
                 continue
             if id(value) not in refused:
-                refused[id(value)] = _refusal(weights, value, tensor, plan.low)
+                if is_scale_slot(node, i):  # judged by its effect on what it scales
+                    refused[id(value)] = _scale_refusal(weights, value, tensor, plan.low)
+                else:
+                    refused[id(value)] = _refusal(weights, value, tensor, plan.low)
             why = refused[id(value)]
             if why is not None:
                 d.info = d.info.pinned(Reason(K.RANGE, "range", f"input {value.name!r} {why}"))
@@ -163,6 +168,60 @@ def _refusal(
         )
         return verdict.detail
     return None
+
+
+def _whole_qdq_groups(drafts: dict[ir.Node, _Draft], nodes: list[ir.Node]) -> None:
+    """A Q/DQ whose scale keeps FP32 keeps its whole DQ -> op -> Q group FP32 with it.
+
+    A group is what ORT and TensorRT fuse: the DQs an op reads, the op, and the Qs it feeds
+    (joined through shared DQs); a Cast anywhere inside it would split it (passes/qdq.py).
+    """
+    parent: dict[ir.Node, ir.Node] = {}
+
+    def find(n: ir.Node) -> ir.Node:
+        while parent.setdefault(n, n) is not n:
+            parent[n] = parent[parent[n]]
+            n = parent[n]
+        return n
+
+    for node in nodes:
+        if not is_qdq(node):
+            continue
+        x = node.inputs[0] if node.inputs else None
+        if node.op_type == "DequantizeLinear":
+            linked = [u.node for u in node.outputs[0].uses()]
+        else:
+            linked = [p] if x is not None and (p := x.producer()) is not None else []
+        for other in linked:
+            if other in drafts:
+                parent[find(node)] = find(other)
+    culprits = {
+        find(n): n
+        for n in parent
+        if is_qdq(n) and drafts[n].info.reasons and drafts[n].info.reasons[0].kind == K.RANGE
+    }
+    for node in parent:
+        culprit = culprits.get(find(node))
+        d = drafts[node]
+        if culprit is None or node is culprit or not d.info.candidate or d.info.user:
+            continue
+        detail = (
+            f"in the QDQ group of {culprit.name!r}, whose scale keeps FP32: a Cast inside the "
+            "group would split the DQ -> op -> Q fusion"
+        )
+        d.info = d.info.pinned(Reason(K.QDQ, "QDQ group", detail))
+
+
+def _scale_refusal(
+    weights: _Weights, value: ir.Value, tensor: ir.TensorProtocol, low: ir.DataType
+) -> str | None:
+    """A Q/DQ scale: passes/qdq.py's rule (relative rounding error), noted where it refuses."""
+    why = scale_refusal(read(tensor), low)
+    release(tensor)
+    if why is not None:
+        detail = f"{why}; its readers stay FP32"
+        weights.notes.append(TensorNote(value.name or "", "kept FP32", detail))
+    return why
 
 
 def _data_source(drafts: dict[ir.Node, _Draft], value: ir.Value | None) -> ir.Value | None:

@@ -30,6 +30,7 @@ from amp_convert.options import ConvertOptions
 from amp_convert.passes import angles
 from amp_convert.passes.plan import Classes, ClassInfo, LoweredAs
 from amp_convert.precision import CONTROL_FLOW, NodeClass, constant_tensor, has_stash_type
+from amp_convert.qdq_rules import QDQ_OPS
 from amp_convert.reasons import Reason, ReasonKind
 from amp_convert.targets import KernelTable
 from amp_convert.targets.accumulation import fp32_accumulating
@@ -221,6 +222,14 @@ def _fit_kernels(
     problem = refusal(info.low_inputs)
     if problem is None:
         return info
+    if node.op_type in QDQ_OPS and domains.is_default(node.domain):
+        as_is = table.accepts(
+            node.op_type, node.domain, opset, _proposed(node.inputs, frozenset(), low),
+            _proposed(node.outputs, frozenset(), low),
+        )  # fmt: skip
+        if as_is is not None:  # e.g. an int32 bias DQ on CUDA: the fallback provider runs it
+            kept = f"no {table.name} kernel in FP32 either ({as_is}): its group's types kept"
+            return info.noted(Reason(K.TARGET, f"target {table.name}", kept))
     if node.op_type == "Clip" and _clip_as_min_max(node, table, low, opset):
         note = Reason(K.LOWERED_AS, "", f"runs as Min/Max when low ({problem})")
         return dataclasses.replace(info.noted(note), lowered_as=LoweredAs.MIN_MAX)

@@ -1,0 +1,44 @@
+"""amp-convert as an onnx-ir pass, for pipelines built on onnx-ir's PassManager.
+
+Exporters (torch.onnx's dynamo path, ORT GenAI's builder) and the onnxscript optimizer compose
+``onnx_ir.passes`` passes; ``MixedPrecisionPass`` lets the conversion sit among them::
+
+    import onnx_ir as ir
+    from amp_convert import MixedPrecisionPass
+
+    passes = ir.passes.PassManager([MixedPrecisionPass(level="O2")])
+    result = passes(ir.load("model.onnx"))
+
+The conversion runs in place (``convert_ir``); the pass keeps the last ``ConversionReport`` as
+``report``. ``modified`` is honest: False for O0 and for a model this conversion already produced
+(a second run of the same pass), True otherwise. Options are ``ConvertOptions`` or its fields as
+keywords, checked when the pass is built, so a misspelt option fails before any model is touched.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import onnx_ir as ir
+
+from amp_convert.api import convert_ir
+from amp_convert.errors import OptionError
+from amp_convert.options import ConvertOptions, Level, make_options
+from amp_convert.report import ConversionReport
+
+
+class MixedPrecisionPass(ir.passes.InPlacePass):
+    """Convert the model to mixed precision in place; the report is kept in ``self.report``."""
+
+    def __init__(self, options: ConvertOptions | None = None, **kwargs: Any) -> None:
+        super().__init__()
+        if options is not None and kwargs:
+            raise OptionError("MixedPrecisionPass: give options or keyword options, not both")
+        self.options = options if options is not None else make_options(**kwargs)
+        self.report: ConversionReport | None = None
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        report = convert_ir(model, self.options)
+        self.report = report
+        modified = self.options.level != Level.O0 and not report.already_converted
+        return ir.passes.PassResult(model, modified)

@@ -1,0 +1,207 @@
+"""amp-convert as an Olive pass (``AmpConvert``), for workflows that ONNX Runtime's docs point to.
+
+Olive's own FP16 passes wrap ORT's ``float16.py`` (weights clamped to 1e4, block lists by op and
+node name); none is driven by accuracy. This pass runs amp-convert's conversion, or ``--auto`` when
+the workflow gives a ``data_config`` and ``auto`` is set (its batches become the calibration
+samples). Olive finds it through the package config shipped next to this module
+(``olive_package_config.json``, ``olive run --package-config``); the accelerator's execution
+provider picks the target (CUDA -> ``ort-cuda``, CPU -> ``ort-cpu``; others are refused with one
+line until a target exists for them). The model is written through Olive's own external-data
+helper, and the report as ``amp_report.json`` in the model's folder (Olive carries it along).
+
+Imported by Olive only: ``import amp_convert`` never loads Olive.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from olive.data.config import DataConfig
+from olive.hardware.accelerator import AcceleratorSpec
+from olive.model import ONNXModelHandler
+from olive.model.utils import resolve_onnx_path
+from olive.passes import Pass
+from olive.passes.onnx.common import get_external_data_config, ir_model_to_olive_model
+from olive.passes.pass_config import BasePassConfig, PassConfigParam
+from olive.resource_path import LocalFolder
+from olive.search.search_parameter import Categorical
+
+from amp_convert import io
+from amp_convert.api import convert_ir
+from amp_convert.errors import AmpConvertError, OptionError
+from amp_convert.options import make_options
+from amp_convert.report_base import Report
+
+#: Olive execution provider -> amp-convert target
+EP_TARGETS = {"CUDAExecutionProvider": "ort-cuda", "CPUExecutionProvider": "ort-cpu"}
+#: the conversion options the pass mirrors (ConvertOptions' fields)
+OPTION_KEYS = ("level", "dtype", "keep_io_types", "low_io", "fp32_ops", "fp16_ops", "exclude_nodes")
+REPORT_NAME = "amp_report.json"
+
+
+class OliveOptionError(OptionError, ValueError):
+    """A bad pass option, raised as ValueError too: Olive lets ValueError through as a user error
+    (anything else it logs and swallows, ending the workflow with no output and no message)."""
+
+
+class OliveConversionError(AmpConvertError, ValueError):
+    """Any other amp-convert error (bad input model, unwritable output), let through likewise."""
+
+
+def target_for(accelerator: AcceleratorSpec | None, configured: str | None) -> str:
+    """The configured target, else the one the accelerator's execution provider implies."""
+    if configured:
+        return configured
+    provider = getattr(accelerator, "execution_provider", None) or "CPUExecutionProvider"
+    target = EP_TARGETS.get(str(provider))
+    if target is None:
+        known = ", ".join(f"{ep} -> {t}" for ep, t in EP_TARGETS.items())
+        raise OptionError(f"AmpConvert: no amp-convert target for {provider} (known: {known})")
+    return target
+
+
+def _option_values(config: BasePassConfig, target: str) -> dict[str, Any]:
+    values = {key: getattr(config, key) for key in OPTION_KEYS if getattr(config, key) is not None}
+    return {**values, "target": target}
+
+
+def _array(value: Any) -> np.ndarray:
+    """A batch entry as NumPy (torch tensors through .numpy())."""
+    return np.asarray(value.numpy() if hasattr(value, "numpy") else value)
+
+
+def _samples(config: BasePassConfig) -> list[dict[str, np.ndarray]]:
+    """The data config's batches as {input name: array} samples for --auto."""
+    from olive.common.config_utils import validate_config
+
+    data_config = validate_config(config.data_config, DataConfig)
+    loader = data_config.to_data_container().create_dataloader()
+    samples = []
+    for batch in loader:
+        feeds = batch[0] if isinstance(batch, tuple | list) else batch
+        samples.append(
+            {k: np.asarray(getattr(v, "numpy", lambda v=v: v)()) for k, v in feeds.items()}
+        )
+        if len(samples) >= config.auto_samples:
+            break
+    return samples
+
+
+class AmpConvert(Pass):
+    """Mixed precision (FP16/BF16) by amp-convert: casts by bytes, FP32 only where it matters."""
+
+    @classmethod
+    def _default_config(cls, accelerator_spec: AcceleratorSpec) -> dict[str, PassConfigParam]:
+        config = {
+            "level": PassConfigParam(
+                type_=str,
+                default_value="O2",
+                search_defaults=Categorical(["O1", "O2", "O3"]),
+                description="O1 allow-list ops only, O2 all but the deny list, O3 all the target "
+                "can run low (amp-convert --level).",
+            ),
+            "dtype": PassConfigParam(
+                type_=str,
+                default_value="fp16",
+                search_defaults=Categorical(["fp16", "bf16"]),
+                description="Low-precision type: fp16 or bf16.",
+            ),
+            "target": PassConfigParam(
+                type_=str,
+                default_value=None,
+                description="ort-cuda, ort-cpu or none; default: from the accelerator's execution "
+                "provider (CUDA -> ort-cuda, CPU -> ort-cpu).",
+            ),
+            "keep_io_types": PassConfigParam(
+                type_=bool, default_value=None, description="Keep FP32 model inputs/outputs."
+            ),
+            "low_io": PassConfigParam(
+                type_=list[str],
+                default_value=None,
+                description="Regexes of inputs/outputs made low with keep_io_types (KV caches).",
+            ),
+            "fp32_ops": PassConfigParam(
+                type_=list[str], default_value=None, description="Op types kept FP32."
+            ),
+            "fp16_ops": PassConfigParam(
+                type_=list[str], default_value=None, description="Op types run in low precision."
+            ),
+            "exclude_nodes": PassConfigParam(
+                type_=list[str], default_value=None, description="Regexes of node names kept FP32."
+            ),
+            "auto": PassConfigParam(
+                type_=bool,
+                default_value=False,
+                description="Accuracy-driven search (amp-convert --auto) on data_config's batches.",
+            ),
+            "data_config": PassConfigParam(
+                type_=DataConfig | dict,
+                default_value=None,
+                description="Olive data config whose batches calibrate auto (required with auto).",
+            ),
+            "auto_samples": PassConfigParam(
+                type_=int, default_value=8, description="Batches of data_config used by auto."
+            ),
+            "min_cosine": PassConfigParam(
+                type_=float,
+                default_value=None,
+                description="auto's threshold (default 0.999, as amp-convert --auto).",
+            ),
+        }
+        config.update(get_external_data_config())
+        return config
+
+    def _run_for_config(
+        self, model: ONNXModelHandler, config: type[BasePassConfig], output_model_path: str
+    ) -> ONNXModelHandler:
+        try:
+            return self._convert(model, config, output_model_path)
+        except OptionError as e:
+            raise OliveOptionError(str(e)) from None
+        except AmpConvertError as e:
+            raise OliveConversionError(str(e)) from None
+
+    def _convert(
+        self, model: ONNXModelHandler, config: type[BasePassConfig], output_model_path: str
+    ) -> ONNXModelHandler:
+        target = target_for(getattr(self, "accelerator_spec", None), config.target)
+        values = _option_values(config, target)
+        output = Path(resolve_onnx_path(output_model_path, Path(model.model_path).name))
+        work = io.load_model(Path(model.model_path))
+        report: Report
+        if config.auto:
+            if not config.data_config:
+                raise OptionError("AmpConvert: auto needs a data_config (its batches calibrate it)")
+            from amp_convert.auto import auto_convert
+
+            thresholds = {"min_cosine": config.min_cosine} if config.min_cosine else {}
+            work, report = auto_convert(work, inputs=_samples(config), **thresholds, **values)
+        else:
+            report = convert_ir(work, make_options(**values))
+        ir_model_to_olive_model(work, output, config)
+        report.to_json(output.with_name(REPORT_NAME))
+        # a folder, so that Olive carries the report (and any data file) with the model
+        folder = LocalFolder({"path": output.parent})
+        return ONNXModelHandler(model_path=folder, onnx_file_name=output.name)
+
+
+PACKAGE_CONFIG = Path(__file__).with_name("olive_package_config.json")
+
+
+def merged_package_config(path: str | Path) -> Path:
+    """Write Olive's own package config plus AmpConvert to ``path``.
+
+    ``olive run --package-config`` replaces Olive's pass list; a workflow that mixes Olive's passes
+    with AmpConvert takes this merged file instead of ``PACKAGE_CONFIG``.
+    """
+    import json
+
+    from olive.package_config import OlivePackageConfig
+
+    merged = json.loads(Path(OlivePackageConfig.get_default_config_path()).read_text())
+    merged["passes"].update(json.loads(PACKAGE_CONFIG.read_text())["passes"])
+    out = Path(path)
+    out.write_text(json.dumps(merged, indent=2))
+    return out
