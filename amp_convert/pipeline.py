@@ -18,6 +18,7 @@ explicitly; no step reads another step's object, and every graph edit happens in
    11. rewrite         passes/rewrite.py       -> RewriteResult
    12. cleanup         passes/cleanup.py       -> CleanupResult
    13. verify          passes/verify.py        -> Verified (or VerificationError: never written)
+       kernel limits   passes/kernel_limits.py -> LimitNotes (low nodes that rely on a held sum)
    14. report          report.py               -> ConversionReport (and the ValueMap, built from
                                                    the records of steps 5, 6, 11 and 12)
 
@@ -54,6 +55,7 @@ from amp_convert.passes.fold_bn import fold_batch_norm
 from amp_convert.passes.global_pool import run_as_global_pool
 from amp_convert.passes.hand_norms import pin_norm_statistics, rewrite_hand_norms
 from amp_convert.passes.infer_dtypes import infer_dtypes
+from amp_convert.passes.kernel_limits import kernel_limits
 from amp_convert.passes.opset_upgrade import UpgradeResult, upgrade_opset
 from amp_convert.passes.plan import PrecisionPlan
 from amp_convert.passes.prepare import prepare
@@ -127,6 +129,7 @@ def run(model: ir.Model, options: ConvertOptions) -> ConversionReport:
     )  # fmt: skip
     cleaned = _step(12, "cleanup", cleanup, model)
     _step(13, "verify", _verify, model, strict_error)
+    limits = kernel_limits(model, target, shapes)
 
     if prepared.promoted:
         report.warnings.append(
@@ -148,6 +151,7 @@ def run(model: ir.Model, options: ConvertOptions) -> ConversionReport:
     report.folds = list(folded.records)
     report.rewrites = [*norms.notes, *pooled.notes, *_upgrade_notes(upgraded)]
     report.warnings.extend(_qdq_warnings(groups, options))
+    report.limits = list(limits)
     _describe_target(report, model, target)
     report.casts_after = count_casts(model)
     report.casts = cast_notes(model, shapes)

@@ -59,6 +59,30 @@ class FoldNote:
     detail: str
 
 
+_LOW_MAX = {"float16": 65504.0, "bfloat16": 3.3895e38}
+
+
+@dataclass
+class LimitNote:
+    """A low node whose kernel holds a sum in the low type (targets/accumulation.py): it is right
+    exactly while `limit` holds for the data (passes/kernel_limits.py)."""
+
+    node: str
+    op_type: str
+    dtype: str
+    #: how many values each output element sums (None where the shapes do not say)
+    count: int | None
+    limit: str
+    source: str
+
+    def text(self) -> str:
+        over = ""
+        if self.count:
+            bound = _LOW_MAX.get(self.dtype, 65504.0) / self.count
+            over = f"; over {self.count} values: |mean| <= {bound:.4g}"
+        return f"{self.op_type} {self.node!r} ({self.dtype}): {self.limit}{over} [{self.source}]"
+
+
 @dataclass
 class ConversionReport(Report, tool="amp-convert", schema_version=SCHEMA_VERSION):
     """Summary and per-node decisions of one conversion (serialisable with to_dict/to_json)."""
@@ -94,6 +118,8 @@ class ConversionReport(Report, tool="amp-convert", schema_version=SCHEMA_VERSION
     value_map: ValueMap = field(default_factory=ValueMap)
     #: model inputs/outputs made low precision by --low-io (despite keep_io_types)
     low_io: list[str] = field(default_factory=list)
+    #: low nodes whose kernel holds a sum in the low type: right only while the limit holds
+    limits: list[LimitNote] = field(default_factory=list)
 
     @property
     def casts_inserted(self) -> int:
@@ -159,6 +185,7 @@ class ConversionReport(Report, tool="amp-convert", schema_version=SCHEMA_VERSION
         for note in self.tensors:
             if note.action != "converted":
                 lines.append(f"note: {note.name}: {note.action} ({note.detail})")
+        lines.extend(f"kernel limit: {note.text()}" for note in self.limits)
         lines.extend(f"warning: {w}" for w in self.warnings)
         return "\n".join(lines)
 

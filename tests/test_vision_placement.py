@@ -20,7 +20,7 @@ from amp_convert.passes.infer_dtypes import infer_dtypes
 from amp_convert.targets import build_target
 from amp_convert.targets.accumulation import fp32_accumulating
 from models.vision import ARCHS, PAIRS, se_cnn
-from tests.helpers import casts, op_counts, run
+from tests.helpers import casts, check_onnx, op_counts, run
 
 
 def _convert(model: onnx.ModelProto, level: str = "O2", **kw):
@@ -42,7 +42,7 @@ def test_o2_is_as_lean_as_all_low(arch: str, style: str) -> None:
     model = se_cnn(arch, style)
     interfaces = len(model.graph.input) + len(model.graph.output)
     out, report = _convert(model)
-    onnx.checker.check_model(out, full_check=True)
+    check_onnx(out)  # torchscript's LayerNorms below opset 17 run as ORT's LayerNormalization-1
     # onnxconverter-common with keep_io_types adds one Cast per float interface: + 2 allowed
     assert casts(out) - casts(model) <= interfaces + 2, report.summary()
     _, o3 = _convert(model, "O3")

@@ -280,6 +280,13 @@ def _refine_deny(node: ir.Node, info: ClassInfo, has_stash: bool, target: Target
       InstanceNormalization on ORT CUDA: the target's accumulation facts cite the kernels):
       between low neighbours the casts around them only move bytes; next to an FP32 neighbour
       they keep FP32 (assign).
+
+    ReduceMean is not refined: ORT CUDA holds its sum in the FP16 output before dividing (the
+    accumulation table; Inf once the sum passes 65504, e.g. a mean of 16 over 4096 values, which
+    a LayerNorm's or a pooling's inputs reach without any outlier), and the converter sees no
+    data. It keeps the deny rule (FP32 at O1/O2; spatial means run as GlobalAveragePool); where
+    it does go low (O3, --fp16-ops, --auto's range guard satisfied) the report names it with
+    that limit (passes/kernel_limits.py) and the emulator reproduces the overflow.
     """
     infer = NodeClass.INFER
     if has_stash:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from amp_convert.errors import TargetError
-from amp_convert.targets.accumulation import fp32_accumulating
+from amp_convert.targets.accumulation import Accumulation, fp32_accumulating, limited_row
 from amp_convert.targets.kernel_table import KernelTable, load_target
 
 
@@ -25,8 +25,9 @@ class Rewrite(enum.Enum):
 
     #: spatial ReduceMean run as GlobalAveragePool, whose kernel writes the average, not the sum
     GLOBAL_POOL = "global-pool"
-    #: a hand-written LayerNorm below opset 17 run as InstanceNormalization with FP32 statistics
-    LAYERNORM_AS_INSTANCENORM = "layernorm-as-instancenorm"
+    #: hand LayerNorm/RMSNorm below their ONNX opsets folded into the runtime's own ai.onnx
+    #: LayerNormalization-1 / SimplifiedLayerNormalization (ORT registers them for every opset)
+    RUNTIME_NORMS = "runtime-norms"
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,13 @@ class Target:
     #: op type -> the kernel source showing it accumulates in FP32 (a range-bounded output)
     accumulation: Mapping[str, str] = field(default_factory=lambda: types.MappingProxyType({}))
     rewrites: frozenset[Rewrite] = frozenset()
+    #: the accumulation table whose held-sum limits (ReduceMean's FP16 sum) a result is judged
+    #: by; the schema-only target's results most often run on ORT CUDA, so it names that one
+    held_sums: str | None = None
+
+    def held_sum(self, op: str, domain: str, dtype: str) -> Accumulation | None:
+        """The table row when the target's kernel for ``op`` holds a sum in ``dtype``."""
+        return None if self.held_sums is None else limited_row(self.held_sums, op, domain, dtype)
 
     @property
     def checks_kernels(self) -> bool:
@@ -58,21 +66,23 @@ class Target:
         return f"{self.name} (kernel table from ONNX Runtime {self.kernels.ort_version})"
 
 
-def _shipped(name: str, *rewrites: Rewrite) -> Callable[[], Target]:
+def _shipped(name: str, *rewrites: Rewrite, held_sums: str | None = None) -> Callable[[], Target]:
     """A target whose kernel table and accumulation facts ship as package data."""
 
     def build() -> Target:
         accumulation = types.MappingProxyType(dict(fp32_accumulating(name)))
-        return Target(name, load_target(name), accumulation, frozenset(rewrites))
+        return Target(name, load_target(name), accumulation, frozenset(rewrites), held_sums)
 
     return build
 
 
 #: the targets a conversion can name, in the order the command line lists them
 _BUILDERS: dict[str, Callable[[], Target]] = {
-    "ort-cuda": _shipped("ort-cuda", Rewrite.GLOBAL_POOL, Rewrite.LAYERNORM_AS_INSTANCENORM),
-    "ort-cpu": _shipped("ort-cpu"),
-    "none": _shipped("none"),
+    "ort-cuda": _shipped(
+        "ort-cuda", Rewrite.GLOBAL_POOL, Rewrite.RUNTIME_NORMS, held_sums="ort-cuda"
+    ),
+    "ort-cpu": _shipped("ort-cpu", Rewrite.RUNTIME_NORMS),
+    "none": _shipped("none", held_sums="ort-cuda"),
 }
 
 

@@ -8,8 +8,10 @@ produced, so rounding and overflow show up exactly where they would on a GPU, on
 
 What that models: a kernel with low-precision I/O that computes in FP32 and rounds its outputs
 once. That is what ORT's CUDA kernels do for FP16 I/O (Conv/MatMul accumulate in FP32, Softmax,
-LayerNormalization with ``stash_type=1`` and the reductions keep their statistics in FP32), so the
-emulated error of ``Softmax(fp16)`` equals that of ``Cast→Softmax(fp32)→Cast``.
+LayerNormalization with ``stash_type=1`` keep their statistics in FP32), so the emulated error of
+``Softmax(fp16)`` equals that of ``Cast→Softmax(fp32)→Cast``. Where the accumulation table
+(targets/ort_cuda_accumulation.json) says a kernel holds a sum in the low type (ReduceMean writes
+its sum into the FP16 output before dividing), that sum is rounded too (validation/held_sums.py).
 
 The copy is an onnx-ir model built by the converter's own layer: ``InferDtypesPass`` (ONNX
 inference on a weight-free serialisation, then schema propagation with ONNX Runtime's contrib
@@ -55,6 +57,7 @@ from amp_convert.precision import (
     UniqueNames,
     is_default_domain,
 )
+from amp_convert.validation import held_sums
 from amp_convert.validation.sparse import densified
 
 #: element type → the name the report and the input feeder use ("float16", "bfloat16")
@@ -88,6 +91,8 @@ class EmulatedModel:
     retargeted_attributes: int = 0
     #: node outputs whose element type stayed unknown (not rounded even if they were low)
     unknown_types: list[str] = field(default_factory=list)
+    #: low nodes whose kernel holds a sum in the low type, emulated so (held_sums.py)
+    held_sums: list[str] = field(default_factory=list)
 
     def summary(self) -> dict:
         """JSON-ready description for the report."""
@@ -97,6 +102,7 @@ class EmulatedModel:
             "upcast_initializers": self.upcast_initializers,
             "retargeted_attributes": self.retargeted_attributes,
             "unknown_types": list(self.unknown_types),
+            "held_sums": list(self.held_sums),
         }
 
 
@@ -289,8 +295,14 @@ class EmulatePass(ir.passes.InPlacePass):
         low = ir.Value(
             name=self.names.take(f"{name}__emu_low"), type=ir.TensorType(dtype), shape=value.shape
         )
+        held: list[ir.Node] = []
+        source = value
+        if held_sums.holds_sum(node):  # ReduceMean: the kernel writes the sum in the low type
+            held, source = held_sums.held_sum_nodes(node, value, dtype, self.names)
+            self.result.held_sums.append(str(node.name or name))
         return [
-            _cast(value, dtype, low, self.names.take(f"{name}__emu_round")),
+            *held,
+            _cast(source, dtype, low, self.names.take(f"{name}__emu_round")),
             _cast(low, FLOAT, up, self.names.take(f"{name}__emu_up")),
         ]
 
