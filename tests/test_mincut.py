@@ -242,7 +242,7 @@ def _brute_force(problem: _Problem) -> int:
     n_fixed = len(problem.fixed)
     for bits in itertools.product([False, True], repeat=problem.free):
         low: dict[int | str, bool] = {"low": True, "fp32": False}
-        low.update(problem.fixed)
+        low.update(problem.fixed.items())
         low.update({n_fixed + i: b for i, b in enumerate(bits)})
         cost = _casts(problem, low) * per_cast + _preference(problem, low)
         best = cost if best is None else min(best, cost)
