@@ -13,6 +13,10 @@ during the work cannot redirect the write; only a regular file (or nothing) is r
 * ``sigterm_cleans_up``: for the duration of a write, SIGTERM raises ``Terminated`` so the
   cleanup that runs on Ctrl-C (except/finally blocks) also runs on ``kill``; the signal is then
   delivered again to the handler that was there before (by default: the process ends).
+* ``signals_deferred``: SIGINT and SIGTERM held back for a few statements that must not be cut
+  in half (a commit, its clean-up), then delivered.
+* ``write_error``: an OSError of a write as one line, blaming the output, or the input when the
+  failing file is one the write was reading (replaced or removed by another process meanwhile).
 * ``write_bytes``: the whole of the above for a small file (reports).
 """
 
@@ -20,15 +24,16 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import secrets
 import signal
 import stat
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 
-from amp_convert.errors import OutputError
+from amp_convert.errors import AmpConvertError, InputError, OutputError
 
 try:
     import fcntl
@@ -241,6 +246,73 @@ def sigterm_cleans_up() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+@contextlib.contextmanager
+def signals_deferred() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM back inside the block; deliver them (once each) on leaving it.
+
+    For a few statements that must run whole (a rename and the state that records it). Only in
+    the main thread (Python runs handlers there); an ignored signal stays ignored.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pending: list[int] = []
+
+    def hold(signum: int, frame: object) -> None:
+        pending.append(signum)
+
+    previous = {}
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        handler = signal.getsignal(sig)
+        if handler is signal.SIG_IGN or handler is None:
+            continue
+        previous[sig] = handler
+        signal.signal(sig, hold)
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        for sig in dict.fromkeys(pending):
+            signal.raise_signal(sig)  # to the handler restored above
+
+
+#: numpy's words for a short write (ndarray.tofile): "1048576 requested and 524288 written"
+_SHORT_WRITE = re.compile(r"(\d+) requested and (\d+) written")
+
+
+def describe_os_error(e: OSError) -> str:
+    """An OSError's reason in words; a short write (no errno) says what it usually means."""
+    short = _SHORT_WRITE.search(str(e))
+    if short and not e.errno:
+        wanted, done = short.groups()
+        return (
+            f"the disk is full or a file size limit was reached (only {done} of {wanted} "
+            "bytes written)"
+        )
+    return e.strerror or str(e)
+
+
+def write_error(slot: Slot, e: OSError, ours: Collection[str | None] = ()) -> AmpConvertError:
+    """One line for an OSError raised while writing `slot`.
+
+    `ours` are the names the write creates in the slot's folder; an error on another named file
+    comes from reading (a lazily read weight of the input, replaced or removed by another
+    process meanwhile) and blames that file, not the output.
+    """
+    name = e.filename
+    if isinstance(name, str | bytes | os.PathLike) and os.fsdecode(name):
+        path = os.fsdecode(name)
+        ours_here = {n for n in ours if n} | {slot.name}
+        held = f"/proc/self/fd/{slot.dir_fd}/" if _PROC_FD else None
+        if os.path.basename(path) not in ours_here and not (held and path.startswith(held)):
+            return InputError(
+                f"{path}: cannot read: {describe_os_error(e)} (was it replaced or removed "
+                "during the run?)"
+            )
+    return OutputError(f"{slot.path}: cannot write {slot.label}: {describe_os_error(e)}")
+
+
 def write_bytes(dst: str | os.PathLike, data: bytes) -> None:
     """Write a small file atomically: temp file in the same folder, then a rename (dir_fd).
 
@@ -258,5 +330,5 @@ def write_bytes(dst: str | os.PathLike, data: bytes) -> None:
         except BaseException as e:
             unlink_quietly(tmp, slot.dir_fd)
             if isinstance(e, OSError):
-                raise OutputError(f"{slot.path}: cannot write: {e.strerror or e}") from None
+                raise write_error(slot, e, (tmp,)) from None
             raise
