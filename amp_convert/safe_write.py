@@ -32,6 +32,7 @@ import tempfile
 import threading
 from collections.abc import Collection, Iterator
 from pathlib import Path
+from typing import Any
 
 from amp_convert.errors import AmpConvertError, InputError, OutputError
 
@@ -261,7 +262,7 @@ def signals_deferred() -> Iterator[None]:
     def hold(signum: int, frame: object) -> None:
         pending.append(signum)
 
-    previous = {}
+    previous: dict[signal.Signals, Any] = {}
     for sig in (signal.SIGINT, signal.SIGTERM):
         handler = signal.getsignal(sig)
         if handler is signal.SIG_IGN or handler is None:
@@ -273,8 +274,8 @@ def signals_deferred() -> Iterator[None]:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        for sig in dict.fromkeys(pending):
-            signal.raise_signal(sig)  # to the handler restored above
+        for signum in dict.fromkeys(pending):
+            signal.raise_signal(signum)  # to the handler restored above
 
 
 #: numpy's words for a short write (ndarray.tofile): "1048576 requested and 524288 written"
