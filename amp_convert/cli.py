@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 import click
 
-from amp_convert import __version__, safe_write
+from amp_convert import __version__, safe_write, user_text
 from amp_convert.cli_paths import InputPath, OutputPath, check_needs, declared_outputs
 from amp_convert.errors import AmpConvertError, InputError
 from amp_convert.io import default_output_path
@@ -78,6 +78,10 @@ class _ConvertByDefault(click.Group):
     """
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            user_text.check_args(args)
+        except user_text.TextError as e:
+            raise click.UsageError(str(e), ctx) from None
         if args and args[0] not in self.commands and args[0] not in ("--help", "-h", "--version"):
             word = args[0]
             close = difflib.get_close_matches(word, [c for c in self.commands if c != "convert"])
@@ -100,7 +104,8 @@ class _ConvertByDefault(click.Group):
         try:
             code = super().main(args, prog_name, standalone_mode=False, **kw)
         except click.ClickException as e:
-            click.echo(f"amp-convert: error: {_one_line(e.format_message())}", err=True)
+            message = user_text.printable(_one_line(e.format_message()))
+            click.echo(f"amp-convert: error: {message}", err=True)
             sys.exit(e.exit_code)
         except (click.exceptions.Abort, KeyboardInterrupt):
             click.echo("amp-convert: interrupted", err=True)
@@ -125,10 +130,11 @@ def cli() -> None:
 def _fail(error: BaseException, verbose: bool, code: int = EXIT_ERROR) -> None:
     if verbose:
         traceback.print_exception(error)
+    text = user_text.printable(error)
     if isinstance(error, AmpConvertError):
-        click.echo(f"amp-convert: error: {error}", err=True)
+        click.echo(f"amp-convert: error: {text}", err=True)
     else:
-        click.echo(f"amp-convert: internal error: {type(error).__name__}: {error}", err=True)
+        click.echo(f"amp-convert: internal error: {type(error).__name__}: {text}", err=True)
     sys.exit(code)
 
 
@@ -202,7 +208,9 @@ def convert_command(
     **kwargs: Any,
 ) -> None:
     """Convert MODEL to mixed precision (writes MODEL.fp16.onnx unless -o is given)."""
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(message)s")
+    handler = logging.StreamHandler()
+    handler.setFormatter(user_text.PrintableFormatter("%(message)s"))  # names from the model
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, handlers=[handler])
     if verbose:  # each conversion step and node decision (pipeline.run and the passes log them)
         logging.getLogger("amp_convert").setLevel(logging.DEBUG)
     ctx = click.get_current_context()
@@ -299,11 +307,12 @@ def _run_convert(run: _Run, verbose: bool) -> int:
         if plan.get("report") is not None:
             report.to_json(plan["report"])
         if not run.quiet:
-            click.echo(f"wrote {run.output}")
-            click.echo(report.summary())
+            click.echo(user_text.printable(f"wrote {run.output}"))
+            click.echo(user_text.terminal(report.summary()))
             if verbose:
                 for n in report.nodes:
-                    click.echo(f"  {n.precision:5s} {n.op_type:22s} {n.name}: {n.reason}")
+                    line = f"  {n.precision:5s} {n.op_type:22s} {n.name}: {n.reason}"
+                    click.echo(user_text.printable(line))
         if not run.ctx.params["do_validate"]:
             return 0
         return run_cli_validation(

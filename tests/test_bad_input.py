@@ -154,3 +154,125 @@ def test_a_broken_onnxruntime_import_is_not_reported_missing(monkeypatch) -> Non
         runtime.import_ort()
     assert "installed but does not import" in str(e.value)
     assert "pip install" not in str(e.value)
+
+
+# ------------------------------------------------------------------ hostile strings
+
+
+def invoke(*args: object):
+    from click.testing import CliRunner
+
+    from amp_convert.cli import cli
+
+    return CliRunner().invoke(cli, [str(a) for a in args])
+
+
+LATIN1 = "caf\udce9"  # b"caf\xe9" from a Latin-1 terminal, as Python decodes argv
+
+
+@pytest.mark.parametrize("flag", ["--exclude-nodes", "--low-io", "--fp32-ops", "--dim"])
+def test_non_utf8_option_value_is_one_line_exit_2(tmp_path: Path, flag: str) -> None:
+    """--exclude-nodes/--low-io with a Latin-1 byte: exit 3 UnicodeEncodeError."""
+    from tests.helpers import one_line_error
+
+    src = saved(tmp_path / "m.onnx")
+    one_line_error(invoke(src, "-o", tmp_path / "o.onnx", flag, LATIN1), flag, "caf\\xe9", "UTF-8")
+    one_line_error(invoke(src, "-o", tmp_path / "o.onnx", f"{flag}={LATIN1}"), flag, "UTF-8")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]
+
+
+def test_non_utf8_bytes_from_a_real_command_line(tmp_path: Path) -> None:
+    """The same bytes through a real argv (no click test runner in between)."""
+    src = saved(tmp_path / "m.onnx")
+    latin1_model = os.fsencode(tmp_path) + b"/m\xe9.onnx"  # a file name a Latin-1 system made
+    with open(latin1_model, "wb") as f:
+        f.write(src.read_bytes())
+    script = "import sys\nfrom amp_convert.startup import main\nmain()\n"
+    for args in (
+        [src, "-o", tmp_path / "o.onnx", "--exclude-nodes", b"caf\xe9"],
+        [src, "-o", tmp_path / "o.onnx", "--low-io", b"^mm\xff"],
+        [latin1_model, "-o", tmp_path / "o.onnx"],
+        ["validate", src, latin1_model],  # was: "ONNX Runtime cannot load it"
+        [src, "-o", os.fsencode(tmp_path) + b"/o\xe9.onnx"],
+    ):
+        done = subprocess.run(
+            [sys.executable, "-c", script, *(a if isinstance(a, bytes) else str(a) for a in args)],
+            capture_output=True,
+            env={**os.environ, "PYTHONPATH": str(ROOT), "LC_ALL": "C.UTF-8"},
+            timeout=120,
+            check=False,
+        )
+        err = done.stderr.decode()
+        assert done.returncode == 2, err
+        assert err.count("\n") == 1 and "not valid UTF-8" in err, err
+    assert sorted(os.listdir(os.fsencode(tmp_path))) == [b"m.onnx", b"m\xe9.onnx"]
+
+
+def test_api_pattern_that_is_not_text_is_an_option_error() -> None:
+    import amp_convert
+
+    for bad in (LATIN1, "mm\x00"):
+        with pytest.raises(amp_convert.OptionError, match="exclude-nodes"):
+            amp_convert.convert(mlp(), exclude_nodes=[bad])
+
+
+def nul_location(tmp_path: Path) -> Path:
+    onnx.save(mlp(), str(tmp_path / "e.onnx"), save_as_external_data=True,
+              location="e.data", size_threshold=0)  # fmt: skip
+    proto = onnx.load(str(tmp_path / "e.onnx"), load_external_data=False)
+    for t in proto.graph.initializer:
+        for entry in t.external_data:
+            if entry.key == "location":
+                entry.value = "e\x00.data"
+    onnx.save(proto, str(tmp_path / "nul.onnx"))
+    return tmp_path / "nul.onnx"
+
+
+def test_nul_in_an_external_data_location_is_one_line_exit_2(tmp_path: Path) -> None:
+    """exit 3 on convert, a traceback and exit 1 on validate."""
+    from tests.helpers import one_line_error
+
+    src = nul_location(tmp_path)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    one_line_error(invoke(src, "-o", tmp_path / "o.onnx"), "e\\x00.data", "NUL")
+    one_line_error(invoke("validate", src, src), "e\\x00.data", "NUL")
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def control_named(tmp_path: Path) -> Path:
+    name = "y\x01\x1b[2J\x00\x0c\ufffe"
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], [name], name="r\x1b[31m")],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info(name, TensorProto.FLOAT, [1, 4])],
+    )
+    return saved(tmp_path / "c.onnx", helper.make_model(graph, opset_imports=[
+        helper.make_opsetid("", 17)]))  # fmt: skip
+
+
+def test_control_characters_in_names_never_reach_the_terminal_or_break_junit(
+    tmp_path: Path,
+) -> None:
+    """The JUnit file was not well-formed XML and an ESC sequence reached the terminal."""
+    import xml.etree.ElementTree as ET
+
+    src = control_named(tmp_path)
+    junit = tmp_path / "j.xml"
+    res = invoke(src, "-o", tmp_path / "o.onnx", "-v", "--validate", "--junit", junit)
+    assert res.exit_code == 0, res.output
+    for raw in ("\x1b", "\x00", "\x01", "\x0c", "\ufffe"):
+        assert raw not in res.output
+    assert "y\\x01\\x1b[2J\\x00\\x0c\\ufffe" in res.output and "r\\x1b[31m" in res.output
+    case = ET.parse(junit).getroot().find("testsuite/testcase")
+    assert case is not None and case.get("name") == "y\\x01\\x1b[2J\\x00\\x0c\\ufffe"
+
+
+def test_printable_escapes_what_a_terminal_or_xml_would_obey() -> None:
+    from amp_convert.user_text import printable
+
+    assert printable("a\x1b[2Jb") == "a\\x1b[2Jb"
+    assert printable("\x00\x0c\x7f\x85\ud800\udce9\ufffe\uffff") == (
+        "\\x00\\x0c\\x7f\\x85\\ud800\\xe9\\ufffe\\uffff"
+    )
+    assert printable("héllo wörld ∑ 😀") == "héllo wörld ∑ 😀"

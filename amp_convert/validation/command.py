@@ -36,6 +36,7 @@ from amp_convert.dims import parse_dims
 from amp_convert.errors import AmpConvertError, ValidationError
 from amp_convert.output_rules import check_outputs, model_files, plan_outputs
 from amp_convert.safe_write import Slot, sigterm_cleans_up
+from amp_convert.user_text import printable, terminal
 from amp_convert.validation.core import validate
 from amp_convert.validation.metrics import MATCH_MODES, Thresholds
 from amp_convert.validation.sessions import PROVIDERS
@@ -295,15 +296,15 @@ def run_cli_validation(
             decode_steps=decode_steps,
         )
     except AmpConvertError as e:
-        click.echo(f"error: {e}", err=True)
+        click.echo(f"error: {printable(e)}", err=True)
         return 2
     except Exception as e:  # a bug: one line (exit 3), never a traceback read as "failed"
-        click.echo(f"internal error: {type(e).__name__}: {e}", err=True)
+        click.echo(f"internal error: {type(e).__name__}: {printable(e)}", err=True)
         return 3
     if not quiet:
-        click.echo(report.format_table())
+        click.echo(terminal(report.format_table()))
     elif report.failed:
-        click.echo(report.summary_line(), err=True)
+        click.echo(printable(report.summary_line()), err=True)
     for path, write, what in (
         (report_path, report.to_json, "report"),
         (junit_path, report.to_junit, "JUnit report"),
@@ -313,7 +314,7 @@ def run_cli_validation(
         try:
             write(path)
         except AmpConvertError as e:
-            click.echo(f"error: cannot write {what}: {e}", err=True)
+            click.echo(f"error: cannot write {what}: {printable(e)}", err=True)
             return 2
     return 1 if report.failed else 0
 

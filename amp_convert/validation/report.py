@@ -49,6 +49,7 @@ import numpy as np
 
 from amp_convert import safe_write
 from amp_convert.report_base import Report, json_ready
+from amp_convert.user_text import printable
 from amp_convert.validation.decode import DecodeResult
 from amp_convert.validation.metrics import OutputResult
 
@@ -213,18 +214,19 @@ class ValidationReport(Report, tool="amp-convert validate", schema_version=SCHEM
             ("dims", _fmt_dims(self.dims)),
             ("speedup", "" if self.speedup is None else f"{self.speedup:.3f}"),
         ):
-            ET.SubElement(props, "property", name=k, value=str(v))
+            ET.SubElement(props, "property", name=k, value=printable(v))
         for o in self.outputs:
+            name = printable(o.name)
             case = ET.SubElement(
-                suite, "testcase", classname="amp_convert.validate", name=o.name, time="0"
+                suite, "testcase", classname="amp_convert.validate", name=name, time="0"
             )
-            numbers = _numbers_line(o)
+            numbers = printable(_numbers_line(o))
             if o.status == "skipped":
                 ET.SubElement(case, "skipped", message="non-tensor output, not compared")
             elif o.status == "not_judged":
                 ET.SubElement(case, "skipped", message="no thresholds: not judged")
             elif o.failed:
-                fail = ET.SubElement(case, "failure", message="; ".join(o.failures))
+                fail = ET.SubElement(case, "failure", message=printable("; ".join(o.failures)))
                 fail.text = numbers
             out = ET.SubElement(case, "system-out")
             out.text = numbers
