@@ -23,6 +23,7 @@ during the work cannot redirect the write; only a regular file (or nothing) is r
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 import secrets
@@ -53,14 +54,43 @@ TEMP_FOLDERS = {
     "amp-auto-": "--auto: weights staged for ONNX Runtime (memory-mapped)",
     "amp-auto-ref-": "--auto: reference values kept on disk",
     "amp-validate-": "validate: a model too big for one protobuf, written for ONNX Runtime",
+    "amp-loadcheck-": "the model a load-check child process opens",
 }
 
 
 def temp_folder(prefix: str) -> tempfile.TemporaryDirectory:
-    """A fresh temporary folder of a declared kind (TEMP_FOLDERS)."""
+    """A fresh temporary folder of a declared kind (TEMP_FOLDERS); OutputError if none can be."""
     if prefix not in TEMP_FOLDERS:
         raise ValueError(f"undeclared temporary folder kind {prefix!r}")
-    return tempfile.TemporaryDirectory(prefix=prefix)
+    with temp_writes(prefix):
+        return tempfile.TemporaryDirectory(prefix=prefix)
+
+
+def temp_error(prefix: str, e: OSError) -> OutputError:
+    """One line for a write into a temporary folder that failed (full, a file size limit)."""
+    hint = "a file size limit: see ulimit -f" if e.errno == errno.EFBIG else "set TMPDIR to a "
+    hint += "" if e.errno == errno.EFBIG else "folder with room"
+    return OutputError(
+        f"cannot write {TEMP_FOLDERS[prefix]} in the temporary folder "
+        f"{tempfile.gettempdir()}: {describe_os_error(e)} ({hint})"
+    )
+
+
+@contextlib.contextmanager
+def temp_writes(prefix: str) -> Iterator[None]:
+    """Inside: an OSError (or a write's OutputError) becomes temp_error's one line.
+
+    The same handling as the outputs': one line, exit 2; the caller removes the folder.
+    """
+    try:
+        yield
+    except OSError as e:
+        raise temp_error(prefix, e) from None
+    except OutputError as e:
+        cause = e.__cause__ or e.__context__
+        if isinstance(cause, OSError):
+            raise temp_error(prefix, cause) from None
+        raise OutputError(f"cannot write {TEMP_FOLDERS[prefix]}: {e}") from None
 
 
 class Terminated(BaseException):

@@ -276,3 +276,68 @@ def test_printable_escapes_what_a_terminal_or_xml_would_obey() -> None:
         "\\x00\\x0c\\x7f\\x85\\ud800\\xe9\\ufffe\\uffff"
     )
     assert printable("héllo wörld ∑ 😀") == "héllo wörld ∑ 😀"
+
+
+# ------------------------------------------------------------------ writes that fail
+
+
+_LIMITED = """
+import resource, sys
+resource.setrlimit(resource.RLIMIT_FSIZE, (200_000, 200_000))  # `ulimit -f` for this process
+from amp_convert.auto import staging
+staging.SPILL_BYTES = int(sys.argv[1])  # 0: the weights are staged in the temporary folder
+sys.argv = ["amp-convert", *sys.argv[2:]]
+from amp_convert.startup import main
+main()
+"""
+
+
+@pytest.mark.parametrize("spill", [0, 1 << 30], ids=["staged weights", "load-check model"])
+def test_auto_under_a_file_size_limit_is_one_line_exit_2(tmp_path: Path, spill: int) -> None:
+    """--auto could not stage (ulimit -f): exit 3 OSError [Errno 27]."""
+    src = saved(tmp_path / "m.onnx", mlp(width=256, layers=3))  # 768 KiB of weights
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    out = tmp_path / "o.onnx"
+    done = child(_LIMITED, spill, src, "-o", out, "--auto", "-q", env={"TMPDIR": str(temp)})
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "File too large" in lines[0] and "ulimit -f" in lines[0], lines
+    assert "temporary folder" in lines[0]
+    assert [p for p in temp.iterdir() if p.name.startswith("amp-")] == []  # ours: none left
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx", "temp"]
+
+
+def test_a_short_write_says_disk_full_not_numpy_words(tmp_path: Path, monkeypatch) -> None:
+    """ENOSPC was worded "1048576 requested and 524288 written"."""
+    from amp_convert import OutputError, safe_write
+
+    def short(*a, **k):
+        raise OSError("1048576 requested and 524288 written")
+
+    monkeypatch.setattr(safe_write.os, "replace", short)
+    with pytest.raises(OutputError) as e:
+        safe_write.write_bytes(tmp_path / "r.json", b"{}")
+    assert "disk is full" in str(e.value) and "524288 of 1048576 bytes" in str(e.value)
+    assert "requested and" not in str(e.value)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_input_file_vanishing_mid_write_blames_the_input(tmp_path: Path, monkeypatch) -> None:
+    """Another process replacing the input: was "OUT: cannot write: No such file or directory"."""
+    import amp_convert
+    from amp_convert import InputError
+    from amp_convert import io as amp_io
+
+    src = saved(tmp_path / "m.onnx")
+    gone = str(tmp_path / "m.onnx.data")
+
+    def reading_fails(*a, **k):
+        raise FileNotFoundError(2, "No such file or directory", gone)
+
+    monkeypatch.setattr(amp_io.ir, "save", reading_fails)
+    with pytest.raises(InputError) as e:
+        amp_convert.convert_file(src, tmp_path / "o.onnx")
+    assert str(e.value).startswith(f"{gone}: cannot read: No such file or directory")
+    assert "replaced or removed during the run" in str(e.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]

@@ -195,7 +195,8 @@ def serialize_for_ort(src: ModelSource) -> str | bytes:
     path = os.path.join(tmp.name, "model.onnx")
     proto = onnx.ModelProto()
     proto.CopyFrom(src.proto)  # saving as external data rewrites the proto it is given
-    onnx.save_model(proto, path, save_as_external_data=True, location="model.onnx.data")
+    with safe_write.temp_writes("amp-validate-"):
+        onnx.save_model(proto, path, save_as_external_data=True, location="model.onnx.data")
     src.base_dir = tmp.name
     return path
 
