@@ -341,3 +341,35 @@ def test_an_input_file_vanishing_mid_write_blames_the_input(tmp_path: Path, monk
     assert str(e.value).startswith(f"{gone}: cannot read: No such file or directory")
     assert "replaced or removed during the run" in str(e.value)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]
+
+
+# ------------------------------------------------------------------ bounds
+
+
+def test_decode_steps_beyond_the_bound_is_refused_at_once(tmp_path: Path) -> None:
+    """--decode-steps 1000000000 was accepted and ran until killed, memory growing."""
+    from tests.helpers import one_line_error
+
+    src = saved(tmp_path / "m.onnx")
+    one_line_error(invoke("validate", src, src, "--decode-steps", 1_000_000_000),
+                   "--decode-steps", "10000")  # fmt: skip
+
+
+def test_decode_steps_whose_cache_outgrows_the_budget_are_refused(monkeypatch) -> None:
+    """The growth is measured after step 2; the roll-out stops before the cache outgrows it."""
+    from models.decoders import decoder_with_past
+
+    import amp_convert
+    from amp_convert import ValidationError
+
+    ref = decoder_with_past()
+    cand = amp_convert.convert(ref, level="O2")
+    monkeypatch.setenv("AMP_CONVERT_MEMORY_BUDGET", str(96 << 10))
+    with pytest.raises(ValidationError) as e:
+        amp_convert.validate(ref, cand, provider="emulate", decode_steps=5000)
+    message = str(e.value)
+    assert message.startswith("--decode-steps 5000: the KV cache grows by ")
+    assert "memory budget of 0.1 MiB" in message and "steps fit" in message
+    fits = int(message.rsplit("at most ", 1)[1].split()[0])
+    report = amp_convert.validate(ref, cand, provider="emulate", decode_steps=fits)
+    assert report.decode is not None and len(report.decode.steps) == fits

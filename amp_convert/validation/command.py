@@ -38,6 +38,7 @@ from amp_convert.output_rules import check_outputs, model_files, plan_outputs
 from amp_convert.safe_write import Slot, sigterm_cleans_up
 from amp_convert.user_text import printable, terminal
 from amp_convert.validation.core import validate
+from amp_convert.validation.decode import MAX_DECODE_STEPS
 from amp_convert.validation.metrics import MATCH_MODES, Thresholds
 from amp_convert.validation.sessions import PROVIDERS
 
@@ -331,8 +332,10 @@ def run_cli_validation(
 @click.option("--html", "html_path", type=OutputPath("HTML report"),
               metavar="FILE.html", help="Write a self-contained HTML report (error along the "
               "graph, precision by op type).")  # fmt: skip
-@click.option("--decode-steps", "decode_steps", type=click.IntRange(min=1), default=None,
-              metavar="N", help="Also run both models as decoders for N greedy steps, each "
+@click.option("--decode-steps", "decode_steps", type=click.IntRange(1, MAX_DECODE_STEPS),
+              default=None, metavar="N", help="Also run both models as decoders for N greedy "
+              f"steps (at most {MAX_DECODE_STEPS}, and as many as the memory budget holds "
+              "the growing KV cache for), each "
               "feeding its own present.* back as past_key_values.* and its own next token "
               "(merged decoders: step 1 without past); reports per-step errors, token agreement "
               "and the first divergence; thresholds apply to every step.")  # fmt: skip

@@ -18,7 +18,14 @@ import numpy as np
 
 from amp_convert.dtypes import low_numpy_type
 from amp_convert.errors import ValidationError
-from amp_convert.validation.decode import DecodeResult, DecoderIO, badness, decoder_io, roll_out
+from amp_convert.validation.decode import (
+    MAX_DECODE_STEPS,
+    DecodeResult,
+    DecoderIO,
+    badness,
+    decoder_io,
+    roll_out,
+)
 from amp_convert.validation.input_search import Samples, gather_samples
 from amp_convert.validation.inputs import InputSpec
 from amp_convert.validation.metrics import (
@@ -115,6 +122,11 @@ def validate(
         or decode_steps < 1
     ):
         raise ValidationError(f"decode steps must be an integer >= 1, got {decode_steps!r}")
+    if decode_steps is not None and decode_steps > MAX_DECODE_STEPS:
+        raise ValidationError(
+            f"decode steps: at most {MAX_DECODE_STEPS} (each step runs both models), "
+            f"got {decode_steps}"
+        )
     bad = sorted({m for m in (match or {}).values() if m not in MATCH_MODES})
     if bad:
         raise ValidationError(f"match {bad[0]!r}: expected one of {', '.join(MATCH_MODES)}")
