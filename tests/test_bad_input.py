@@ -357,10 +357,9 @@ def test_decode_steps_beyond_the_bound_is_refused_at_once(tmp_path: Path) -> Non
 
 def test_decode_steps_whose_cache_outgrows_the_budget_are_refused(monkeypatch) -> None:
     """The growth is measured after step 2; the roll-out stops before the cache outgrows it."""
-    from models.decoders import decoder_with_past
-
     import amp_convert
     from amp_convert import ValidationError
+    from models.decoders import decoder_with_past
 
     ref = decoder_with_past()
     cand = amp_convert.convert(ref, level="O2")
