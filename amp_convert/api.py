@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar, overload
@@ -79,8 +79,14 @@ class FileConversion:
     options: ConvertOptions
     external_data: bool | None
 
-    def run(self) -> ConversionReport:
-        """Convert and write the model to plan["output"] (and its data file)."""
+    def run(
+        self, before_commit: Callable[[ConversionReport], None] | None = None
+    ) -> ConversionReport:
+        """Convert and write the model to plan["output"] (and its data file).
+
+        `before_commit(report)` runs when the model is written but not yet in place (the report
+        complete): a report staged there fails before the output is replaced, never after.
+        """
         start = time.perf_counter()
         if self.proto is None:
             raise InputError(f"{self.src}: this conversion already ran")
@@ -94,10 +100,15 @@ class FileConversion:
         report = pipeline.run(model, self.options)
         report.warnings[:0] = model.meta.get(io.LOAD_NOTES, [])
         out = self.plan["output"]
-        data_path = io.save_model(model, out, external=external, keep=self.inputs)
-        report.seconds = time.perf_counter() - start
-        report.size_before = io.files_size(self.inputs)
-        report.size_after = io.files_size([out.path] + ([data_path] if data_path else []))
+
+        def written(size: int) -> None:
+            report.seconds = time.perf_counter() - start
+            report.size_before = io.files_size(self.inputs)
+            report.size_after = size
+            if before_commit is not None:
+                before_commit(report)
+
+        io.save_model(model, out, external=external, keep=self.inputs, before_commit=written)
         return report
 
 

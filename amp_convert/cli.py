@@ -302,10 +302,21 @@ def _run_convert(run: _Run, verbose: bool) -> int:
         run.model, run.output, force=run.force, other_outputs=others,
         extra_inputs=_other_inputs(run.ctx), **run.options,
     ) as conversion:  # fmt: skip
-        report = conversion.run()
         plan = conversion.plan
-        if plan.get("report") is not None:
-            report.to_json(plan["report"])
+        staged: list[safe_write.StagedFile] = []
+        report_slot = plan.get("report")
+
+        def stage_report(report: Any) -> None:  # before the model replaces anything
+            if report_slot is not None:
+                staged.append(safe_write.StagedFile(report_slot, report.json_bytes()))
+
+        try:
+            report = conversion.run(before_commit=stage_report)
+            for s in staged:
+                s.commit()
+        finally:
+            for s in staged:
+                s.discard()
         if not run.quiet:
             click.echo(user_text.printable(f"wrote {run.output}"))
             click.echo(user_text.terminal(report.summary()))

@@ -235,6 +235,7 @@ def save_model(
     *,
     external: bool | None = None,
     keep: Iterable[Path] = (),
+    before_commit: pair_write.BeforeCommit | None = None,
 ) -> Path | None:
     """Write `model` to `dst` atomically; return the external-data file written, if any.
 
@@ -249,18 +250,24 @@ def save_model(
     input's files) removed. The commit holds a lock on the folder, so concurrent writers of one
     output each remove the data file of the pair they replaced: none is left orphaned. New files
     get 0666 & ~umask, replaced ones keep their mode. On any failure, SIGTERM included, the
-    temporary files go and `dst` is left as it was.
+    temporary files go and `dst` is left as it was. `before_commit` (bytes written) runs once
+    the pair is written and before it is committed: what it raises leaves `dst` as it was.
     """
     if external is None:
         external = uses_external_data(model) or tensor_bytes(model) > EXTERNAL_DATA_THRESHOLD
     external = external and _has_external_worthy_tensor(model)
     with safe_write.adhoc_slot(dst) as slot, safe_write.sigterm_cleans_up():
-        data_name = _write_pair(model, slot, external, {file_identity(Path(p)) for p in keep})
+        ids = {file_identity(Path(p)) for p in keep}
+        data_name = _write_pair(model, slot, external, ids, before_commit)
     return slot.path.with_name(data_name) if data_name else None
 
 
 def _write_pair(
-    model: ir.Model, slot: safe_write.Slot, external: bool, inputs: set[tuple]
+    model: ir.Model,
+    slot: safe_write.Slot,
+    external: bool,
+    inputs: set[tuple],
+    before_commit: pair_write.BeforeCommit | None = None,
 ) -> str | None:
     """Write the data file and the graph and commit them as a pair (pair_write.PairWrite)."""
 
@@ -280,7 +287,7 @@ def _write_pair(
             with _weights_in_memory(model):
                 ir.save(model, graph_path)
 
-    return pair_write.write_pair(slot, external, inputs, write)
+    return pair_write.write_pair(slot, external, inputs, write, before_commit)
 
 
 def files_size(paths: Iterable[Path]) -> int:

@@ -51,6 +51,8 @@ on_step: Callable[[Step], None] | None = None
 
 #: (graph temporary name, data file name or None) -> writes both under those names
 Writer = Callable[[str, str | None], None]
+#: called once the pair is written, before it is committed, with the bytes it holds on disk
+BeforeCommit = Callable[[int], None]
 
 
 def our_data_files(slot: safe_write.Slot) -> list[str]:
@@ -89,8 +91,15 @@ def reserve_data_file(slot: safe_write.Slot) -> str:
 class PairWrite:
     """One pair write into a checked Slot; ``run`` does it, undoing what an interruption leaves."""
 
-    def __init__(self, slot: safe_write.Slot, external: bool, inputs: Collection[tuple]) -> None:
+    def __init__(
+        self,
+        slot: safe_write.Slot,
+        external: bool,
+        inputs: Collection[tuple],
+        before_commit: BeforeCommit | None = None,
+    ) -> None:
         self.slot, self.external, self.inputs = slot, external, inputs
+        self.before_commit = before_commit
         self.step = Step.START
         self.tmp: str | None = None
         self.data_name: str | None = None
@@ -116,6 +125,9 @@ class PairWrite:
             st = os.stat(self.tmp, dir_fd=slot.dir_fd)
             self.graph_id = (st.st_dev, st.st_ino)
             self._enter(Step.WRITTEN)
+            if self.before_commit is not None:  # e.g. stage the report: it fails before we commit
+                data = os.stat(self.data_name, dir_fd=slot.dir_fd).st_size if self.data_name else 0
+                self.before_commit(st.st_size + data)
             with safe_write.folder_lock(slot), safe_write.signals_deferred():
                 self._commit()
         except BaseException as e:
@@ -170,10 +182,14 @@ class PairWrite:
 
 
 def write_pair(
-    slot: safe_write.Slot, external: bool, inputs: Collection[tuple], write: Writer
+    slot: safe_write.Slot,
+    external: bool,
+    inputs: Collection[tuple],
+    write: Writer,
+    before_commit: BeforeCommit | None = None,
 ) -> str | None:
     """Write a model pair into `slot` (PairWrite); an OSError becomes one OutputError line."""
-    pair = PairWrite(slot, external, inputs)
+    pair = PairWrite(slot, external, inputs, before_commit)
     try:
         return pair.run(write)
     except OSError as e:

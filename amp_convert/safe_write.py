@@ -17,6 +17,8 @@ during the work cannot redirect the write; only a regular file (or nothing) is r
   in half (a commit, its clean-up), then delivered.
 * ``write_error``: an OSError of a write as one line, blaming the output, or the input when the
   failing file is one the write was reading (replaced or removed by another process meanwhile).
+* ``StagedFile``: a small file written under a temporary name now and renamed into place later
+  (a report that must not fail after the model it describes was committed).
 * ``write_bytes``: the whole of the above for a small file (reports).
 """
 
@@ -344,22 +346,51 @@ def write_error(slot: Slot, e: OSError, ours: Collection[str | None] = ()) -> Am
     return OutputError(f"{slot.path}: cannot write {slot.label}: {describe_os_error(e)}")
 
 
+class StagedFile:
+    """`data` written to a fresh temporary name in the slot's folder, committed or discarded later.
+
+    Writing is what fails (a full disk, a size limit); the commit is a rename in a held folder.
+    Staging a report before the model it describes is committed means a report that cannot be
+    written fails the run while the old output is still in place. Raises OutputError.
+    """
+
+    def __init__(self, slot: Slot, data: bytes) -> None:
+        self.slot, self.tmp = slot, None
+        try:
+            self.tmp = temp_name(slot)
+            with open(slot.beside(self.tmp), "wb") as f:
+                f.write(data)
+            keep_mode(slot.beside(slot.name), slot.beside(self.tmp))
+        except BaseException as e:
+            name = self.tmp
+            self.discard()
+            if isinstance(e, OSError):
+                raise write_error(slot, e, (name,)) from None
+            raise
+
+    def commit(self) -> None:
+        """Rename the staged file onto its slot (once)."""
+        if self.tmp is None:
+            return
+        try:
+            with folder_lock(self.slot), signals_deferred():
+                commit(self.slot, self.tmp)
+                self.tmp = None
+        except OSError as e:
+            raise write_error(self.slot, e) from None
+        finally:
+            self.discard()
+
+    def discard(self) -> None:
+        """Remove the staged file if it was not committed (idempotent)."""
+        tmp, self.tmp = self.tmp, None
+        unlink_quietly(tmp, self.slot.dir_fd)
+
+
 def write_bytes(dst: str | os.PathLike, data: bytes) -> None:
     """Write a small file atomically: temp file in the same folder, then a rename (dir_fd).
 
     A new file gets 0666 & ~umask, a replaced one keeps its mode. Raises OutputError.
     """
     with adhoc_slot(dst, "file") as slot, sigterm_cleans_up():
-        tmp = None
-        try:
-            tmp = temp_name(slot)
-            with open(slot.beside(tmp), "wb") as f:
-                f.write(data)
-            keep_mode(slot.beside(slot.name), slot.beside(tmp))
-            with folder_lock(slot):
-                commit(slot, tmp)
-        except BaseException as e:
-            unlink_quietly(tmp, slot.dir_fd)
-            if isinstance(e, OSError):
-                raise write_error(slot, e, (tmp,)) from None
-            raise
+        StagedFile(slot, data).commit()

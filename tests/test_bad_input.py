@@ -372,3 +372,32 @@ def test_decode_steps_whose_cache_outgrows_the_budget_are_refused(monkeypatch) -
     fits = int(message.rsplit("at most ", 1)[1].split()[0])
     report = amp_convert.validate(ref, cand, provider="emulate", decode_steps=fits)
     assert report.decode is not None and len(report.decode.steps) == fits
+
+
+def test_a_report_that_cannot_be_written_leaves_no_new_output(tmp_path: Path, monkeypatch):
+    """The report was written after the model: an exit 2 left the new output behind."""
+    from tests.helpers import one_line_error
+
+    src = saved(tmp_path / "m.onnx")
+    real_open = open
+
+    def full_for_reports(path, mode="r", *a, **k):
+        if "w" in mode and str(path).endswith(".tmp") and ".r.json." in str(path):
+            raise OSError(28, "No space left on device", str(path))
+        return real_open(path, mode, *a, **k)
+
+    monkeypatch.setattr("builtins.open", full_for_reports)
+    res = invoke(src, "-o", tmp_path / "o.onnx", "--report", tmp_path / "r.json")
+    monkeypatch.undo()
+    one_line_error(res, "r.json", "No space left on device")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]
+    # and with --force the old output and report stay as they were
+    (tmp_path / "o.onnx").write_bytes(b"old model")
+    (tmp_path / "r.json").write_bytes(b"old report")
+    monkeypatch.setattr("builtins.open", full_for_reports)
+    res = invoke(src, "-o", tmp_path / "o.onnx", "--report", tmp_path / "r.json", "--force")
+    monkeypatch.undo()
+    one_line_error(res, "r.json", "No space left on device")
+    assert (tmp_path / "o.onnx").read_bytes() == b"old model"
+    assert (tmp_path / "r.json").read_bytes() == b"old report"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx", "o.onnx", "r.json"]
