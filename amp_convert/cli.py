@@ -245,6 +245,14 @@ def _check_companions(
         raise click.UsageError("--force-write goes with --auto", ctx)
     if do_validate and auto:
         raise click.UsageError("--validate and --auto do not go together (--auto validates)", ctx)
+    if auto:  # options the search does not use are refused, never silently ignored
+        for name in _NOT_FOR_AUTO:
+            if ctx.get_parameter_source(name) != click.core.ParameterSource.DEFAULT:
+                flag = "--" + name.replace("_", "-")
+                raise click.UsageError(
+                    f"{flag} goes with --validate (the --auto search judges by the thresholds)",
+                    ctx,
+                )
     if do_validate or auto:
         return
     for name in VALIDATION_OPTION_NAMES:
@@ -253,6 +261,10 @@ def _check_companions(
         if ctx.get_parameter_source(name) != click.core.ParameterSource.DEFAULT:
             flag = "--" + name.replace("_", "-")
             raise click.UsageError(f"{flag} goes with --validate or --auto", ctx)
+
+
+#: validation options the --auto search does not use
+_NOT_FOR_AUTO = ("runs", "warmup", "top1", "match")
 
 
 @dataclass(frozen=True)

@@ -108,6 +108,11 @@ def main() -> None:
             print(f"amp-convert, version {__version__}")
             return
         defer_sympy()
+        import warnings
+
+        from amp_convert.user_text import show_warning
+
+        warnings.showwarning = show_warning  # one line, no library source path
         from amp_convert.cli import main as cli_main
 
         preload(sys.argv[1:])

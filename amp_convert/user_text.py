@@ -15,9 +15,12 @@ HTML pages escape the result again with html.escape.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
+import sys
 from collections.abc import Iterable
+from typing import Any
 
 #: what is escaped by printable(): C0 controls (tab and newline too: a name is one line), DEL,
 #: C1 controls, lone surrogates, and the noncharacters XML 1.0 excludes
@@ -46,6 +49,28 @@ class PrintableFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         return terminal(super().format(record))
+
+
+def show_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: Any = None,
+    line: str | None = None,
+) -> None:
+    """warnings.showwarning for the command line: one line, no source path or code excerpt.
+
+    A library's FutureWarning or UserWarning printed "/path/to/site-packages/x.py:12: ..." and
+    the line of code; the user gets what it says, and nothing of where it was raised.
+    """
+    stream = file if file is not None else sys.stderr
+    with contextlib.suppress(OSError, ValueError):
+        stream.write(f"amp-convert: warning: {printable(_one_line(str(message)))}\n")
+
+
+def _one_line(text: str) -> str:
+    return " ".join(part.strip() for part in text.splitlines() if part.strip())
 
 
 class TextError(ValueError):

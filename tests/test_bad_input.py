@@ -401,3 +401,79 @@ def test_a_report_that_cannot_be_written_leaves_no_new_output(tmp_path: Path, mo
     assert (tmp_path / "o.onnx").read_bytes() == b"old model"
     assert (tmp_path / "r.json").read_bytes() == b"old report"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx", "o.onnx", "r.json"]
+
+
+def test_auto_model_that_cannot_be_written_leaves_no_new_report(tmp_path: Path, monkeypatch):
+    """--auto wrote its report and page before the model: exit 2 left them behind."""
+    from amp_convert import io as amp_io
+    from tests.helpers import one_line_error
+
+    src = saved(tmp_path / "m.onnx")
+    real = amp_io.ir.save
+
+    def full(model, path, *a, **k):
+        real(model, path, *a, **k)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(amp_io.ir, "save", full)
+    res = invoke(src, "--auto", "-q", "-o", tmp_path / "o.onnx", "--provider", "emulate",
+                 "--report", tmp_path / "r.json", "--html", tmp_path / "p.html")  # fmt: skip
+    one_line_error(res, "o.onnx", "No space left on device")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]
+
+
+# ------------------------------------------------------------------ words
+
+
+@pytest.mark.parametrize(
+    "flag, value", [("--top1", "NOSUCH"), ("--match", "y:sort"), ("--runs", "5")]
+)
+def test_auto_refuses_validation_options_it_does_not_use(tmp_path: Path, flag, value) -> None:
+    """`--auto --top1 NOSUCH` was accepted (and ignored)."""
+    from tests.helpers import one_line_error
+
+    src = saved(tmp_path / "m.onnx")
+    one_line_error(invoke(src, "--auto", "-o", tmp_path / "o.onnx", flag, value), flag,
+                   "goes with --validate")  # fmt: skip
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]
+
+
+def test_empty_outputs_with_thresholds_are_not_called_unthresholded() -> None:
+    """0-element outputs with --atol set: "no thresholds set" was printed."""
+    import amp_convert
+
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [0, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [0, 4])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    report = amp_convert.validate(model, model, provider="emulate", thresholds={"atol": 0.1})
+    assert not report.passed and not report.failed
+    for line in (report.result_line(), report.summary_line()):
+        assert "no thresholds set" not in line and "thresholds set, but no output" in line, line
+    unset = amp_convert.validate(model, model, provider="emulate")
+    assert "no thresholds set" in unset.result_line()
+
+
+_WARNS = """
+import sys, warnings
+from amp_convert import pipeline
+real = pipeline.run
+def run(model, options):
+    warnings.warn("the thing is deprecated\\nand will go", FutureWarning)
+    return real(model, options)
+pipeline.run = run
+sys.argv = ["amp-convert", *sys.argv[1:]]
+from amp_convert.startup import main
+main()
+"""
+
+
+def test_a_library_warning_is_one_line_without_a_source_path(tmp_path: Path) -> None:
+    """A FutureWarning printed a site-packages path and the code line."""
+    src = saved(tmp_path / "m.onnx")
+    done = child(_WARNS, src, "-o", tmp_path / "o.onnx", "-q")
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == "amp-convert: warning: the thing is deprecated and will go\n"

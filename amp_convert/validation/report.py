@@ -329,10 +329,16 @@ class ValidationReport(Report, tool="amp-convert validate", schema_version=SCHEM
             return f"result: FAIL ({len(failed)} of {outs}: {', '.join(failed)})"
         if checked:
             return f"result: PASS ({checked} of {outs} checked)"
+        if _any_set(self.thresholds):
+            return f"result: NOT JUDGED ({self._nothing_to_judge()}; {outs})"
         return (
             f"result: NOT JUDGED (report only: no thresholds set, nothing failed; {outs}; "
             "set --atol/--rtol/--min-cosine/--max-nan to judge)"
         )
+
+    def _nothing_to_judge(self) -> str:
+        """Thresholds were set, yet no output had values they apply to (all empty, say)."""
+        return "thresholds set, but no output had values to judge them on, nothing failed"
 
     def notes(self) -> list[str]:
         """What the numbers alone hide: a scale change (norms > 1% apart), empty outputs."""
@@ -354,10 +360,11 @@ class ValidationReport(Report, tool="amp-convert validate", schema_version=SCHEM
         if self.passed:
             return f"validation passed ({len(self.outputs)} outputs, {self.provider}){notes}"
         if not self.failed:
-            return (
-                f"validation not judged: no thresholds set, nothing failed "
-                f"({len(self.outputs)} outputs, {self.provider}){notes}"
-            )
+            why = "no thresholds set, nothing failed"
+            if _any_set(self.thresholds):
+                why = self._nothing_to_judge()
+            n = len(self.outputs)
+            return f"validation not judged: {why} ({n} outputs, {self.provider}){notes}"
         parts = [f"{o.name}: {'; '.join(o.failures)}" for o in self.outputs if o.failed]
         return f"validation FAILED ({self.provider}): " + " | ".join(parts) + notes
 
@@ -365,6 +372,15 @@ class ValidationReport(Report, tool="amp-convert validate", schema_version=SCHEM
 #: norms of reference and candidate further apart than this are called out
 NORM_TOLERANCE = 0.01
 _STATUS_CELL = {"pass": "PASS", "fail": "FAIL", "not_judged": "-", "skipped": "skip"}
+
+
+def _any_set(thresholds: Any) -> bool:
+    """Whether any threshold (at any depth: per output too) has a value."""
+    if isinstance(thresholds, dict):
+        return any(_any_set(v) for v in thresholds.values())
+    if isinstance(thresholds, list | tuple):
+        return any(_any_set(v) for v in thresholds)
+    return thresholds is not None
 
 
 def _fmt_dims(dims: dict[str, int]) -> str:
