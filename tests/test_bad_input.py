@@ -477,3 +477,21 @@ def test_a_library_warning_is_one_line_without_a_source_path(tmp_path: Path) -> 
     done = child(_WARNS, src, "-o", tmp_path / "o.onnx", "-q")
     assert done.returncode == 0, done.stderr
     assert done.stderr == "amp-convert: warning: the thing is deprecated and will go\n"
+
+
+def test_npz_member_the_model_does_not_take_is_refused_unread(tmp_path: Path, monkeypatch):
+    """A member the model does not take was loaded whole (2.1 GB peak for 2 GiB) first."""
+    import amp_convert
+    from amp_convert import ValidationError
+    from amp_convert.validation import inputs
+
+    path = tmp_path / "in.npz"
+    np.savez(path, x=np.zeros((1, 64), np.float32), big=np.zeros((1024, 1024), np.float32))
+
+    def never(*a, **k):
+        raise AssertionError("np.load read the file")
+
+    monkeypatch.setattr(inputs.np, "load", never)
+    model = mlp()
+    with pytest.raises(ValidationError, match="unexpected 'big'"):
+        amp_convert.validate(model, model, provider="emulate", inputs=str(path))
