@@ -101,6 +101,7 @@ def main() -> None:
     click's words, before click, onnx and the option declarations are imported.
     """
     interrupts.exit_at_once()
+    interrupts.end_at_exit()
     try:
         if sys.argv[1:] == ["--version"]:
             from amp_convert import __version__
@@ -119,8 +120,13 @@ def main() -> None:
         interrupts.raise_in_work()
         try:
             cli_main()
+        except SystemExit as done:
+            interrupts.exit_at_once()
+            interrupts.end_with(done.code)
+            raise
         finally:
             interrupts.exit_at_once()
     except KeyboardInterrupt:  # between the command's own handling and the line above
         interrupts.say_interrupted()
+        interrupts.end_with(interrupts.EXIT_INTERRUPTED)
         sys.exit(interrupts.EXIT_INTERRUPTED)

@@ -111,26 +111,42 @@ def test_sigterm_while_packages_import_ends_by_sigterm_quietly(tmp_path: Path) -
 
 _SIGINT_AFTER_VERDICT = """
 import atexit, os, signal, sys, time
+import amp_convert.cli
 
-def interrupt():  # the command has finished and printed its verdict; the process is ending
+moment = sys.argv.pop(1)
+real = amp_convert.cli.main
+
+def interrupt():
     os.kill(os.getpid(), signal.SIGINT)
     time.sleep(1)
 
-atexit.register(interrupt)
+def main():  # the command runs, prints its verdict and returns (SystemExit)
+    if moment == "exiting":
+        atexit.register(interrupt)  # during the interpreter's exit
+    try:
+        real()
+    finally:
+        if moment == "returning":
+            interrupt()
+
+amp_convert.cli.main = main
 sys.argv = ["amp-convert", *sys.argv[1:]]
 from amp_convert.startup import main
 main()
 """
 
 
-def test_sigint_after_the_verdict_is_130_and_one_line(tmp_path: Path) -> None:
-    """SIGINT after the verdict line killed silently."""
+@pytest.mark.parametrize("moment", ["returning", "exiting"])
+def test_sigint_after_the_verdict_is_130_and_one_line(tmp_path: Path, moment: str) -> None:
+    """SIGINT after the verdict line killed silently (death by SIGINT)."""
     src = saved(tmp_path / "m.onnx")
     out = tmp_path / "o.onnx"
-    done = child(_SIGINT_AFTER_VERDICT, src, "-o", out)
+    done = child(_SIGINT_AFTER_VERDICT, moment, src, "-o", out, "--validate", "--provider",
+                 "emulate", "--runs", "0")  # fmt: skip
     assert done.returncode == 130, done.stderr
-    assert done.stderr.strip() == "amp-convert: interrupted"
-    assert f"wrote {out}" in done.stdout  # the verdict was printed before, and kept
+    assert done.stderr.strip().splitlines()[-1] == "amp-convert: interrupted"
+    assert done.stderr.count("interrupted") == 1
+    assert "result: NOT JUDGED" in done.stdout  # the verdict was printed before, and kept
     onnx.checker.check_model(str(out))
 
 
