@@ -58,7 +58,6 @@ def save(proto: onnx.ModelProto, path: Path, external: bool = False) -> Path:
     return path
 
 
-
 # ------------------------------------------------------------------ item 10: no exit 3
 
 

@@ -57,10 +57,7 @@ def result(path: Path) -> np.ndarray:
 def referenced(path: Path) -> set[str]:
     proto = onnx.load(str(path), load_external_data=False)
     return {
-        e.value
-        for t in proto.graph.initializer
-        for e in t.external_data
-        if e.key == "location"
+        e.value for t in proto.graph.initializer for e in t.external_data if e.key == "location"
     }
 
 
