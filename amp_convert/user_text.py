@@ -10,7 +10,7 @@ escaped.
 Out: names read from a model (outputs, nodes) may hold any character. ``printable`` escapes
 what a terminal would obey (ESC sequences, other C0/C1 controls, DEL) and what XML 1.0 cannot
 carry (NUL, form feed, U+FFFE, lone surrogates), so one form serves the terminal and JUnit XML;
-HTML pages escape the result again with html.escape.
+HTML pages are rendered, then passed through ``markup`` (the same escapes, line breaks kept).
 """
 
 from __future__ import annotations
@@ -37,6 +37,16 @@ def _escape(match: re.Match[str]) -> str:
 def printable(text: object) -> str:
     """`text` with control characters and non-XML characters escaped (\\x1b, \\ufffe...)."""
     return _UNSAFE.sub(_escape, str(text))
+
+
+#: printable()'s set less the line breaks and tabs a page's own markup uses
+_UNSAFE_IN_MARKUP = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff\ufffe\uffff]")
+
+
+def markup(text: str) -> str:
+    """A whole rendered page (HTML, XML) with printable()'s escapes for what no name may carry
+    raw; the page's own markup has none of these characters, so only names change."""
+    return _UNSAFE_IN_MARKUP.sub(_escape, text)
 
 
 def terminal(text: object) -> str:

@@ -284,6 +284,18 @@ def test_control_characters_in_names_never_reach_the_terminal_or_break_junit(
     assert case is not None and case.get("name") == "y\\x01\\x1b[2J\\x00\\x0c\\ufffe"
 
 
+def test_control_characters_in_names_never_reach_the_html_page(tmp_path: Path) -> None:
+    import re
+
+    src = control_named(tmp_path)
+    page = tmp_path / "p.html"
+    res = invoke("validate", src, src, "--provider", "emulate", "--runs", "0", "--html", page)
+    assert res.exit_code == 0, res.output
+    text = page.read_text(encoding="utf-8")
+    assert not re.search("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ufffe]", text)
+    assert "y\\x01\\x1b[2J\\x00\\x0c\\ufffe" in text
+
+
 def test_printable_escapes_what_a_terminal_or_xml_would_obey() -> None:
     from amp_convert.user_text import printable
 
