@@ -138,3 +138,45 @@ def test_deferred_signals_are_delivered_once_on_leaving() -> None:
         os.kill(os.getpid(), signal.SIGINT)
         reached = True
     assert reached
+
+
+_CLI_CHILD = """
+import os, signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)  # a background job's child: reset
+from amp_convert import pair_write
+step, signame, *argv = sys.argv[1:]
+
+def deliver(at):
+    if at.name == step:
+        os.kill(os.getpid(), getattr(signal, signame))
+
+pair_write.on_step = deliver
+sys.argv = ["amp-convert", *argv]
+from amp_convert.startup import main
+main()
+"""
+
+
+@pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("step", ["WRITTEN", "GRAPH_IN_PLACE"])
+def test_the_command_interrupted_mid_commit_ends_as_documented(folder, step, signame) -> None:
+    """The real process: SIGINT is 130 and one line, SIGTERM ends it by SIGTERM; old or new."""
+    import subprocess
+    import sys
+
+    src, out, old_values, new_values = folder
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run(
+        [sys.executable, "-c", _CLI_CHILD, step, signame, str(src), "-o", str(out), "--force",
+         "-q"],
+        capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(root)}, timeout=120,
+        check=False,
+    )  # fmt: skip
+    if signame == "SIGINT":
+        assert done.returncode == 130 and done.stderr.strip() == "amp-convert: interrupted"
+    else:
+        assert done.returncode == -signal.SIGTERM and done.stderr == ""
+    expected = old_values if step == "WRITTEN" else new_values
+    np.testing.assert_array_equal(result(out), expected)
+    names = sorted(p.name for p in out.parent.iterdir() if p.is_file())
+    assert names == sorted({"m.onnx", "m.onnx.data", "o.onnx", *referenced(out)}), names
