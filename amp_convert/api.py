@@ -110,12 +110,16 @@ class FileConversion:
     external_data: bool | None
 
     def run(
-        self, gate: Callable[[ir.Model, ConversionReport, bool | None], bool] | None = None
+        self,
+        gate: Callable[[ir.Model, ConversionReport, bool | None], bool] | None = None,
+        before_commit: Callable[[ConversionReport], None] | None = None,
     ) -> ConversionReport:
         """Convert and write the model to plan["output"] (and its data file).
 
         ``gate(model, report, external)``, when given, sees the converted model before it is
         written and says whether to write it (``convert --validate``: not when it fails).
+        ``before_commit(report)`` runs when the model is written but not yet in place (the report
+        complete): a report staged there fails before the output is replaced, never after.
         """
         start = time.perf_counter()
         if self.proto is None:
@@ -134,9 +138,14 @@ class FileConversion:
             report.seconds = time.perf_counter() - start
             return report
         out = self.plan["output"]
-        data_path = io.save_model(model, out, external=external, keep=self.inputs)
-        report.seconds = time.perf_counter() - start
-        report.size_after = io.files_size([out.path] + ([data_path] if data_path else []))
+
+        def written(size: int) -> None:
+            report.seconds = time.perf_counter() - start
+            report.size_after = size
+            if before_commit is not None:
+                before_commit(report)
+
+        io.save_model(model, out, external=external, keep=self.inputs, before_commit=written)
         return report
 
 

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 import click
 
-from amp_convert import __version__, safe_write
+from amp_convert import __version__, safe_write, user_text
 from amp_convert.cli_paths import InputPath, OutputPath, check_needs, declared_outputs
 from amp_convert.errors import AmpConvertError, InputError
 from amp_convert.io import default_output_path
@@ -79,6 +79,10 @@ class _ConvertByDefault(click.Group):
     """
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            user_text.check_args(args)
+        except user_text.TextError as e:
+            raise click.UsageError(str(e), ctx) from None
         if args and args[0] not in self.commands and args[0] not in ("--help", "-h", "--version"):
             word = args[0]
             close = difflib.get_close_matches(word, [c for c in self.commands if c != "convert"])
@@ -101,7 +105,8 @@ class _ConvertByDefault(click.Group):
         try:
             code = super().main(args, prog_name, standalone_mode=False, **kw)
         except click.ClickException as e:
-            click.echo(f"amp-convert: error: {_one_line(e.format_message())}", err=True)
+            message = user_text.printable(_one_line(e.format_message()))
+            click.echo(f"amp-convert: error: {message}", err=True)
             sys.exit(e.exit_code)
         except (click.exceptions.Abort, KeyboardInterrupt):
             click.echo("amp-convert: interrupted", err=True)
@@ -126,12 +131,13 @@ def cli() -> None:
 def _fail(error: BaseException, verbose: bool, code: int = EXIT_ERROR) -> None:
     if verbose:
         traceback.print_exception(error)
+    text = user_text.printable(error)
     if isinstance(error, AmpConvertError):
-        click.echo(f"amp-convert: error: {error}", err=True)
+        click.echo(f"amp-convert: error: {text}", err=True)
     else:
         notes = "; ".join(getattr(error, "__notes__", ()))  # the conversion step it escaped
-        where = f" ({notes})" if notes else ""
-        click.echo(f"amp-convert: internal error: {type(error).__name__}: {error}{where}", err=True)
+        where = user_text.printable(f" ({notes})") if notes else ""
+        click.echo(f"amp-convert: internal error: {type(error).__name__}: {text}{where}", err=True)
     sys.exit(code)
 
 
@@ -216,7 +222,9 @@ def convert_command(
     **kwargs: Any,
 ) -> None:
     """Convert MODEL to mixed precision (writes MODEL.fp16.onnx unless -o is given)."""
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(message)s")
+    handler = logging.StreamHandler()
+    handler.setFormatter(user_text.PrintableFormatter("%(message)s"))  # names from the model
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, handlers=[handler])
     if verbose:  # each conversion step and node decision (pipeline.run and the passes log them)
         logging.getLogger("amp_convert").setLevel(logging.DEBUG)
     ctx = click.get_current_context()
@@ -251,6 +259,14 @@ def _check_companions(
         raise click.UsageError("--force-write goes with --auto or --validate", ctx)
     if do_validate and auto:
         raise click.UsageError("--validate and --auto do not go together (--auto validates)", ctx)
+    if auto:  # options the search does not use are refused, never silently ignored
+        for name in _NOT_FOR_AUTO:
+            if ctx.get_parameter_source(name) != click.core.ParameterSource.DEFAULT:
+                flag = "--" + name.replace("_", "-")
+                raise click.UsageError(
+                    f"{flag} goes with --validate (the --auto search judges by the thresholds)",
+                    ctx,
+                )
     if do_validate or auto:
         return
     for name in VALIDATION_OPTION_NAMES:
@@ -259,6 +275,10 @@ def _check_companions(
         if ctx.get_parameter_source(name) != click.core.ParameterSource.DEFAULT:
             flag = "--" + name.replace("_", "-")
             raise click.UsageError(f"{flag} goes with --validate or --auto", ctx)
+
+
+#: validation options the --auto search does not use
+_NOT_FOR_AUTO = ("runs", "warmup", "top1", "match")
 
 
 @dataclass(frozen=True)
@@ -315,15 +335,20 @@ def _run_convert(run: _Run, verbose: bool) -> int:
     ) as conversion:  # fmt: skip
         plan = conversion.plan
         codes: list[int] = []
+        staged: list[safe_write.StagedFile] = []
+        report_slot = plan.get("report")
 
         def show(report: Any) -> None:
-            if plan.get("report") is not None:
-                report.to_json(plan["report"])
             if not run.quiet:
-                click.echo(report.summary())
+                click.echo(user_text.terminal(report.summary()))
                 if verbose:
                     for n in report.nodes:
-                        click.echo(f"  {n.precision:5s} {n.op_type:22s} {n.name}: {n.reason}")
+                        line = f"  {n.precision:5s} {n.op_type:22s} {n.name}: {n.reason}"
+                        click.echo(user_text.printable(line))
+
+        def stage_report(report: Any) -> None:  # before the model replaces anything
+            if report_slot is not None:
+                staged.append(safe_write.StagedFile(report_slot, report.json_bytes()))
 
         def gate(model: Any, report: Any, external: bool | None) -> bool:
             """--validate: judge the converted model before it is written."""
@@ -331,10 +356,16 @@ def _run_convert(run: _Run, verbose: bool) -> int:
             codes.append(_validate_staged(run, plan, model, external))
             return codes[0] == 0 or run.ctx.params["force_write"]
 
-        report = conversion.run(gate if validating else None)
+        try:
+            report = conversion.run(gate if validating else None, before_commit=stage_report)
+            for s in staged:
+                s.commit()
+        finally:
+            for s in staged:
+                s.discard()
         written = not validating or codes[0] == 0 or run.ctx.params["force_write"]
         if written and not run.quiet:
-            click.echo(f"wrote {run.output}")
+            click.echo(user_text.printable(f"wrote {run.output}"))
         if not validating:
             show(report)
         if not written:

@@ -21,6 +21,7 @@ from typing import Any
 
 from amp_convert import safe_write
 from amp_convert.auto.report import PinnedNode, TracePoint
+from amp_convert.user_text import markup
 from amp_convert.validation.metrics import OutputResult
 from amp_convert.value_map import ValueFate
 
@@ -66,11 +67,15 @@ class Page:
 
 def write(page: Page, path: str | os.PathLike) -> None:
     """Write ``page`` to ``path`` (UTF-8), atomically through the output registry's writer."""
-    safe_write.write_bytes(path, render(page).encode("utf-8"))
+    safe_write.write_bytes(path, render(page).encode("utf-8"))  # render() applies markup()
 
 
 # -- rendering ---------------------------------------------------------------------------------
 def render(page: Page) -> str:
+    return markup(_render(page))  # names from a model: no control character reaches the page
+
+
+def _render(page: Page) -> str:
     e = html.escape
     parts = [
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",

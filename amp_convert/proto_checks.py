@@ -15,7 +15,7 @@ from pathlib import Path
 
 import onnx
 
-from amp_convert import proto_walk
+from amp_convert import proto_walk, user_text
 from amp_convert.errors import InputError
 
 _T = onnx.TensorProto
@@ -117,6 +117,11 @@ def external_locations(proto: onnx.ModelProto) -> set[str]:
 
 def resolve_location(model_path: Path, location: str) -> Path:
     """An external-data location as the file it names (relative to the model's folder)."""
+    problem = user_text.text_problem(location)
+    if problem is not None:
+        raise InputError(
+            f"{model_path}: external data location '{user_text.printable(location)}' {problem}"
+        )
     return Path(os.path.realpath(model_path.parent / location))
 
 

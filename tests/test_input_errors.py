@@ -58,7 +58,6 @@ def save(proto: onnx.ModelProto, path: Path, external: bool = False) -> Path:
     return path
 
 
-
 # ------------------------------------------------------------------ item 10: no exit 3
 
 
@@ -286,7 +285,9 @@ def test_stale_stamp_is_not_already_converted(tmp_path: Path) -> None:
 
 
 _SLOW_CHILD = """
-import sys, time
+import signal, sys, time
+# a child of a background job inherits SIGINT ignored: give it the interpreter's default
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from amp_convert import pipeline
 from amp_convert.cli import main
 real = pipeline.run

@@ -190,4 +190,4 @@ def test_cli_exit_codes(tmp_path: Path, o2) -> None:
     assert len(errors) == 1 and "no past_key_values.* input with a matching present.*" in errors[0]
     assert "Traceback" not in res.output
     res = runner.invoke(validate_command, [paths["ref"], paths["cand"], "--decode-steps", "0"])
-    assert res.exit_code == 2 and "0 is not in the range x>=1" in res.output
+    assert res.exit_code == 2 and "0 is not in the range 1<=x<=10000" in res.output

@@ -11,11 +11,12 @@ from pathlib import Path
 
 import click
 
-from amp_convert import html_report, io, output_rules
+from amp_convert import html_report, io, output_rules, safe_write
 from amp_convert.auto.page import auto_page
 from amp_convert.auto.search import auto_convert
 from amp_convert.errors import OptionError
 from amp_convert.options import ConvertOptions
+from amp_convert.user_text import printable, terminal
 from amp_convert.validation.options import AUTO_REFUSED_PROVIDERS, ValidateOptions
 
 
@@ -58,19 +59,31 @@ def run_auto(
             model, options=options, validation=samples, progress=not quiet
         )
         if not quiet:
-            click.echo(report.summary())
-        if plan.get("report") is not None:
-            report.to_json(plan["report"])
-        if plan.get("HTML report") is not None:
-            page = auto_page(report, f"amp-convert --auto: {Path(model).name}")
-            html_report.write(page, plan["HTML report"])
+            click.echo(terminal(report.summary()))
+        # the reports are staged first and committed after the model: one that cannot be
+        # written fails the run before anything is replaced, and a model that cannot be
+        # written leaves no new report behind
+        staged: list[safe_write.StagedFile] = []
+        try:
+            if plan.get("report") is not None:
+                staged.append(safe_write.StagedFile(plan["report"], report.json_bytes()))
+            if plan.get("HTML report") is not None:
+                page = auto_page(report, f"amp-convert --auto: {Path(model).name}")
+                html = html_report.render(page).encode("utf-8")
+                staged.append(safe_write.StagedFile(plan["HTML report"], html))
+            if report.passed or force_write:
+                # an input with external data gives an output with external data (never one
+                # protobuf holding every weight)
+                external = True if len(inputs_read) > 1 else None
+                io.save_model(result, plan["output"], external=external, keep=inputs_read)
+            for s in staged:
+                s.commit()
+        finally:
+            for s in staged:
+                s.discard()
         if report.passed or force_write:
-            # an input with external data gives an output with external data (never one
-            # protobuf holding every weight)
-            external = True if len(inputs_read) > 1 else None
-            io.save_model(result, plan["output"], external=external, keep=inputs_read)
             if not quiet:
-                click.echo(f"wrote {output}")
+                click.echo(printable(f"wrote {output}"))
         else:
             click.echo(
                 "amp-convert: the thresholds cannot be met with these inputs; nothing written "

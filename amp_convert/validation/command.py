@@ -36,7 +36,9 @@ from amp_convert.dims import parse_dims
 from amp_convert.errors import AmpConvertError, ValidationError
 from amp_convert.output_rules import check_outputs, model_files, plan_outputs
 from amp_convert.safe_write import Slot, sigterm_cleans_up
+from amp_convert.user_text import printable, terminal
 from amp_convert.validation.core import validate
+from amp_convert.validation.decode import MAX_DECODE_STEPS
 from amp_convert.validation.metrics import Thresholds
 from amp_convert.validation.options import PROVIDERS, ValidateOptions, parse_match
 from amp_convert.validation.report import ValidationReport
@@ -292,17 +294,17 @@ def run_cli_validation(
         options = cli_validate_options(validation_option_values, decode_steps, save_inputs)
         report = validate(reference_path, candidate_path, options=options, progress=not quiet)
     except AmpConvertError as e:
-        click.echo(f"error: {e}", err=True)
+        click.echo(f"error: {printable(e)}", err=True)
         return 2
     except Exception as e:  # a bug: one line (exit 3), never a traceback read as "failed"
-        click.echo(f"internal error: {type(e).__name__}: {e}", err=True)
+        click.echo(f"internal error: {type(e).__name__}: {printable(e)}", err=True)
         return 3
     if on_report is not None:
         on_report(report)
     if not quiet:
-        click.echo(report.format_table())
+        click.echo(terminal(report.format_table()))
     elif report.failed:
-        click.echo(report.summary_line(), err=True)
+        click.echo(printable(report.summary_line()), err=True)
     for path, write, what in (
         (report_path, report.to_json, "report"),
         (junit_path, report.to_junit, "JUnit report"),
@@ -312,7 +314,7 @@ def run_cli_validation(
         try:
             write(path)
         except AmpConvertError as e:
-            click.echo(f"error: cannot write {what}: {e}", err=True)
+            click.echo(f"error: cannot write {what}: {printable(e)}", err=True)
             return 2
     return 1 if report.failed else 0
 
@@ -329,8 +331,10 @@ def run_cli_validation(
 @click.option("--html", "html_path", type=OutputPath("HTML report"),
               metavar="FILE.html", help="Write a self-contained HTML report (error along the "
               "graph, precision by op type).")  # fmt: skip
-@click.option("--decode-steps", "decode_steps", type=click.IntRange(min=1), default=None,
-              metavar="N", help="Also run both models as decoders for N greedy steps, each "
+@click.option("--decode-steps", "decode_steps", type=click.IntRange(1, MAX_DECODE_STEPS),
+              default=None, metavar="N", help="Also run both models as decoders for N greedy "
+              f"steps (at most {MAX_DECODE_STEPS}, and as many as the memory budget holds "
+              "the growing KV cache for), each "
               "feeding its own present.* back as past_key_values.* and its own next token "
               "(merged decoders: step 1 without past); reports per-step errors, token agreement "
               "and the first divergence; thresholds apply to every step.")  # fmt: skip

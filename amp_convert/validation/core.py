@@ -17,7 +17,13 @@ import numpy as np
 
 from amp_convert.dtypes import low_numpy_type
 from amp_convert.errors import ValidationError
-from amp_convert.validation.decode import DecodeResult, DecoderIO, badness, decoder_io, roll_out
+from amp_convert.validation.decode import (
+    DecodeResult,
+    DecoderIO,
+    badness,
+    decoder_io,
+    roll_out,
+)
 from amp_convert.validation.evidence import (
     Tolerances,
     save_npz,

@@ -227,19 +227,9 @@ def load_inputs(
     across inputs (ORT does not require it, and exporters name axes inconsistently); where one
     name takes two sizes the first is recorded and ``Inputs.notes`` says so.
     """
-    arrays, label, where = _read_arrays(source)
     expected = [s.name for s in specs]
-    missing = [n for n in expected if n not in arrays]
-    extra = sorted(set(arrays) - set(expected))
-    if missing or extra:
-        parts = []
-        if missing:
-            parts.append("missing " + ", ".join(repr(n) for n in missing))
-        if extra:
-            parts.append("unexpected " + ", ".join(repr(n) for n in extra))
-        raise ValidationError(
-            f"{where}: {'; '.join(parts)} (model inputs: {', '.join(expected) or 'none'})"
-        )
+    arrays, label, where = _read_arrays(source, expected)
+    _check_names(where, arrays, expected)
     dims: dict[str, int] = {}
     notes: list[str] = []
     for spec in specs:
@@ -258,14 +248,33 @@ def load_inputs(
     return Inputs({s.name: arrays[s.name] for s in specs}, label, dims, notes)
 
 
+def _check_names(where: str, arrays: Mapping[str, object], expected: list[str]) -> None:
+    """Every model input given, nothing else (`arrays`: only their names are read)."""
+    missing = [n for n in expected if n not in arrays]
+    extra = sorted(set(arrays) - set(expected))
+    if missing or extra:
+        parts = []
+        if missing:
+            parts.append("missing " + ", ".join(repr(n) for n in missing))
+        if extra:
+            parts.append("unexpected " + ", ".join(repr(n) for n in extra))
+        raise ValidationError(
+            f"{where}: {'; '.join(parts)} (model inputs: {', '.join(expected) or 'none'})"
+        )
+
+
 def _read_arrays(
-    source: str | os.PathLike | Mapping[str, np.ndarray],
+    source: str | os.PathLike | Mapping[str, np.ndarray], expected: list[str] | None = None
 ) -> tuple[dict[str, np.ndarray], str, str]:
     if isinstance(source, str | os.PathLike):
         path = Path(source)
         if not path.is_file():
             raise ValidationError(f"inputs {path}: no such file")
-        npz_members(path)  # sizes from the headers, within the budget, before anything loads
+        # sizes and names from the headers, before anything loads: a member the model does
+        # not take is refused by name, never read (a 2 GiB one was loaded whole first)
+        members = npz_members(path)
+        if expected is not None:
+            _check_names(f"inputs {path}", {m.name: None for m in members}, expected)
         try:
             with np.load(path, allow_pickle=False) as npz:
                 arrays = {k: npz[k] for k in npz.files}

@@ -20,6 +20,7 @@ import numpy as np
 
 from amp_convert.dims import parse_dims
 from amp_convert.errors import OptionError, ValidationError
+from amp_convert.validation.decode import MAX_DECODE_STEPS
 from amp_convert.validation.metrics import MATCH_MODES, Thresholds
 
 if TYPE_CHECKING:
@@ -85,6 +86,11 @@ class ValidateOptions:
         if steps is not None:
             if isinstance(steps, bool) or not isinstance(steps, int | np.integer) or steps < 1:
                 raise ValidationError(f"decode steps must be an integer >= 1, got {steps!r}")
+            if steps > MAX_DECODE_STEPS:
+                raise ValidationError(
+                    f"decode steps: at most {MAX_DECODE_STEPS} (each step runs both models), "
+                    f"got {steps}"
+                )
             put("decode_steps", int(steps))
         put("dims", parse_dims(self.dims or {}))
         put("thresholds", Thresholds.coerce(self.thresholds))

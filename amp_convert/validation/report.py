@@ -51,6 +51,7 @@ import numpy as np
 
 from amp_convert import safe_write
 from amp_convert.report_base import Report, json_ready
+from amp_convert.user_text import printable
 from amp_convert.validation.decode import DecodeResult
 from amp_convert.validation.metrics import OutputResult
 
@@ -218,18 +219,19 @@ class ValidationReport(Report, tool="amp-convert validate", schema_version=SCHEM
             ("dims", _fmt_dims(self.dims)),
             ("speedup", "" if self.speedup is None else f"{self.speedup:.3f}"),
         ):
-            ET.SubElement(props, "property", name=k, value=str(v))
+            ET.SubElement(props, "property", name=k, value=printable(v))
         for o in self.outputs:
+            name = printable(o.name)
             case = ET.SubElement(
-                suite, "testcase", classname="amp_convert.validate", name=o.name, time="0"
+                suite, "testcase", classname="amp_convert.validate", name=name, time="0"
             )
-            numbers = _numbers_line(o)
+            numbers = printable(_numbers_line(o))
             if o.status == "skipped":
                 ET.SubElement(case, "skipped", message="non-tensor output, not compared")
             elif o.status == "not_judged":
                 ET.SubElement(case, "skipped", message="no thresholds: not judged")
             elif o.failed:
-                fail = ET.SubElement(case, "failure", message="; ".join(o.failures))
+                fail = ET.SubElement(case, "failure", message=printable("; ".join(o.failures)))
                 fail.text = numbers
             out = ET.SubElement(case, "system-out")
             out.text = numbers
@@ -333,10 +335,16 @@ class ValidationReport(Report, tool="amp-convert validate", schema_version=SCHEM
             return f"result: FAIL ({len(failed)} of {outs}: {', '.join(failed)}){weak}"
         if checked:
             return f"result: PASS ({checked} of {outs} checked){weak}"
+        if _any_set(self.thresholds):
+            return f"result: NOT JUDGED ({self._nothing_to_judge()}; {outs}){weak}"
         return (
             f"result: NOT JUDGED (report only: no thresholds set, nothing failed; {outs}; "
             f"set --atol/--rtol/--min-cosine/--max-nan to judge){weak}"
         )
+
+    def _nothing_to_judge(self) -> str:
+        """Thresholds were set, yet no output had values they apply to (all empty, say)."""
+        return "thresholds set, but no output had values to judge them on, nothing failed"
 
     def notes(self) -> list[str]:
         """What the numbers alone hide: a scale change (norms > 1% apart), empty outputs."""
@@ -358,10 +366,11 @@ class ValidationReport(Report, tool="amp-convert validate", schema_version=SCHEM
         if self.passed:
             return f"validation passed ({len(self.outputs)} outputs, {self.provider}){notes}"
         if not self.failed:
-            return (
-                f"validation not judged: no thresholds set, nothing failed "
-                f"({len(self.outputs)} outputs, {self.provider}){notes}"
-            )
+            why = "no thresholds set, nothing failed"
+            if _any_set(self.thresholds):
+                why = self._nothing_to_judge()
+            n = len(self.outputs)
+            return f"validation not judged: {why} ({n} outputs, {self.provider}){notes}"
         parts = [f"{o.name}: {'; '.join(o.failures)}" for o in self.outputs if o.failed]
         return f"validation FAILED ({self.provider}): " + " | ".join(parts) + notes
 
@@ -369,6 +378,15 @@ class ValidationReport(Report, tool="amp-convert validate", schema_version=SCHEM
 #: norms of reference and candidate further apart than this are called out
 NORM_TOLERANCE = 0.01
 _STATUS_CELL = {"pass": "PASS", "fail": "FAIL", "not_judged": "-", "skipped": "skip"}
+
+
+def _any_set(thresholds: Any) -> bool:
+    """Whether any threshold (at any depth: per output too) has a value."""
+    if isinstance(thresholds, dict):
+        return any(_any_set(v) for v in thresholds.values())
+    if isinstance(thresholds, list | tuple):
+        return any(_any_set(v) for v in thresholds)
+    return thresholds is not None
 
 
 def _fmt_dims(dims: dict[str, int]) -> str:

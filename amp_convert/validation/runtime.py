@@ -6,6 +6,7 @@ onnxruntime is imported only here and only when validation runs, so conversion n
 from __future__ import annotations
 
 import ctypes
+import importlib.util
 import os
 import tempfile
 import time
@@ -74,12 +75,23 @@ def is_missing_kernel(message: str) -> bool:
     return "NOT_IMPLEMENTED" in message or "Could not find an implementation" in message
 
 
+def _installed(name: str) -> bool:
+    """Whether a top-level package is installed (found on the path; nothing is imported)."""
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):  # a half-imported module in sys.modules: it is there
+        return True
+
+
 def import_ort() -> Any:
     """Import onnxruntime or raise the one clear error that says how to get it."""
     try:
         import onnxruntime
-    except ImportError:
-        raise ValidationError(MISSING_ORT) from None
+    except ImportError as e:
+        if not _installed("onnxruntime"):
+            raise ValidationError(MISSING_ORT) from None
+        # installed but broken (or left half-imported): never "not installed"
+        raise ValidationError(f"ONNX Runtime is installed but does not import: {e}") from None
     return onnxruntime
 
 
@@ -185,7 +197,8 @@ def serialize_for_ort(src: ModelSource) -> str | bytes:
     path = os.path.join(tmp.name, "model.onnx")
     proto = onnx.ModelProto()
     proto.CopyFrom(src.proto)  # saving as external data rewrites the proto it is given
-    onnx.save_model(proto, path, save_as_external_data=True, location="model.onnx.data")
+    with safe_write.temp_writes("amp-validate-"):
+        onnx.save_model(proto, path, save_as_external_data=True, location="model.onnx.data")
     src.base_dir = tmp.name
     return path
 
