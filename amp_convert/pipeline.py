@@ -30,7 +30,7 @@ from typing import TypeVar
 
 import onnx_ir as ir
 
-from amp_convert import schema
+from amp_convert import domains, schema
 from amp_convert.errors import InputError, VerificationError
 from amp_convert.low_io import resolve_low_io
 from amp_convert.onnx_checks import analyse
@@ -98,6 +98,11 @@ def run(model: ir.Model, options: ConvertOptions) -> ConversionReport:
     classes = _step(8, "classify", classify, model, options, lists, table)
     classes = _step(9, "pin statistics", pin_norm_statistics, classes, norms, options.level)
     plan = _step(10, "assign", assign, model, classes, shapes, options, low_io)
+    if all(p.op_class == NodeClass.NONE for p in plan.nodes.values()):
+        report.warnings.append(
+            "nothing to convert: no node of the model computes on float values; its graph is "
+            "kept as it is"
+        )
     rewritten = _step(
         11, "rewrite", rewrite, model, plan, prepared.names,
         cast_optional_params=options.cast_optional_params,
@@ -164,6 +169,13 @@ def _nothing_to_do(model: ir.Model, options: ConvertOptions, report: ConversionR
     """O0 (re-save unchanged), or a model this very conversion already produced."""
     if options.level == Level.O0:
         report.warnings.append("level O0: the model is re-saved unchanged")
+        return True
+    if domains.imported_opset(model.opset_imports) is None:
+        imported = ", ".join(sorted(d or "ai.onnx" for d in model.opset_imports)) or "none"
+        report.warnings.append(
+            f"nothing to convert: the model imports no ai.onnx opset (only {imported}); its ops "
+            "are kept as they are and the model is re-saved unchanged"
+        )
         return True
     if model.metadata_props.get(STAMP_KEY) == options.stamp():
         if _holds_low(model, options.low_dtype):

@@ -2,7 +2,7 @@
 
 onnx-ir (and numpy under it) raise bare ValueErrors deep inside a conversion for tensors whose
 data is shorter than their dims, for external data outside the model's folder or shorter than
-declared, and the passes assume nodes in topological order. Everything here looks only at the
+declared, and for node inputs that nothing defines. Everything here looks only at the
 protobuf and file sizes: no tensor data is read.
 """
 
@@ -208,32 +208,42 @@ def _node_label(node: onnx.NodeProto, index: int) -> str:
     )
 
 
-def check_topological_order(proto: onnx.ModelProto, where: str) -> None:
-    """Refuse a graph where a node reads a value that a later node produces (naming both).
+def check_references(proto: onnx.ModelProto, where: str) -> bool:
+    """Whether the nodes need sorting; InputError for a node input that nothing defines.
 
     One pass per graph with a stack of scopes: a subgraph sees the values its outer graphs
-    defined before the node holding it. Values no node produces are left to later checks.
+    defined before the node holding it. A value produced only by a later node means the graph
+    is out of topological order: ONNX Runtime sorts such graphs itself, and so does the loader
+    (io). A value no node, graph input or initializer of any enclosing scope defines is refused
+    here, naming the node (onnx-ir would log a warning and invent an input for it).
     """
-    _check_order(proto.graph, [], where)
+    return _check_refs(proto.graph, [], where)
 
 
-def _check_order(graph: onnx.GraphProto, outer: list[tuple[set, dict]], where: str) -> None:
+def _check_refs(graph: onnx.GraphProto, outer: list[tuple[set, set]], where: str) -> bool:
     defined = {v.name for v in graph.input} | {t.name for t in graph.initializer}
     defined |= {t.values.name for t in graph.sparse_initializer}
-    nodes = list(graph.node)
-    producers = {out: (node, j) for j, node in enumerate(nodes) for out in node.output}
-    scopes = [*outer, (defined, producers)]
-    for i, node in enumerate(nodes):
+    produced = {out for node in graph.node for out in node.output if out}
+    scopes = [*outer, (defined, produced)]
+    unsorted = False
+    for i, node in enumerate(graph.node):
         for name in node.input:
             if not name or name in defined or any(name in d for d, _ in outer):
                 continue
-            found = next((p[name] for _, p in reversed(scopes) if name in p), None)
-            if found is not None:
+            if not any(name in p for _, p in scopes):
                 raise InputError(
-                    f"{where}: {_node_label(node, i)} reads {name!r} before "
-                    f"{_node_label(*found)} produces it: the nodes are not in topological order"
+                    f"{where}: {_node_label(node, i)} reads {name!r}, which no node, graph "
+                    "input or initializer defines; the model is invalid"
                 )
+            unsorted = True
         if node.attribute:
             for sub in proto_walk.subgraphs(node):
-                _check_order(sub, scopes, where)
+                unsorted |= _check_refs(sub, scopes, where)
         defined.update(node.output)
+    for out in graph.output:
+        if out.name and not any(out.name in d or out.name in p for d, p in scopes):
+            raise InputError(
+                f"{where}: graph output {out.name!r} is defined by no node, graph input or "
+                "initializer; the model is invalid"
+            )
+    return unsorted
