@@ -98,6 +98,10 @@ def check_tensor_data(proto: onnx.ModelProto, where: str) -> None:
             )
 
 
+#: the external-data keys ONNX Runtime reads (it refuses any other, onnx's "basepath" included)
+_EXTERNAL_KEYS = frozenset({"location", "offset", "length", "checksum"})
+
+
 def _external_entries(tensor: onnx.TensorProto) -> dict[str, str]:
     entries = {e.key: e.value for e in tensor.external_data}
     if any(not isinstance(x, str) for item in entries.items() for x in item):
@@ -149,6 +153,11 @@ def check_external_data(proto: onnx.ModelProto, model_path: Path) -> None:
         if t.data_location != _T.EXTERNAL:
             continue
         entries = _external_entries(t)
+        if unknown := sorted(set(entries) - _EXTERNAL_KEYS):
+            raise InputError(
+                f"{model_path}: {what}: unknown external-data key {unknown[0]!r} (ONNX Runtime "
+                f"reads only {', '.join(sorted(_EXTERNAL_KEYS))} and refuses the model)"
+            )
         location = entries.get("location", "")
         if not location:
             raise InputError(f"{model_path}: {what} is external but names no location")

@@ -122,16 +122,30 @@ def short_typed(folder: Path) -> Path:
     return path
 
 
-def out_of_order(folder: Path) -> Path:
+def cycle(folder: Path) -> Path:
+    """Two nodes that read each other's output: no order runs them (sorted ones are accepted:
+    tests/test_ort_loads.py)."""
+    graph = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["x", "w"], ["h"], name="mm"),
+            helper.make_node("Add", ["h", "r"], ["s"], name="add"),
+            helper.make_node("Relu", ["s"], ["r"], name="relu"),
+            helper.make_node("Neg", ["s"], ["y"], name="neg"),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 4])],
+        [weight()],
+    )
     path = folder / "m.onnx"
-    onnx.save(matmul_relu([weight()], order=(1, 0)), path)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
     return path
 
 
-def out_of_order_in_subgraph(folder: Path) -> Path:
-    """An If branch reads a value the outer graph produces only after the If."""
+def dangling_in_subgraph(folder: Path) -> Path:
+    """An If branch reads a value that no scope defines."""
     then = helper.make_graph(
-        [helper.make_node("Relu", ["late"], ["t"], name="body_relu")],
+        [helper.make_node("Relu", ["nowhere"], ["t"], name="body_relu")],
         "then",
         [],
         [helper.make_tensor_value_info("t", TensorProto.FLOAT, [4])],
@@ -143,12 +157,7 @@ def out_of_order_in_subgraph(folder: Path) -> Path:
         [helper.make_tensor_value_info("e", TensorProto.FLOAT, [4])],
     )
     graph = helper.make_graph(
-        [
-            helper.make_node(
-                "If", ["c"], ["y"], name="branch", then_branch=then, else_branch=other
-            ),
-            helper.make_node("Abs", ["x"], ["late"], name="abs"),
-        ],
+        [helper.make_node("If", ["c"], ["y"], name="branch", then_branch=then, else_branch=other)],
         "g",
         [
             helper.make_tensor_value_info("c", TensorProto.BOOL, []),
@@ -158,6 +167,15 @@ def out_of_order_in_subgraph(folder: Path) -> Path:
     )
     path = folder / "m.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+def unknown_external_key(folder: Path) -> Path:
+    (folder / "m.onnx.data").write_bytes(floats(16))
+    w = external_weight("m.onnx.data")
+    w.external_data.add(key="bogus", value="1")
+    path = folder / "m.onnx"
+    onnx.save(matmul_relu([w]), path)
     return path
 
 
@@ -197,14 +215,20 @@ CASES: dict[str, tuple[Callable[[Path], Path], str]] = {
         short_typed,
         "{path}: initializer 'w' holds 5 values in float_data but its dims [4, 4] need 16",
     ),
-    "topological order": (
-        out_of_order,
-        "{path}: node 'relu' (Relu) reads 'h' before node 'mm' (MatMul) produces it: the nodes "
-        "are not in topological order",
+    "cycle": (
+        cycle,
+        "{path}: the nodes form a cycle through node 'add' (Add); no order can run them (ONNX "
+        "Runtime refuses it too)",
     ),
-    "order in a subgraph": (
-        out_of_order_in_subgraph,
-        "{path}: node 'body_relu' (Relu) reads 'late' before node 'abs' (Abs) produces it",
+    "dangling input in a subgraph": (
+        dangling_in_subgraph,
+        "{path}: node 'body_relu' (Relu) reads 'nowhere', which no node, graph input or "
+        "initializer defines; the model is invalid",
+    ),
+    "unknown external-data key": (
+        unknown_external_key,
+        "{path}: initializer 'w': unknown external-data key 'bogus' (ONNX Runtime reads only "
+        "checksum, length, location, offset and refuses the model)",
     ),
 }
 
@@ -235,13 +259,13 @@ def test_api_raises_input_error(tmp_path: Path, case: str) -> None:
     assert not (tmp_path / "o.onnx").exists()
 
 
-def test_in_memory_models_are_checked_too() -> None:
+def test_in_memory_models_are_checked_too(tmp_path: Path) -> None:
     w = weight()
     w.raw_data = w.raw_data[:20]
     with pytest.raises(InputError, match="model: initializer 'w' holds 20 bytes of raw_data"):
         amp_convert.convert(matmul_relu([w]))
-    with pytest.raises(InputError, match="bytes: node 'relu' .* not in topological order"):
-        amp_convert.convert(matmul_relu([weight()], order=(1, 0)).SerializeToString())
+    with pytest.raises(InputError, match="bytes: the nodes form a cycle through node 'add'"):
+        amp_convert.convert(onnx.load(cycle(tmp_path)).SerializeToString())
 
 
 def test_report_into_missing_folder_fails_before_the_model_is_written(tmp_path: Path) -> None:
