@@ -31,6 +31,7 @@ from typing import TypeVar
 import onnx_ir as ir
 
 from amp_convert import domains, schema
+from amp_convert.contrib_checks import check_runtime_ops
 from amp_convert.errors import InputError, VerificationError
 from amp_convert.low_io import resolve_low_io
 from amp_convert.onnx_checks import analyse
@@ -90,6 +91,7 @@ def run(model: ir.Model, options: ConvertOptions) -> ConversionReport:
     report.warnings.extend(schema.unknown_warnings(model))
     shapes = ShapeBook(model, options.dim_values)  # sizes from the input dims (shapes.py)
     _step(3, "infer dtypes", infer_dtypes, model, inferred)
+    check_runtime_ops(model)  # the input's ORT ops against ORT's schemas: its fault, not ours
     before = _step(4, "measure", measure_original, model, shapes, low, keep_io, low_io)
     folded = _step(5, "fold BN", fold_batch_norm, model, low, inferred, prepared.names)
     target = options.target
@@ -98,10 +100,9 @@ def run(model: ir.Model, options: ConvertOptions) -> ConversionReport:
     classes = _step(8, "classify", classify, model, options, lists, table)
     classes = _step(9, "pin statistics", pin_norm_statistics, classes, norms, options.level)
     plan = _step(10, "assign", assign, model, classes, shapes, options, low_io)
-    if all(p.op_class == NodeClass.NONE for p in plan.nodes.values()):
+    if all(p.op_class == NodeClass.NONE for p in plan.nodes.values()) and not _has_float(model):
         report.warnings.append(
-            "nothing to convert: no node of the model computes on float values; its graph is "
-            "kept as it is"
+            "nothing to convert: no value of the model is a float; its graph is kept as it is"
         )
     rewritten = _step(
         11, "rewrite", rewrite, model, plan, prepared.names,
@@ -195,6 +196,19 @@ def _holds_low(model: ir.Model, low: ir.DataType) -> bool:
         if any(v.dtype == low for v in values):
             return True
     return any(out.dtype == low for node in model.graph.all_nodes() for out in node.outputs)
+
+
+def _has_float(model: ir.Model) -> bool:
+    """Whether any value or weight of the model has a floating-point type (a float data path)."""
+    for graph in model.graphs():
+        values = (*graph.inputs, *graph.outputs, *graph.initializers.values())
+        if any(v.dtype is not None and v.dtype.is_floating_point() for v in values):
+            return True
+    return any(
+        out.dtype is not None and out.dtype.is_floating_point()
+        for node in model.graph.all_nodes()
+        for out in node.outputs
+    )
 
 
 def _verify(model: ir.Model, strict_error: str | None) -> Verified:

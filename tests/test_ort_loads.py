@@ -132,7 +132,7 @@ def test_model_without_float_nodes_says_nothing_to_convert(tmp_path: Path) -> No
     src = save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path)
     result = invoke(src, "-o", tmp_path / "o.onnx")
     assert result.exit_code == 0, result.output
-    assert "nothing to convert: no node of the model computes on float values" in result.output
+    assert "nothing to convert: no value of the model is a float" in result.output
     assert op_counts(onnx.load(tmp_path / "o.onnx"))["Cast"] == 0
 
 
