@@ -19,7 +19,14 @@ import google.protobuf.message
 import onnx
 import onnx_ir as ir
 
-from amp_convert import domains, graph_checks, load_repairs, proto_checks, proto_walk, safe_write
+from amp_convert import (
+    domains,
+    graph_checks,
+    load_repairs,
+    proto_checks,
+    proto_walk,
+    safe_write,
+)
 from amp_convert.errors import InputError, OutputError
 from amp_convert.output_rules import file_identity
 

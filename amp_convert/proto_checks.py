@@ -15,7 +15,7 @@ from pathlib import Path
 
 import onnx
 
-from amp_convert import proto_walk
+from amp_convert import file_kinds, proto_walk
 from amp_convert.errors import InputError
 
 _T = onnx.TensorProto
@@ -164,9 +164,10 @@ def check_external_data(proto: onnx.ModelProto, model_path: Path) -> None:
         path = resolve_location(model_path, location)
         if path not in sizes:
             _check_containment(model_path, folder, what, location, path)
-            if not path.is_file():
+            if why := file_kinds.not_a_file(path):
                 raise InputError(
-                    f"{model_path}: external data file {location!r} of {what} is missing"
+                    f"{model_path}: external data file {location!r} of {what} "
+                    + ("is missing" if why == "does not exist" else why)
                 )
             st = path.stat()
             if st.st_nlink > 1:  # onnx-ir refuses these too (a hard link can escape the folder)

@@ -1,4 +1,4 @@
-"""Models ONNX Runtime loads although ONNX's checker refuses them (onnxconverter-common's test data).
+"""Models ONNX Runtime loads though ONNX's checker refuses them (onnxconverter-common's data).
 
 The patterns of three files in onnxconverter-common's ``tests/data``, built in code:
 
@@ -47,15 +47,16 @@ def tf2onnx_no_opt(features: int = 8, hidden: int = 16, seed: int = 40) -> onnx.
     w2 = numpy_helper.from_array(
         (rng.standard_normal((hidden, 4)) / np.sqrt(hidden)).astype(np.float32), "dense_1/kernel:0"
     )
-    nodes = [
-        helper.make_node("Identity", ["dense_1/Softmax:0"], ["Identity:0"], name="Identity"),
-        helper.make_node("Softmax", ["dense_1/MatMul:0"], ["dense_1/Softmax:0"], name="dense_1/Softmax", axis=-1),
-        helper.make_node("MatMul", ["dense/Relu:0", "dense_1/kernel:0"], ["dense_1/MatMul:0"], name="dense_1/MatMul"),
-        helper.make_node("Relu", ["dense/BiasAdd:0"], ["dense/Relu:0"], name="dense/Relu"),
-        helper.make_node("Add", ["dense/MatMul:0", "dense/bias/read:0"], ["dense/BiasAdd:0"], name="dense/BiasAdd"),
-        helper.make_node("Identity", ["dense/bias:0"], ["dense/bias/read:0"], name="dense/bias/read"),
-        helper.make_node("MatMul", ["input:0", "dense/kernel:0"], ["dense/MatMul:0"], name="dense/MatMul"),
-    ]  # fmt: skip
+    steps = [  # (op, inputs, output): outputs first, as the no_opt export lists them
+        ("Identity", ["dense_1/Softmax:0"], "Identity"),
+        ("Softmax", ["dense_1/MatMul:0"], "dense_1/Softmax"),
+        ("MatMul", ["dense/Relu:0", "dense_1/kernel:0"], "dense_1/MatMul"),
+        ("Relu", ["dense/BiasAdd:0"], "dense/Relu"),
+        ("Add", ["dense/MatMul:0", "dense/bias/read:0"], "dense/BiasAdd"),
+        ("Identity", ["dense/bias:0"], "dense/bias/read"),
+        ("MatMul", ["input:0", "dense/kernel:0"], "dense/MatMul"),
+    ]
+    nodes = [helper.make_node(op, ins, [f"{name}:0"], name=name) for op, ins, name in steps]
     graph = helper.make_graph(
         nodes,
         "tf2onnx",
@@ -73,9 +74,7 @@ def untyped_if_output(features: int = 8, seed: int = 41) -> onnx.ModelProto:
     refuses them ("Field 'type' of 'value_info' is required but missing").
     """
     rng = np.random.default_rng(seed)
-    w = numpy_helper.from_array(
-        rng.standard_normal((features, features)).astype(np.float32), "w"
-    )
+    w = numpy_helper.from_array(rng.standard_normal((features, features)).astype(np.float32), "w")
     zero = numpy_helper.from_array(np.array(0.0, np.float32), "zero")
 
     def branch(name: str, op: str) -> onnx.GraphProto:
@@ -92,8 +91,12 @@ def untyped_if_output(features: int = 8, seed: int = 41) -> onnx.ModelProto:
         helper.make_node("ReduceSum", ["h"], ["s"], name="sum", keepdims=0),
         helper.make_node("Greater", ["s", "zero"], ["cond"], name="positive"),
         helper.make_node(
-            "If", ["cond"], ["y"], name="branch",
-            then_branch=branch("then", "Relu"), else_branch=branch("else", "Neg"),
+            "If",
+            ["cond"],
+            ["y"],
+            name="branch",
+            then_branch=branch("then", "Relu"),
+            else_branch=branch("else", "Neg"),
         ),  # fmt: skip
     ]
     untyped_y, untyped_h = onnx.ValueInfoProto(name="y"), onnx.ValueInfoProto(name="h")

@@ -52,8 +52,12 @@ def skip_ln_int64_gamma() -> onnx.ModelProto:
     return _model(
         [
             helper.make_node(
-                "SkipLayerNormalization", ["x", "skip", "ln.gamma", "ln.beta"], ["y"],
-                name="skip_ln", domain="com.microsoft", epsilon=1e-5,
+                "SkipLayerNormalization",
+                ["x", "skip", "ln.gamma", "ln.beta"],
+                ["y"],
+                name="skip_ln",
+                domain="com.microsoft",
+                epsilon=1e-5,
             )  # fmt: skip
         ],
         [
@@ -70,8 +74,12 @@ def embed_ln_float_position_ids() -> onnx.ModelProto:
     return _model(
         [
             helper.make_node(
-                "EmbedLayerNormalization", inputs, ["y", "mask_index"], name="embed",
-                domain="com.microsoft", epsilon=1e-5,
+                "EmbedLayerNormalization",
+                inputs,
+                ["y", "mask_index"],
+                name="embed",
+                domain="com.microsoft",
+                epsilon=1e-5,
             )  # fmt: skip
         ],
         [

@@ -17,8 +17,9 @@ from click.testing import CliRunner
 from onnx import TensorProto, helper, numpy_helper
 
 import amp_convert
-from amp_convert import InputError
+from amp_convert import InputError, OptionError
 from amp_convert.cli import cli
+from tests.helpers import one_line_error
 
 
 def invoke(*args: object):
@@ -309,3 +310,66 @@ def test_strict_check_does_not_depend_on_the_working_directory(tmp_path: Path, m
     assert sorted(os.listdir(tmp_path)) == [
         "elsewhere", "elsewhere.cli.onnx", "elsewhere.onnx", "model", "model.cli.onnx", "model.onnx"
     ]  # fmt: skip
+
+
+# --------------------------------------------- paths that are not what they should be (issue 25)
+# A FIFO, a device or a folder was "no such file", "does not exist" or "is missing".
+
+
+def _special(folder: Path, kind: str) -> Path:
+    """A FIFO, a folder or a character device named in `folder` (a symlink to /dev/null)."""
+    path = folder / f"special.{kind}"
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "folder":
+        path.mkdir()
+    else:
+        path = Path("/dev/null")
+    return path
+
+
+WORDS = {
+    "fifo": "is a FIFO (named pipe), not a file",
+    "folder": "is a folder, not a file",
+    "device": "is a character device, not a file",
+}
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_op_list_file_that_is_no_file_says_what_it_is(tmp_path: Path, kind: str) -> None:
+    src = tmp_path / "m.onnx"
+    onnx.save(matmul_relu([weight()]), src)
+    special = _special(tmp_path, kind)
+    result = invoke(src, "-o", tmp_path / "o.onnx", "--op-lists", special)
+    one_line_error(result, f"op list file {special} {WORDS[kind]}")
+    with pytest.raises(OptionError, match="not a file"):
+        amp_convert.convert(onnx.load(src), op_lists=special)
+    assert not (tmp_path / "o.onnx").exists()
+
+
+@pytest.mark.parametrize("kind", ["fifo", "folder"])
+def test_external_data_that_is_no_file_says_what_it_is(tmp_path: Path, kind: str) -> None:
+    special = _special(tmp_path, kind)
+    src = tmp_path / "m.onnx"
+    onnx.save(matmul_relu([external_weight(special.name)]), src)
+    result = invoke(src, "-o", tmp_path / "o.onnx")
+    one_line_error(result, f"external data file {special.name!r} of initializer 'w' {WORDS[kind]}")
+
+
+def test_output_folder_that_is_a_file_says_so(tmp_path: Path) -> None:
+    src = tmp_path / "m.onnx"
+    onnx.save(matmul_relu([weight()]), src)
+    (tmp_path / "plain").write_text("")
+    result = invoke(src, "-o", tmp_path / "plain" / "o.onnx")
+    one_line_error(result, f"folder {tmp_path / 'plain'} is a file, not a folder")
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_validate_candidate_that_is_no_file_says_what_it_is(tmp_path: Path, kind: str) -> None:
+    src = tmp_path / "m.onnx"
+    onnx.save(matmul_relu([weight()]), src)
+    special = _special(tmp_path, kind)
+    result = invoke("validate", src, special)
+    assert result.exit_code == 2, result.output
+    assert f"candidate {special}: {WORDS[kind]}" in result.output
+    assert "no such file" not in result.output

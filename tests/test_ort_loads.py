@@ -36,9 +36,7 @@ def save(model: onnx.ModelProto, folder: Path, name: str = "m.onnx") -> Path:
 def low_values(model: onnx.ModelProto) -> set[str]:
     inferred = onnx.shape_inference.infer_shapes(model)
     return {
-        vi.name
-        for vi in inferred.graph.value_info
-        if vi.type.tensor_type.elem_type == FLOAT16
+        vi.name for vi in inferred.graph.value_info if vi.type.tensor_type.elem_type == FLOAT16
     } | {t.name for t in model.graph.initializer if t.data_type == FLOAT16}
 
 
@@ -152,7 +150,9 @@ def test_unsorted_subgraph_reference_is_sorted(tmp_path: Path) -> None:
     )
     graph = helper.make_graph(
         [
-            helper.make_node("If", ["c"], ["y"], name="branch", then_branch=then, else_branch=other),
+            helper.make_node(
+                "If", ["c"], ["y"], name="branch", then_branch=then, else_branch=other
+            ),
             helper.make_node("Abs", ["x"], ["late"], name="abs"),
         ],
         "g",
@@ -238,9 +238,7 @@ def test_validate_accepts_ort_float16_converter_output(tmp_path: Path) -> None:
     cand_path = save(cand, tmp_path, "ort_fp16.onnx")
     data = cand_path.read_bytes()
     for provider in ("emulate", "cpu"):
-        result = invoke(
-            "validate", ref, cand_path, "--provider", provider, "--min-cosine", "0.999"
-        )
+        result = invoke("validate", ref, cand_path, "--provider", provider, "--min-cosine", "0.999")
         assert result.exit_code == 0, result.output
         assert "result: PASS" in result.output, result.output
     assert cand_path.read_bytes() == data
