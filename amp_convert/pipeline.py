@@ -43,6 +43,7 @@ from amp_convert.op_lists import (
     op_key,
     unmatched_user_ops,
 )
+from amp_convert.option_checks import check_op_lists
 from amp_convert.options import ConvertOptions, Level
 from amp_convert.passes.assign import assign
 from amp_convert.passes.classify import classify
@@ -75,6 +76,7 @@ def run(model: ir.Model, options: ConvertOptions) -> ConversionReport:
     )
     report.casts_before = report.casts_after = count_casts(model)
     lists = build_lists(options)  # validates op list files even at O0
+    check_op_lists(lists, model)
     report.warnings.extend(_unknown_user_ops(options, model))
     if _nothing_to_do(model, options, report):
         return report
