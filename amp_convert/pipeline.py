@@ -102,7 +102,7 @@ def run(model: ir.Model, options: ConvertOptions) -> ConversionReport:
     classes = _step(8, "classify", classify, model, options, lists, table)
     classes = _step(9, "pin statistics", pin_norm_statistics, classes, norms, options.level)
     plan = _step(10, "assign", assign, model, classes, shapes, options, low_io)
-    if all(p.op_class == NodeClass.NONE for p in plan.nodes.values()) and not _has_float(model):
+    if not _has_float(model):  # typed by step 3: no float data path at all
         report.warnings.append(
             "nothing to convert: no value of the model is a float; its graph is kept as it is"
         )
