@@ -33,6 +33,7 @@ import onnx_ir as ir
 from amp_convert import domains, schema
 from amp_convert.contrib_checks import check_runtime_ops
 from amp_convert.errors import InputError, VerificationError
+from amp_convert.graph_digest import DIGEST_KEY, graph_digest
 from amp_convert.low_io import resolve_low_io
 from amp_convert.onnx_checks import analyse
 from amp_convert.op_lists import (
@@ -144,6 +145,7 @@ def run(model: ir.Model, options: ConvertOptions) -> ConversionReport:
     report.traffic_estimated = shapes.estimated
     model.metadata_props[STAMP_KEY] = options.stamp()
     model.metadata_props[METADATA_KEY] = report.value_map.to_metadata()
+    model.metadata_props[DIGEST_KEY] = graph_digest(model)  # "already converted" only if unedited
     return report
 
 
@@ -181,13 +183,21 @@ def _nothing_to_do(model: ir.Model, options: ConvertOptions, report: ConversionR
         )
         return True
     if model.metadata_props.get(STAMP_KEY) == options.stamp():
-        if _holds_low(model, options.low_dtype):
-            report.already_converted = True
-            return True
-        report.warnings.append(
-            f"the model carries amp-convert's stamp for these options but holds no "
-            f"{options.dtype.upper()} value: a stale stamp, ignored (converted again)"
-        )
+        if not _holds_low(model, options.low_dtype):
+            report.warnings.append(
+                f"the model carries amp-convert's stamp for these options but holds no "
+                f"{options.dtype.upper()} value: a stale stamp, ignored (converted again)"
+            )
+            return False
+        digest = model.metadata_props.get(DIGEST_KEY)
+        if digest is not None and digest != graph_digest(model):
+            report.warnings.append(
+                "the model carries amp-convert's stamp for these options but its graph changed "
+                "since it was written (nodes, inputs, outputs or weights differ): converted again"
+            )
+            return False
+        report.already_converted = True
+        return True
     return False
 
 
