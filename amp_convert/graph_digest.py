@@ -45,8 +45,11 @@ def graph_digest(model: ir.Model) -> str:
             what = "?" if t is None else f"{t.dtype.name}{list(t.shape)}"
             h.update(f"init {name} {what}\n".encode())
         for node in graph:
-            ins = ",".join(v.name if v is not None and v.name else "" for v in node.inputs)
-            outs = ",".join(v.name or "" for v in node.outputs)
+            # trailing empty slots are dropped when a model is saved: left out here too
+            ins = ",".join(v.name if v is not None and v.name else "" for v in node.inputs).rstrip(
+                ","
+            )
+            outs = ",".join(v.name or "" for v in node.outputs).rstrip(",")
             attrs = ";".join(_attribute(a) for a in node.attributes.values())
             h.update(
                 f"node {node.domain}:{node.op_type} {node.name} {ins}>{outs} {attrs}\n".encode()
