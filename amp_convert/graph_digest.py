@@ -10,6 +10,7 @@ O(nodes), nothing is read from disk. Metadata is left out (the stamp lives there
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 
 import onnx_ir as ir
 
@@ -33,6 +34,11 @@ def _attribute(attr: ir.Attr) -> str:
     return f"{attr.name}={attr.value!r}"
 
 
+def _names(values: Sequence[ir.Value | None]) -> str:
+    """Slot names; trailing empty slots are dropped when a model is saved: left out here too."""
+    return ",".join(v.name if v is not None and v.name else "" for v in values).rstrip(",")
+
+
 def graph_digest(model: ir.Model) -> str:
     """SHA-256 (hex) of every graph's structure, subgraphs included."""
     h = hashlib.sha256()
@@ -45,11 +51,7 @@ def graph_digest(model: ir.Model) -> str:
             what = "?" if t is None else f"{t.dtype.name}{list(t.shape)}"
             h.update(f"init {name} {what}\n".encode())
         for node in graph:
-            # trailing empty slots are dropped when a model is saved: left out here too
-            ins = ",".join(v.name if v is not None and v.name else "" for v in node.inputs).rstrip(
-                ","
-            )
-            outs = ",".join(v.name or "" for v in node.outputs).rstrip(",")
+            ins, outs = _names(node.inputs), _names(node.outputs)
             attrs = ";".join(_attribute(a) for a in node.attributes.values())
             h.update(
                 f"node {node.domain}:{node.op_type} {node.name} {ins}>{outs} {attrs}\n".encode()
