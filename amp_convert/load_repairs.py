@@ -16,6 +16,7 @@ import onnx_ir as ir
 
 from amp_convert import proto_walk
 from amp_convert.errors import InputError
+from amp_convert.onnx_checks import call_on_stripped
 
 
 def _label(node: ir.Node) -> str:
@@ -96,8 +97,6 @@ def type_outputs(model: ir.Model, values: list[ir.Value], where: str) -> str:
     An output inference cannot type is refused: the converter could not tell whether it is a
     float value to keep, and a converted model could silently change its type.
     """
-    from amp_convert.onnx_checks import call_on_stripped  # onnx_checks imports schema: keep light
-
     def infer(proto: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
         try:
             inferred = onnx.shape_inference.infer_shapes(

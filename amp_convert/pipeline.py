@@ -6,6 +6,7 @@ explicitly; no step reads another step's object, and every graph edit happens in
     1. prepare         passes/prepare.py       -> Prepared (IR < 4 initializers, constants, names)
     2. analyse         onnx_checks.py          -> (strict check error, inferred types)
     3. infer dtypes    passes/infer_dtypes.py  -> DtypeResult
+       (then the input's ORT ops against ORT's schemas, contrib_checks.py: InputError, its fault)
     4. measure         traffic.py              -> OriginalTraffic (bytes per inference, before)
     5. fold BN         passes/fold_bn.py       -> FoldResult
     6. hand norms      passes/hand_norms.py    -> NormsResult (folded, or statistics to pin)
