@@ -97,6 +97,7 @@ def type_outputs(model: ir.Model, values: list[ir.Value], where: str) -> str:
     An output inference cannot type is refused: the converter could not tell whether it is a
     float value to keep, and a converted model could silently change its type.
     """
+
     def infer(proto: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
         try:
             inferred = onnx.shape_inference.infer_shapes(
