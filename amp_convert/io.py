@@ -17,7 +17,15 @@ import google.protobuf.message
 import onnx
 import onnx_ir as ir
 
-from amp_convert import domains, graph_checks, pair_write, proto_checks, proto_walk, safe_write
+from amp_convert import (
+    domains,
+    graph_checks,
+    load_repairs,
+    pair_write,
+    proto_checks,
+    proto_walk,
+    safe_write,
+)
 from amp_convert.errors import InputError
 from amp_convert.output_rules import file_identity
 
@@ -39,8 +47,8 @@ def _check_versions(model: ir.Model, where: str) -> None:
             f"({onnx.IR_VERSION}); upgrade onnx"
         )
     opset = domains.imported_opset(model.opset_imports)
-    if opset is None:
-        raise InputError(f"{where}: the model imports no ai.onnx opset")
+    if opset is None:  # e.g. only ai.onnx.ml ops: ORT loads it, the pipeline has nothing to do
+        return
     newest = onnx.defs.onnx_opset_version()
     if opset > newest:
         raise InputError(
@@ -66,11 +74,26 @@ def _from_proto(proto: onnx.ModelProto, where: str, path: Path | None = None) ->
     if path is not None:
         proto_checks.check_external_data(proto, path)
     proto, notes = _repaired(proto, where)
-    proto_checks.check_topological_order(proto, where)
+    untyped_info = sum(
+        1
+        for g in proto_walk.graphs(proto.graph)
+        for vi in g.value_info
+        if vi.type.WhichOneof("value") is None
+    )
+    if untyped_info:  # onnx-ir leaves them out; ONNX's checker would refuse them
+        notes.append(
+            f"{untyped_info} value_info entr{'y' if untyped_info == 1 else 'ies'} without a type "
+            "dropped (they say nothing; inference types those values)"
+        )
+    unsorted = proto_checks.check_references(proto, where)
     try:
         model = ir.serde.deserialize_model(proto)
     except Exception as e:  # onnx-ir raises several kinds on malformed graphs
         raise InputError(f"{where}: malformed ONNX model: {e}") from None
+    if unsorted:
+        notes.append(load_repairs.sort_nodes(model, where))
+    if untyped := load_repairs.untyped_outputs(model):
+        notes.append(load_repairs.type_outputs(model, untyped, where))
     model.meta[LOAD_NOTES] = notes
     return model
 

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 import numpy as np
 import onnx_ir as ir
 
+from amp_convert import file_kinds
 from amp_convert.dims import parse_dims
 from amp_convert.dtypes import LOW_BY_OPTION, numpy_type
 from amp_convert.errors import OptionError
@@ -281,8 +282,8 @@ def _op_lists(op_lists: Any) -> Path | None:
         return None
     if not isinstance(op_lists, str | Path) or not str(op_lists):
         raise OptionError(f"op_lists must be a file path, not {op_lists!r}")
-    if not Path(op_lists).is_file():
-        raise OptionError(f"op list file {op_lists} does not exist")
+    if why := file_kinds.not_a_file(op_lists):
+        raise OptionError(f"op list file {op_lists} {why}")
     return Path(op_lists)
 
 

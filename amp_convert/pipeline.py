@@ -7,6 +7,7 @@ explicitly; no step reads another step's object, and every graph edit happens in
    1b. opset upgrade   passes/opset_upgrade.py -> UpgradeResult (--opset-upgrade, QDQ models)
     2. analyse         onnx_checks.py          -> (strict check error, inferred types)
     3. infer dtypes    passes/infer_dtypes.py  -> DtypeResult
+       (then the input's ORT ops against ORT's schemas, contrib_checks.py: InputError, its fault)
     4. measure         traffic.py              -> OriginalTraffic (bytes per inference, before)
     5. fold BN         passes/fold_bn.py       -> FoldResult
     6. hand norms      passes/hand_norms.py    -> NormsResult (folded, or statistics to pin)
@@ -35,8 +36,10 @@ from typing import ParamSpec, TypeVar
 
 import onnx_ir as ir
 
-from amp_convert import schema
+from amp_convert import domains, schema
+from amp_convert.contrib_checks import check_runtime_ops
 from amp_convert.errors import InputError, VerificationError
+from amp_convert.graph_digest import DIGEST_KEY, graph_digest
 from amp_convert.low_io import resolve_low_io
 from amp_convert.onnx_checks import analyse
 from amp_convert.op_lists import (
@@ -47,6 +50,7 @@ from amp_convert.op_lists import (
     op_key,
     unmatched_user_ops,
 )
+from amp_convert.option_checks import check_op_lists
 from amp_convert.options import ConvertOptions, Level
 from amp_convert.passes.assign import assign
 from amp_convert.passes.classify import classify
@@ -97,6 +101,7 @@ def run(model: ir.Model, options: ConvertOptions) -> ConversionReport:
     )
     report.casts_before = report.casts_after = count_casts(model)
     lists = build_lists(options)  # validates op list files even at O0
+    check_op_lists(lists, model)
     report.warnings.extend(_unknown_user_ops(options, model))
     if _nothing_to_do(model, options, report):
         return report
@@ -114,6 +119,7 @@ def run(model: ir.Model, options: ConvertOptions) -> ConversionReport:
     report.warnings.extend(schema.unknown_warnings(model))
     shapes = ShapeBook(model, options.dim_values)  # sizes from the input dims (shapes.py)
     _step(3, "infer dtypes", infer_dtypes, model, inferred)
+    check_runtime_ops(model)  # the input's ORT ops against ORT's schemas: its fault, not ours
     before = _step(4, "measure", measure_original, model, shapes, low, keep_io, low_io)
     folded = _step(5, "fold BN", fold_batch_norm, model, low, inferred, prepared.names)
     norms = _step(6, "hand norms", rewrite_hand_norms, model, prepared.names, inferred, target)
@@ -123,6 +129,10 @@ def run(model: ir.Model, options: ConvertOptions) -> ConversionReport:
     groups = _step(9, "QDQ groups", keep_qdq_groups, model, classes)
     classes = groups.classes
     plan = _step(10, "assign", assign, model, classes, shapes, options, low_io)
+    if not _has_float(model):  # typed by step 3: no float data path at all
+        report.warnings.append(
+            "nothing to convert: no value of the model is a float; its graph is kept as it is"
+        )
     rewritten = _step(
         11, "rewrite", rewrite, model, plan, prepared.names,
         cast_optional_params=options.cast_optional_params,
@@ -171,6 +181,7 @@ def run(model: ir.Model, options: ConvertOptions) -> ConversionReport:
     model.metadata_props[METADATA_KEY] = report.value_map.to_metadata()
     fp32 = {n.name: n.reason for n in report.nodes if n.precision == Precision.FP32.value}
     model.metadata_props[REASONS_KEY] = reasons_to_metadata(fp32)  # `validate --html` shows them
+    model.metadata_props[DIGEST_KEY] = graph_digest(model)  # "already converted" only if unedited
     return report
 
 
@@ -268,14 +279,29 @@ def _nothing_to_do(model: ir.Model, options: ConvertOptions, report: ConversionR
     if options.level == Level.O0:
         report.warnings.append("level O0: the model is re-saved unchanged")
         return True
-    if model.metadata_props.get(STAMP_KEY) == options.stamp():
-        if _holds_low(model, options.low_dtype):
-            report.already_converted = True
-            return True
+    if domains.imported_opset(model.opset_imports) is None:
+        imported = ", ".join(sorted(d or "ai.onnx" for d in model.opset_imports)) or "none"
         report.warnings.append(
-            f"the model carries amp-convert's stamp for these options but holds no "
-            f"{options.dtype.upper()} value: a stale stamp, ignored (converted again)"
+            f"nothing to convert: the model imports no ai.onnx opset (only {imported}); its ops "
+            "are kept as they are and the model is re-saved unchanged"
         )
+        return True
+    if model.metadata_props.get(STAMP_KEY) == options.stamp():
+        if not _holds_low(model, options.low_dtype):
+            report.warnings.append(
+                f"the model carries amp-convert's stamp for these options but holds no "
+                f"{options.dtype.upper()} value: a stale stamp, ignored (converted again)"
+            )
+            return False
+        digest = model.metadata_props.get(DIGEST_KEY)
+        if digest is not None and digest != graph_digest(model):
+            report.warnings.append(
+                "the model carries amp-convert's stamp for these options but its graph changed "
+                "since it was written (nodes, inputs, outputs or weights differ): converted again"
+            )
+            return False
+        report.already_converted = True
+        return True
     return False
 
 
@@ -286,6 +312,19 @@ def _holds_low(model: ir.Model, low: ir.DataType) -> bool:
         if any(v.dtype == low for v in values):
             return True
     return any(out.dtype == low for node in model.graph.all_nodes() for out in node.outputs)
+
+
+def _has_float(model: ir.Model) -> bool:
+    """Whether any value or weight of the model has a floating-point type (a float data path)."""
+    for graph in model.graphs():
+        values = (*graph.inputs, *graph.outputs, *graph.initializers.values())
+        if any(v.dtype is not None and v.dtype.is_floating_point() for v in values):
+            return True
+    return any(
+        out.dtype is not None and out.dtype.is_floating_point()
+        for node in model.graph.all_nodes()
+        for out in node.outputs
+    )
 
 
 def _verify(model: ir.Model, strict_error: str | None) -> Verified:

@@ -46,7 +46,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
-from amp_convert import proto_walk
+from amp_convert import load_repairs, proto_walk
 from amp_convert.dtypes import onnx_name
 from amp_convert.onnx_checks import analyse
 from amp_convert.passes.infer_dtypes import InferDtypesPass
@@ -126,6 +126,9 @@ def build_emulated_model(model: onnx.ModelProto, base_dir: str | None = None) ->
         if v.const_value is not None
     ]
     try:
+        # ORT sorts a graph's nodes when it loads it (its own FP16 converter appends the I/O
+        # Casts last): the copy is sorted the same way, never refused for it
+        load_repairs.sort_nodes(clone, "candidate")
         untyped = [v for node in clone.graph.all_nodes() for v in node.outputs if v.type is None]
         _, inferred = analyse(clone)
         InferDtypesPass(inferred)(clone)

@@ -20,7 +20,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto
 
-from amp_convert import proto_walk, safe_write
+from amp_convert import file_kinds, proto_walk, safe_write
 from amp_convert.errors import ValidationError
 
 
@@ -148,8 +148,10 @@ def load_source(model: Any, role: str) -> ModelSource:
     """Path, bytes, onnx.ModelProto or onnx_ir.Model → ModelSource (errors name the role)."""
     if isinstance(model, str | os.PathLike):
         path = Path(model)
-        if not path.is_file():
-            raise ValidationError(f"{role} {path}: no such file")
+        if why := file_kinds.not_a_file(path):
+            raise ValidationError(
+                f"{role} {path}: " + ("no such file" if why == "does not exist" else why)
+            )
         try:
             proto = onnx.load(str(path), load_external_data=False)
         except Exception as e:
