@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from amp_convert._version import __version__
 
 #: public name -> the module that defines it
 _EXPORTS = {
@@ -25,13 +25,13 @@ _EXPORTS = {
     "OutputError": "amp_convert.errors",
     "ValidationError": "amp_convert.errors",
     "VerificationError": "amp_convert.errors",
-    "ConvertOptions": "amp_convert.options",
-    "Level": "amp_convert.options",
-    "make_options": "amp_convert.options",
+    "ConvertOptions": "amp_convert.options.convert",
+    "Level": "amp_convert.options.convert",
+    "make_options": "amp_convert.options.convert",
     "MixedPrecisionPass": "amp_convert.ir_pass",
     "ValidateOptions": "amp_convert.validation.options",
-    "ConversionReport": "amp_convert.report",
-    "NodeDecision": "amp_convert.report",
+    "ConversionReport": "amp_convert.reports.conversion",
+    "NodeDecision": "amp_convert.reports.conversion",
     "ValidationReport": "amp_convert.validation",
     "validate": "amp_convert.validation",
 }
@@ -72,8 +72,8 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ im
         VerificationError,
     )
     from amp_convert.ir_pass import MixedPrecisionPass
-    from amp_convert.options import ConvertOptions, Level, make_options
-    from amp_convert.report import ConversionReport, NodeDecision
+    from amp_convert.options.convert import ConvertOptions, Level, make_options
+    from amp_convert.reports.conversion import ConversionReport, NodeDecision
     from amp_convert.validation import ValidationReport, validate
     from amp_convert.validation.options import ValidateOptions
 

@@ -13,10 +13,13 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 import onnx
 import onnx_ir as ir
 
-from amp_convert import io, option_checks, output_rules, pipeline
+from amp_convert import pipeline
 from amp_convert.errors import InputError
-from amp_convert.options import ConvertKwargs, ConvertOptions, resolve
-from amp_convert.report import ConversionReport
+from amp_convert.files import io
+from amp_convert.files import outputs as output_rules
+from amp_convert.options import checks as option_checks
+from amp_convert.options.convert import ConvertKwargs, ConvertOptions, resolve
+from amp_convert.reports.conversion import ConversionReport
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack

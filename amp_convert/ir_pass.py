@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING
 import onnx_ir as ir
 
 from amp_convert.api import convert_ir
-from amp_convert.options import ConvertKwargs, ConvertOptions, Level, resolve
-from amp_convert.report import ConversionReport
+from amp_convert.options.convert import ConvertKwargs, ConvertOptions, Level, resolve
+from amp_convert.reports.conversion import ConversionReport
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack

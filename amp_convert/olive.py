@@ -28,11 +28,11 @@ from olive.passes.pass_config import BasePassConfig, PassConfigParam
 from olive.resource_path import LocalFolder
 from olive.search.search_parameter import Categorical
 
-from amp_convert import io
 from amp_convert.api import convert_ir
 from amp_convert.errors import AmpConvertError, OptionError
-from amp_convert.options import ConvertOptions
-from amp_convert.report_base import Report
+from amp_convert.files import io
+from amp_convert.options.convert import ConvertOptions
+from amp_convert.reports.base import Report
 
 #: Olive execution provider -> amp-convert target
 EP_TARGETS = {"CUDAExecutionProvider": "ort-cuda", "CPUExecutionProvider": "ort-cpu"}

@@ -5,10 +5,10 @@ explicitly; no step reads another step's object, and every graph edit happens in
 
     1. prepare         passes/prepare.py       -> Prepared (IR < 4 initializers, constants, names)
    1b. opset upgrade   passes/opset_upgrade.py -> UpgradeResult (--opset-upgrade, QDQ models)
-    2. analyse         onnx_checks.py          -> (strict check error, inferred types)
+    2. analyse         passes/analyse.py       -> (strict check error, inferred types)
     3. infer dtypes    passes/infer_dtypes.py  -> DtypeResult
        (then the input's ORT ops against ORT's schemas, contrib_checks.py: InputError, its fault)
-    4. measure         traffic.py              -> OriginalTraffic (bytes per inference, before)
+    4. measure         passes/measure.py       -> OriginalTraffic (bytes per inference, before)
     5. fold BN         passes/fold_bn.py       -> FoldResult
     6. hand norms      passes/hand_norms.py    -> NormsResult (folded, or statistics to pin)
     7. global pool     passes/global_pool.py   -> PoolResult (spatial ReduceMean, ort-cuda)
@@ -20,7 +20,7 @@ explicitly; no step reads another step's object, and every graph edit happens in
    12. cleanup         passes/cleanup.py       -> CleanupResult
    13. verify          passes/verify.py        -> Verified (or VerificationError: never written)
        kernel limits   passes/kernel_limits.py -> LimitNotes (low nodes that rely on a held sum)
-   14. report          report.py               -> ConversionReport (and the ValueMap, built from
+   14. report          reports/conversion.py   -> ConversionReport (and the ValueMap, built from
                                                    the records of steps 5, 6, 11 and 12)
 
 Each step logs its result (and classify/assign each node's decision) at DEBUG (`amp-convert -v`).
@@ -36,12 +36,20 @@ from typing import ParamSpec, TypeVar
 
 import onnx_ir as ir
 
-from amp_convert import domains, schema
-from amp_convert.contrib_checks import check_runtime_ops
+from amp_convert import schema
+from amp_convert.core import domains
+from amp_convert.core.graph_digest import DIGEST_KEY, graph_digest
+from amp_convert.core.precision import NodeClass, Precision, UniqueNames
+from amp_convert.core.qdq_rules import has_qdq
+from amp_convert.core.reasons import render
+from amp_convert.cost.traffic import (
+    ShapeBook,
+    cast_notes,
+    excess_warning,
+    model_traffic,
+)
 from amp_convert.errors import InputError, VerificationError
-from amp_convert.graph_digest import DIGEST_KEY, graph_digest
-from amp_convert.low_io import resolve_low_io
-from amp_convert.onnx_checks import analyse
+from amp_convert.files.contrib_checks import check_runtime_ops
 from amp_convert.op_lists import (
     OpLists,
     apply_user_file,
@@ -50,8 +58,10 @@ from amp_convert.op_lists import (
     op_key,
     unmatched_user_ops,
 )
-from amp_convert.option_checks import check_op_lists
-from amp_convert.options import ConvertOptions, Level
+from amp_convert.options.checks import check_op_lists
+from amp_convert.options.convert import ConvertOptions, Level
+from amp_convert.options.low_io import resolve_low_io
+from amp_convert.passes.analyse import analyse
 from amp_convert.passes.assign import assign
 from amp_convert.passes.classify import classify
 from amp_convert.passes.cleanup import cleanup, count_casts
@@ -60,25 +70,15 @@ from amp_convert.passes.global_pool import run_as_global_pool
 from amp_convert.passes.hand_norms import pin_norm_statistics, rewrite_hand_norms
 from amp_convert.passes.infer_dtypes import infer_dtypes
 from amp_convert.passes.kernel_limits import kernel_limits
+from amp_convert.passes.measure import measure_original
 from amp_convert.passes.opset_upgrade import UpgradeResult, upgrade_opset
-from amp_convert.passes.plan import PrecisionPlan
 from amp_convert.passes.prepare import prepare
 from amp_convert.passes.qdq import QdqGroups, keep_qdq_groups
 from amp_convert.passes.rewrite import RewriteResult, rewrite
 from amp_convert.passes.verify import Verified, verify
-from amp_convert.precision import NodeClass, Precision, UniqueNames
-from amp_convert.qdq_rules import has_qdq
-from amp_convert.reasons import render
-from amp_convert.report import ConversionReport, FoldNote, NodeDecision
-from amp_convert.targets import Target, build_target, uncovered_nodes
-from amp_convert.traffic import (
-    ShapeBook,
-    cast_notes,
-    excess_warning,
-    measure_original,
-    model_traffic,
-)
-from amp_convert.value_map import (
+from amp_convert.placement.plan import PrecisionPlan
+from amp_convert.reports.conversion import ConversionReport, FoldNote, NodeDecision
+from amp_convert.reports.value_map import (
     METADATA_KEY,
     REASONS_KEY,
     Snapshot,
@@ -86,7 +86,8 @@ from amp_convert.value_map import (
     ValueRecord,
     reasons_to_metadata,
 )
-from amp_convert.value_map import build as build_value_map
+from amp_convert.reports.value_map import build as build_value_map
+from amp_convert.targets import Target, build_target, uncovered_nodes
 
 log = logging.getLogger(__name__)
 STAMP_KEY = "amp_convert"

@@ -11,7 +11,7 @@ pays for sympy. onnx-ir itself is not changed. (``importlib.util.LazyLoader`` do
 Called by the command line only (a library user's process may rely on its own import order); a
 no-op when onnx-ir or sympy is already loaded or not installed.
 
-`main` also owns Ctrl-C from its first line (amp_convert.interrupts): while it imports the
+`main` also owns Ctrl-C from its first line (amp_convert.commands.interrupts): while it imports the
 modules the command will use (`preload`, before any file is made) SIGINT ends the process at
 once with one line and 130; while the command works SIGINT raises KeyboardInterrupt so clean-up
 runs; once it has finished (its verdict printed) SIGINT again ends it at once, with the same line.
@@ -28,7 +28,7 @@ from importlib.machinery import ModuleSpec
 from pathlib import Path
 from typing import Any
 
-from amp_convert import interrupts
+from amp_convert.commands import interrupts
 
 DEFERRED = ("sympy", "onnx_ir._symbolic_shapes")
 
@@ -90,7 +90,7 @@ def preload(args: list[str]) -> None:
         for name in ("amp_convert.validation.emulate", "amp_convert.validation.sparse"):
             importlib.import_module(name)
     if "--auto" in args:
-        importlib.import_module("amp_convert.auto.command")
+        importlib.import_module("amp_convert.commands.auto")
         importlib.import_module("amp_convert.auto.search")
 
 
@@ -104,17 +104,17 @@ def main() -> None:
     interrupts.end_at_exit()
     try:
         if sys.argv[1:] == ["--version"]:
-            from amp_convert import __version__
+            from amp_convert._version import __version__
 
             print(f"amp-convert, version {__version__}")
             return
         defer_sympy()
         import warnings
 
-        from amp_convert.user_text import show_warning
+        from amp_convert.core.user_text import show_warning
 
         warnings.showwarning = show_warning  # one line, no library source path
-        from amp_convert.cli import main as cli_main
+        from amp_convert.commands.cli import main as cli_main
 
         preload(sys.argv[1:])
         interrupts.raise_in_work()

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
-from amp_convert import proto_walk
+from amp_convert.core import proto_walk
 from bench._corpus import disk_size
 
 FLOAT32 = 1
@@ -226,16 +226,16 @@ def accuracy(reference: str, candidate: str, seed: int = 0) -> dict[str, Any]:
 def _file_traffic(path: str, all_low: bool) -> tuple[int, int | None]:
     """Estimated bytes per inference of a model file, and the same as if all FP32 were FP16.
 
-    amp_convert.traffic's estimate, as the converter makes it for its report: element types from
+    amp_convert's traffic estimate, as the converter makes it for its report: element types from
     the file and ONNX inference, shapes resolved from the default input dims (batch-like 1,
-    others 128; amp_convert.shapes), the same for every converter's output. Values left untyped
+    others 128; amp_convert.cost.shapes), the same for every converter's output. Values left untyped
     would count 0 bytes, hence InferDtypesPass first.
     """
     import onnx_ir as ir
 
-    from amp_convert.onnx_checks import analyse
+    from amp_convert.cost.traffic import ShapeBook, model_traffic
+    from amp_convert.passes.analyse import analyse
     from amp_convert.passes.infer_dtypes import InferDtypesPass
-    from amp_convert.traffic import ShapeBook, model_traffic
 
     model = ir.load(path)
     shapes = ShapeBook(model, {})
@@ -252,7 +252,7 @@ def _original_traffic(path: str) -> tuple[int, int | None]:
 
 def traffic(reference: str, candidate: str) -> dict[str, Any]:
     """Bytes per inference of `candidate` and of `reference` all in FP16, over `reference`'s."""
-    from amp_convert.traffic import Traffic
+    from amp_convert.cost.traffic import Traffic
 
     original, all_low = _original_traffic(reference)
     t = Traffic(original=original, result=_file_traffic(candidate, all_low=False)[0],

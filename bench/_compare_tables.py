@@ -79,7 +79,7 @@ process per run and the range over runs); x floor: median time / median I/O floo
 VmHWM of that conversion. size: output on disk with external data. max rel err / min cosine /
 NaN/Inf: worst over outputs, amp_convert.validate(provider="emulate", runs=0) against the FP32
 original (NaN/Inf counted in the converted model's outputs). traffic: estimated bytes read and
-written per inference (amp_convert.traffic, as amp-convert's report has it) over the FP32
+written per inference (amp_convert.cost.traffic, as amp-convert's report has it) over the FP32
 original's; on the original's row, the original all in FP16 over itself."""
 LEGEND_MD = LEGEND.replace("x floor", "×floor")
 

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from amp_convert import proto_walk
+from amp_convert.core import proto_walk
 
 WHEEL_GROUPS = ("light", "pytorch-converted", "pytorch-operator", "simple")
 GB = 10**9

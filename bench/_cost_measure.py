@@ -2,7 +2,7 @@
 
 Measured: every main-graph value is exposed as a graph output, one CPU run with graph
 optimisations off, then per node (Constant nodes excepted, as in the estimate) the bytes of every
-input and output it reads and writes, weights included. The estimate is amp_convert.traffic's
+input and output it reads and writes, weights included. The estimate is amp_convert.cost.traffic's
 for the same model and dims, as the converter makes it.
 """
 
@@ -28,9 +28,9 @@ def estimate(path: str | Path, dims: Mapping[str, int]) -> Estimate:
     """The converter's FP32 traffic estimate of a model file for `dims` (others default)."""
     import onnx_ir as ir
 
-    from amp_convert.onnx_checks import analyse
+    from amp_convert.cost.traffic import ShapeBook, model_traffic
+    from amp_convert.passes.analyse import analyse
     from amp_convert.passes.infer_dtypes import InferDtypesPass
-    from amp_convert.traffic import ShapeBook, model_traffic
 
     model = ir.load(str(path))
     shapes = ShapeBook(model, dict(dims))
@@ -42,7 +42,7 @@ def _elem_types(proto: onnx.ModelProto) -> dict[str, int]:
     """Element types of every value, contrib ops included (the converter's dtype inference)."""
     import onnx_ir as ir
 
-    from amp_convert.onnx_checks import analyse
+    from amp_convert.passes.analyse import analyse
     from amp_convert.passes.infer_dtypes import InferDtypesPass
 
     model = ir.from_proto(proto)
@@ -110,7 +110,7 @@ _ORT_NAMES = {"float32": "float", "float64": "double", "float16": "float16"}
 
 def feeds_for(proto: onnx.ModelProto, dims: Mapping[str, int], seed: int = 0) -> dict:
     """Seeded inputs with every dynamic dim set (validation's rules for integer ids)."""
-    from amp_convert.dims import parse_dim_expression
+    from amp_convert.cost.dims import parse_dim_expression
     from amp_convert.validation.inputs import InputSpec, random_inputs
 
     inits = {t.name for t in proto.graph.initializer}

@@ -30,7 +30,7 @@ import onnx
 from click.testing import CliRunner
 from onnx import numpy_helper
 
-from amp_convert.cli import cli
+from amp_convert.commands.cli import cli
 
 BACKEND = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data")
 

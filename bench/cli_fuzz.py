@@ -51,7 +51,7 @@ from onnx import TensorProto, helper, numpy_helper
 if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from amp_convert.cli import cli  # noqa: E402
+from amp_convert.commands.cli import cli  # noqa: E402
 
 #: values an option taking a number may get: valid ones, then hostile ones
 NUMBERS = (

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import onnx
 
-from amp_convert import proto_walk
+from amp_convert.core import proto_walk
 from bench._corpus import wheel_models
 from bench._cost_measure import estimate, feeds_for, measured_bytes
 
@@ -57,7 +57,7 @@ def measure_dims(path: Path, user: dict[str, int]) -> dict[str, int]:
     """Every dynamic input dim of the model: the user's value, else 1 for a batch, else 64."""
     import onnx_ir as ir
 
-    from amp_convert.shapes import assumed_dims, concrete_dim, input_dim_key
+    from amp_convert.cost.shapes import assumed_dims, concrete_dim, input_dim_key
 
     model = ir.load(str(path))
     dims = {
@@ -101,7 +101,7 @@ def dims_from_feeds(path: Path, feeds: dict) -> dict[str, int]:
     """The dynamic input dims a backend model's test inputs give."""
     import onnx_ir as ir
 
-    from amp_convert.shapes import input_dim_key
+    from amp_convert.cost.shapes import input_dim_key
 
     model = ir.load(str(path))
     dims: dict[str, int] = {}

@@ -40,11 +40,11 @@ import onnx_ir as ir
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from amp_convert import convert  # noqa: E402
-from amp_convert.onnx_checks import analyse  # noqa: E402
+from amp_convert.core.proto_walk import graphs  # noqa: E402
+from amp_convert.cost.shapes import ShapeBook  # noqa: E402
+from amp_convert.cost.traffic import model_traffic  # noqa: E402
+from amp_convert.passes.analyse import analyse  # noqa: E402
 from amp_convert.passes.infer_dtypes import InferDtypesPass  # noqa: E402
-from amp_convert.proto_walk import graphs  # noqa: E402
-from amp_convert.shapes import ShapeBook  # noqa: E402
-from amp_convert.traffic import model_traffic  # noqa: E402
 from amp_convert.validation import validate  # noqa: E402
 from models.decoders import decoder_model_merged, decoder_with_past  # noqa: E402
 from models.fused import (  # noqa: E402

@@ -30,7 +30,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 CLI = "from amp_convert.startup import main; main()"
-OLD_CLI = "from amp_convert.cli import main; main()"
+OLD_CLI = "from amp_convert.commands.cli import main; main()"
 
 
 def _timed(cmd: list[str], env: dict[str, str]) -> float:

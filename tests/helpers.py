@@ -8,7 +8,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from amp_convert import proto_walk
+from amp_convert.core import proto_walk
 
 FLOAT16 = onnx.TensorProto.FLOAT16
 FLOAT = onnx.TensorProto.FLOAT
@@ -94,7 +94,7 @@ def one_line_error(result, *needles: str, code: int = 2) -> str:
 def check_onnx(model: onnx.ModelProto) -> None:
     """ONNX's full check, with ORT's own ai.onnx-domain ops (LayerNormalization below opset 17,
     SimplifiedLayerNormalization) moved to a domain of their own, as amp-convert's checks do."""
-    from amp_convert.onnx_checks import hide_runtime_ops
+    from amp_convert.files.onnx_checks import hide_runtime_ops
 
     copy = onnx.ModelProto()
     copy.CopyFrom(model)

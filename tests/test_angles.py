@@ -9,7 +9,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from amp_convert import convert
-from amp_convert.passes.angles import angle_nodes
+from amp_convert.passes._angles import angle_nodes
 from amp_convert.validation import validate
 from models.fused import in_graph_rotary
 from tests.helpers import FLOAT16, value_types

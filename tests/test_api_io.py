@@ -186,7 +186,7 @@ def test_output_rules(model_file: Path, tmp_path: Path) -> None:
 
 
 def test_failure_leaves_no_partial_output(model_file: Path, tmp_path: Path, monkeypatch) -> None:
-    import amp_convert.io as io
+    import amp_convert.files.io as io
 
     def broken_save(model, path, *a, **k):
         Path(path).write_bytes(b"half")

@@ -11,12 +11,12 @@ import onnx_ir as ir
 import pytest
 from onnx import helper
 
-from amp_convert.options import make_options
+from amp_convert.core.precision import NodeClass, Precision
+from amp_convert.core.reasons import Reason, ReasonKind, render
+from amp_convert.cost.traffic import ShapeBook
+from amp_convert.options.convert import make_options
 from amp_convert.passes.assign import assign
-from amp_convert.passes.plan import ClassInfo, Placement, PrecisionPlan
-from amp_convert.precision import NodeClass, Precision
-from amp_convert.reasons import Reason, ReasonKind, render
-from amp_convert.traffic import ShapeBook
+from amp_convert.placement.plan import ClassInfo, Placement, PrecisionPlan
 from tests.graphs import model, node, proto_bytes, tensor, value, weight
 
 K = ReasonKind

@@ -16,8 +16,8 @@ import amp_convert
 from amp_convert import convert
 from amp_convert.auto import auto_convert
 from amp_convert.auto.graph import name_nodes
-from amp_convert.cli import cli
-from amp_convert.precision import Precision
+from amp_convert.commands.cli import cli
+from amp_convert.core.precision import Precision
 from models import overflow as ov
 from models.big import write_big_model
 from models.blocks import loop_rnn
@@ -265,7 +265,7 @@ def test_external_data_model(tmp_path) -> None:
     assert report.passed and report.sessions == 2
     assert report.low_weight_percent == 100.0
     out = tmp_path / "out.onnx"
-    amp_convert.io.save_model(result, out, external=True)
+    amp_convert.files.io.save_model(result, out, external=True)
     proto = onnx.load(str(out), load_external_data=False)
     assert proto.graph.initializer[0].data_type == FLOAT16
     assert proto.graph.initializer[0].data_location == onnx.TensorProto.EXTERNAL

@@ -111,10 +111,10 @@ def test_sigterm_while_packages_import_ends_by_sigterm_quietly(tmp_path: Path) -
 
 _SIGINT_AFTER_VERDICT = """
 import atexit, os, signal, sys, time
-import amp_convert.cli
+import amp_convert.commands.cli
 
 moment = sys.argv.pop(1)
-real = amp_convert.cli.main
+real = amp_convert.commands.cli.main
 
 def interrupt():
     os.kill(os.getpid(), signal.SIGINT)
@@ -129,7 +129,7 @@ def main():  # the command runs, prints its verdict and returns (SystemExit)
         if moment == "returning":
             interrupt()
 
-amp_convert.cli.main = main
+amp_convert.commands.cli.main = main
 sys.argv = ["amp-convert", *sys.argv[1:]]
 from amp_convert.startup import main
 main()
@@ -178,7 +178,7 @@ def test_a_broken_onnxruntime_import_is_not_reported_missing(monkeypatch) -> Non
 def invoke(*args: object):
     from click.testing import CliRunner
 
-    from amp_convert.cli import cli
+    from amp_convert.commands.cli import cli
 
     return CliRunner().invoke(cli, [str(a) for a in args])
 
@@ -297,7 +297,7 @@ def test_control_characters_in_names_never_reach_the_html_page(tmp_path: Path) -
 
 
 def test_printable_escapes_what_a_terminal_or_xml_would_obey() -> None:
-    from amp_convert.user_text import printable
+    from amp_convert.core.user_text import printable
 
     assert printable("a\x1b[2Jb") == "a\\x1b[2Jb"
     assert printable("\x00\x0c\x7f\x85\ud800\udce9\ufffe\uffff") == (
@@ -338,7 +338,8 @@ def test_auto_under_a_file_size_limit_is_one_line_exit_2(tmp_path: Path, spill: 
 
 def test_a_short_write_says_disk_full_not_numpy_words(tmp_path: Path, monkeypatch) -> None:
     """ENOSPC was worded "1048576 requested and 524288 written"."""
-    from amp_convert import OutputError, safe_write
+    from amp_convert import OutputError
+    from amp_convert.files import safe_write
 
     def short(*a, **k):
         raise OSError("1048576 requested and 524288 written")
@@ -355,7 +356,7 @@ def test_an_input_file_vanishing_mid_write_blames_the_input(tmp_path: Path, monk
     """Another process replacing the input: was "OUT: cannot write: No such file or directory"."""
     import amp_convert
     from amp_convert import InputError
-    from amp_convert import io as amp_io
+    from amp_convert.files import io as amp_io
 
     src = saved(tmp_path / "m.onnx")
     gone = str(tmp_path / "m.onnx.data")
@@ -434,7 +435,7 @@ def test_a_report_that_cannot_be_written_leaves_no_new_output(tmp_path: Path, mo
 
 def test_auto_model_that_cannot_be_written_leaves_no_new_report(tmp_path: Path, monkeypatch):
     """--auto wrote its report and page before the model: exit 2 left them behind."""
-    from amp_convert import io as amp_io
+    from amp_convert.files import io as amp_io
     from tests.helpers import one_line_error
 
     src = saved(tmp_path / "m.onnx")

@@ -17,8 +17,8 @@ from amp_convert.auto.blame import is_low, localise, pin_entry, pin_set, runs_as
 from amp_convert.auto.graph import GraphFacts, InnerNode, NodeFacts, graph_facts
 from amp_convert.auto.localise import Blame, ValueStats
 from amp_convert.auto.report import PinnedNode
-from amp_convert.precision import Precision
-from amp_convert.value_map import Fate, NodeFate, ValueMap
+from amp_convert.core.precision import Precision
+from amp_convert.reports.value_map import Fate, NodeFate, ValueMap
 
 LOW, FP32 = Precision.LOW, Precision.FP32
 

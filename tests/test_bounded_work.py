@@ -19,9 +19,10 @@ from click.testing import CliRunner
 from onnx import TensorProto, helper, numpy_helper
 
 import amp_convert
-from amp_convert import budget, name_patterns
-from amp_convert.cli import cli
+from amp_convert.commands.cli import cli
 from amp_convert.errors import OptionError, ValidationError
+from amp_convert.files import budget
+from amp_convert.options import patterns as name_patterns
 from amp_convert.validation import inputs as validation_inputs
 from tests.helpers import one_line_error
 

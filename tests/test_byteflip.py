@@ -27,7 +27,7 @@ import onnx
 import pytest
 from click.testing import CliRunner
 
-from amp_convert.cli import cli
+from amp_convert.commands.cli import cli
 from models.blocks import bert_encoder
 from models.focused import (
     custom_domain,

@@ -7,12 +7,12 @@ import dataclasses
 import pytest
 from onnx import helper
 
-from amp_convert.options import make_options
+from amp_convert.core.precision import NodeClass
+from amp_convert.core.reasons import Reason, ReasonKind, render
+from amp_convert.options.convert import make_options
 from amp_convert.passes.classify import classify
-from amp_convert.passes.plan import ClassInfo, LoweredAs
 from amp_convert.pipeline import build_lists
-from amp_convert.precision import NodeClass
-from amp_convert.reasons import Reason, ReasonKind, render
+from amp_convert.placement.plan import ClassInfo, LoweredAs
 from amp_convert.targets import build_target
 from tests.graphs import F32, clip_opset11, model, node, proto_bytes, tensor, weight
 

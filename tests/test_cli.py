@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from amp_convert import __version__
-from amp_convert.cli import cli
+from amp_convert.commands.cli import cli
 from models.blocks import bert_encoder
 from models.focused import ALL_FOCUSED
 from tests.helpers import FLOAT, FLOAT16, io_types, value_types

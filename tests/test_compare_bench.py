@@ -147,7 +147,7 @@ def test_traffic_figure_is_the_converters_own_estimate(tmp_path: Path, build: st
     # every float tensor halves; the FP32 interface adds its casts (4 + 2 bytes per element)
     import onnx_ir as ir
 
-    from amp_convert.shapes import ShapeBook
+    from amp_convert.cost.shapes import ShapeBook
 
     original = ir.load(str(src))
     shapes = ShapeBook(original, {})

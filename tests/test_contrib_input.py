@@ -19,7 +19,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import amp_convert
 from amp_convert import InputError
-from amp_convert.cli import cli
+from amp_convert.commands.cli import cli
 from tests.helpers import one_line_error
 
 F, I32, I64 = TensorProto.FLOAT, TensorProto.INT32, TensorProto.INT64

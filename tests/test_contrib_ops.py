@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from amp_convert import convert, schema
-from amp_convert.cli import cli
+from amp_convert.commands.cli import cli
 from amp_convert.errors import OptionError
 from amp_convert.schema.contrib import TABLE_PATH, load_contrib_table
 from amp_convert.validation import validate

@@ -21,11 +21,11 @@ import onnxruntime as ort  # noqa: E402
 
 import amp_convert  # noqa: E402
 from amp_convert.auto import auto_convert  # noqa: E402
-from amp_convert.auto.trace import validation_page  # noqa: E402
-from amp_convert.cli import cli  # noqa: E402
+from amp_convert.commands.cli import cli  # noqa: E402
+from amp_convert.commands.validate import validate_command  # noqa: E402
 from amp_convert.errors import ValidationError  # noqa: E402
+from amp_convert.pages.trace import validation_page  # noqa: E402
 from amp_convert.validation import validate  # noqa: E402
-from amp_convert.validation.command import validate_command  # noqa: E402
 from amp_convert.validation.evidence import weak_outputs  # noqa: E402
 from tests.helpers import one_line_error  # noqa: E402
 

@@ -26,10 +26,11 @@ from click.testing import CliRunner
 from onnx import TensorProto, helper
 
 import amp_convert
-from amp_convert import OutputError, safe_write
-from amp_convert import io as amp_io
-from amp_convert.cli import cli
-from amp_convert.report import ConversionReport
+from amp_convert import OutputError
+from amp_convert.commands.cli import cli
+from amp_convert.files import io as amp_io
+from amp_convert.files import safe_write
+from amp_convert.reports.conversion import ConversionReport
 from tests.helpers import run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -379,7 +380,7 @@ _CHILD = textwrap.dedent(
     if entry == "api":
         amp_convert.convert_file(src, dst, force=True)
     else:
-        from amp_convert.cli import main
+        from amp_convert.commands.cli import main
 
         sys.argv = ["amp-convert", src, "-o", dst, "--force", "-q"]
         main()

@@ -19,11 +19,11 @@ import onnx_ir as ir
 import pytest
 from onnx import helper, numpy_helper
 
-from amp_convert import proto_walk
-from amp_convert.onnx_checks import analyse
+from amp_convert.core import proto_walk
+from amp_convert.core.precision import UniqueNames
+from amp_convert.passes.analyse import analyse
 from amp_convert.passes.fold_bn import FoldBatchNormPass, FoldResult, fold_batch_norm
-from amp_convert.precision import UniqueNames
-from amp_convert.report import FoldNote
+from amp_convert.reports.conversion import FoldNote
 from models.cnn import ALL_CNN, bn_stats
 from models.inputs import sample_inputs
 

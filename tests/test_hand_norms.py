@@ -9,7 +9,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import amp_convert
-from amp_convert.passes.norm_match import NoMatch, NormMatch, find_norms, match_norm
+from amp_convert.passes._norm_match import NoMatch, NormMatch, find_norms, match_norm
 from models.vision import ocr_recogniser, torch_encoder_opset14
 from tests.helpers import casts, check_onnx, op_counts, run
 
@@ -245,14 +245,14 @@ def test_matches_are_complete_norms() -> None:
 
 def test_the_steps_alone() -> None:
     """rewrite_hand_norms edits the graph and says so; pin_norm_statistics pins only statistics."""
-    from amp_convert.onnx_checks import analyse
+    from amp_convert.core.precision import UniqueNames
+    from amp_convert.core.reasons import ReasonKind
     from amp_convert.op_lists import load_builtin
-    from amp_convert.options import Level, make_options
+    from amp_convert.options.convert import Level, make_options
+    from amp_convert.passes.analyse import analyse
     from amp_convert.passes.classify import classify
     from amp_convert.passes.hand_norms import pin_norm_statistics, rewrite_hand_norms
     from amp_convert.passes.infer_dtypes import infer_dtypes
-    from amp_convert.precision import UniqueNames
-    from amp_convert.reasons import ReasonKind
     from amp_convert.targets import build_target
 
     m = ir.serde.deserialize_model(_norm_model("div", opset=14))

@@ -12,10 +12,10 @@ import pytest
 from click.testing import CliRunner
 
 import amp_convert
-from amp_convert import html_report
 from amp_convert.auto import auto_convert
-from amp_convert.auto.page import auto_page
-from amp_convert.cli import cli
+from amp_convert.commands.cli import cli
+from amp_convert.pages import html as html_report
+from amp_convert.pages.auto import auto_page
 from models import overflow as ov
 
 

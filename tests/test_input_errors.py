@@ -17,8 +17,9 @@ from click.testing import CliRunner
 from onnx import TensorProto, helper, numpy_helper
 
 import amp_convert
-from amp_convert import pipeline, proto_checks
-from amp_convert.cli import cli
+from amp_convert import pipeline
+from amp_convert.commands.cli import cli
+from amp_convert.files import proto_checks
 from tests.helpers import one_line_error, run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -318,7 +319,7 @@ import signal, sys, time
 # a child of a background job inherits SIGINT ignored: give it the interpreter's default
 signal.signal(signal.SIGINT, signal.default_int_handler)
 from amp_convert import pipeline
-from amp_convert.cli import main
+from amp_convert.commands.cli import main
 real = pipeline.run
 def slow(model, options):
     print("CONVERTING", flush=True)

@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 import amp_convert
-from amp_convert.cli import cli
+from amp_convert.commands.cli import cli
 from models.decoders import decoder_model_merged, decoder_with_past
 from models.inputs import sample_inputs
 from tests.helpers import FLOAT, FLOAT16, all_nodes, session

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from amp_convert.passes.mincut import INF, FlowNetwork
+from amp_convert.placement.mincut import INF, FlowNetwork
 
 
 def _net(n: int) -> tuple[FlowNetwork, list[int]]:

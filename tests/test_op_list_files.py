@@ -17,7 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import amp_convert
 from amp_convert import OptionError
-from amp_convert.cli import cli
+from amp_convert.commands.cli import cli
 from tests.helpers import one_line_error
 
 

@@ -17,7 +17,7 @@ from onnx import helper, numpy_helper
 import amp_convert
 from amp_convert import ConvertOptions, OptionError, ValidationError
 from amp_convert.auto import auto_convert
-from amp_convert.cli import cli
+from amp_convert.commands.cli import cli
 from amp_convert.validation.options import ValidateOptions
 from tests.helpers import one_line_error
 

@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from onnx import TensorProto, helper, numpy_helper
 
 import amp_convert
-from amp_convert.cli import cli
+from amp_convert.commands.cli import cli
 from models.ort_loads import one_hot_ml_only, tf2onnx_no_opt, untyped_if_output
 from tests.helpers import FLOAT, FLOAT16, one_line_error, op_counts, rel_error, run, session
 
@@ -210,7 +210,7 @@ def test_dangling_input_is_one_line_and_nothing_else_on_stderr(tmp_path: Path) -
     )
     src = save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path)
     proc = subprocess.run(
-        [sys.executable, "-m", "amp_convert.cli", str(src), "-o", str(tmp_path / "o.onnx")],
+        [sys.executable, "-m", "amp_convert.commands.cli", str(src), "-o", str(tmp_path / "o.onnx")],  # noqa: E501
         capture_output=True,
         text=True,
         check=False,

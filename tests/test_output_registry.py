@@ -20,11 +20,13 @@ from click.testing import CliRunner
 from onnx import TensorProto, helper
 
 import amp_convert
-from amp_convert import io as amp_io
-from amp_convert import output_rules, pipeline, safe_write
-from amp_convert.cli import cli
-from amp_convert.cli_paths import InputPath, OutputPath
+from amp_convert import pipeline
+from amp_convert.commands.cli import cli
+from amp_convert.commands.paths import InputPath, OutputPath
 from amp_convert.errors import OutputError
+from amp_convert.files import io as amp_io
+from amp_convert.files import outputs as output_rules
+from amp_convert.files import safe_write
 
 
 def mlp(width: int = 32) -> onnx.ModelProto:
@@ -362,7 +364,7 @@ def test_concurrent_force_writers_leave_no_orphan_data_file(tmp_path: Path, monk
 _AUTO_CHILD = """
 import sys, time
 from amp_convert.auto import search, staging
-from amp_convert.cli import main
+from amp_convert.commands.cli import main
 staging.SPILL_BYTES = -1  # stage the weights on disk, as for a big model
 
 def slow_run(self, *a, **k):

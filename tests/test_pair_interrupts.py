@@ -18,8 +18,9 @@ import pytest
 from onnx import TensorProto, helper
 
 import amp_convert
-from amp_convert import OutputError, pair_write, safe_write
-from amp_convert.pair_write import Step
+from amp_convert import OutputError
+from amp_convert.files import pair_write, safe_write
+from amp_convert.files.pair_write import Step
 from tests.helpers import run
 
 X = np.random.default_rng(1).standard_normal((1, 64)).astype(np.float32)
@@ -143,7 +144,7 @@ def test_deferred_signals_are_delivered_once_on_leaving() -> None:
 _CLI_CHILD = """
 import os, signal, sys
 signal.signal(signal.SIGINT, signal.default_int_handler)  # a background job's child: reset
-from amp_convert import pair_write
+from amp_convert.files import pair_write
 step, signame, *argv = sys.argv[1:]
 
 def deliver(at):

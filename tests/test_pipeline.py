@@ -12,13 +12,20 @@ import amp_convert
 from models.blocks import bert_encoder
 
 PASSES = Path(amp_convert.__file__).parent / "passes"
-#: modules under passes/ that hold shared types or algorithms, not steps (boundaries: the
-#: control-flow boundaries plan and assign share; scoped_names: the renaming prepare applies)
-SHARED = {"plan", "mincut", "norm_match", "angles", "boundaries", "scoped_names"}
+#: passes/ holds the steps and nothing else: a step's own helpers are private modules (_name.py),
+#: what several steps share lives in placement/, core/ or cost/
+STEPS = {p.stem for p in PASSES.glob("*.py") if not p.stem.startswith("_")}
+
+
+def test_passes_holds_only_steps() -> None:
+    """Every public module of passes/ is a step pipeline.run calls."""
+    source = Path(amp_convert.__file__).with_name("pipeline.py").read_text()
+    called = {s for s in STEPS if f"from amp_convert.passes.{s} import" in source}
+    assert called == STEPS, f"not steps: {sorted(STEPS - called)}"
 
 
 def test_no_step_imports_another_step() -> None:
-    steps = {p.stem for p in PASSES.glob("*.py")} - SHARED - {"__init__"}
+    steps = STEPS
     for path in PASSES.glob("*.py"):
         tree = ast.parse(path.read_text())
         imported = set()
@@ -51,7 +58,7 @@ def test_cli_verbose_shows_the_steps(tmp_path: Path) -> None:
     src.write_bytes(bert_encoder().SerializeToString())
 
     def convert(*flags: str) -> subprocess.CompletedProcess[str]:
-        command = [sys.executable, "-m", "amp_convert.cli", str(src), "--force", *flags]
+        command = [sys.executable, "-m", "amp_convert.commands.cli", str(src), "--force", *flags]
         return subprocess.run(command, capture_output=True, text=True, timeout=120)
 
     verbose = convert("-o", str(tmp_path / "o.onnx"), "-v")
@@ -65,7 +72,7 @@ def test_an_escaping_exception_names_its_step(monkeypatch, tmp_path: Path) -> No
     from click.testing import CliRunner
 
     from amp_convert import pipeline
-    from amp_convert.cli import cli
+    from amp_convert.commands.cli import cli
 
     def broken(*args: object) -> None:
         raise RuntimeError("boom")
@@ -91,11 +98,11 @@ def test_mypy_checks_the_arguments_of_a_step(tmp_path: Path) -> None:
     snippet = tmp_path / "swap.py"
     snippet.write_text(
         "import onnx_ir as ir\n"
-        "from amp_convert.options import ConvertOptions\n"
+        "from amp_convert.options.convert import ConvertOptions\n"
         "from amp_convert.passes.assign import assign\n"
-        "from amp_convert.passes.plan import Classes\n"
+        "from amp_convert.placement.plan import Classes\n"
         "from amp_convert.pipeline import _step\n"
-        "from amp_convert.traffic import ShapeBook\n"
+        "from amp_convert.cost.traffic import ShapeBook\n"
         "def f(m: ir.Model, c: Classes, s: ShapeBook, o: ConvertOptions) -> None:\n"
         "    _step(10, 'assign', assign, m, c, s, o, frozenset())\n"
         "    _step(10, 'assign', assign, m, c, o, s, frozenset())\n"

@@ -16,9 +16,9 @@ import pytest
 from click.testing import CliRunner
 
 import amp_convert
-from amp_convert.cli import cli
+from amp_convert.commands.cli import cli
+from amp_convert.core.qdq_rules import scale_refusal
 from amp_convert.errors import InputError
-from amp_convert.qdq_rules import scale_refusal
 from models._graph import FLOAT, GraphBuilder
 from models.qdq import qdq_cnn, qdq_encoder
 from tests.helpers import FLOAT16, casts, one_line_error, run, value_types

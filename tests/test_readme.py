@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from amp_convert.cli import cli
+from amp_convert.commands.cli import cli
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -8,9 +8,9 @@ import numpy as np
 import onnx_ir as ir
 from onnx import helper
 
-from amp_convert.passes.plan import ClassInfo, LoweredAs, Placement, PrecisionPlan
+from amp_convert.core.precision import NodeClass, Precision, UniqueNames
 from amp_convert.passes.rewrite import RewriteResult, rewrite
-from amp_convert.precision import NodeClass, Precision, UniqueNames
+from amp_convert.placement.plan import ClassInfo, LoweredAs, Placement, PrecisionPlan
 from tests.graphs import clip_opset11, model, node, proto_bytes, tensor, value, weight
 
 LOW, FP32 = Precision.LOW, Precision.FP32

@@ -8,8 +8,8 @@ import onnx_ir as ir
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from amp_convert.shapes import ShapeBook, assumed_dims, parse_dim
-from amp_convert.symdim import Sym, add, evaluate, floordiv, mul, prod, sub
+from amp_convert.cost.shapes import ShapeBook, assumed_dims, parse_dim
+from amp_convert.cost.symdim import Sym, add, evaluate, floordiv, mul, prod, sub
 from models.exporters import gpt2_past_decoder
 
 SEQ, PAST = Sym.name("seq"), Sym.name("past")

@@ -13,12 +13,12 @@ from click.testing import CliRunner
 from onnx import TensorProto, helper, numpy_helper
 
 import amp_convert
-from amp_convert.cli import cli
+from amp_convert.commands.cli import cli
+from amp_convert.core.precision import DTYPE_ATTRIBUTES
 from amp_convert.errors import OptionError
 from amp_convert.op_lists import apply_user_file, load_builtin
-from amp_convert.options import ConvertOptions, cli_fields, make_options, user_fields
-from amp_convert.passes.mincut import INF, FlowNetwork
-from amp_convert.precision import DTYPE_ATTRIBUTES
+from amp_convert.options.convert import ConvertOptions, cli_fields, make_options, user_fields
+from amp_convert.placement.mincut import INF, FlowNetwork
 from tests.helpers import FLOAT, node_by_name, op_counts
 
 

@@ -18,15 +18,15 @@ from models import validation_models as vm  # noqa: E402
 
 pytest.importorskip("onnxruntime")
 
-from amp_convert.errors import ValidationError  # noqa: E402
-from amp_convert.validation import validate  # noqa: E402
-from amp_convert.validation.command import (  # noqa: E402
+from amp_convert.commands.validate import (  # noqa: E402
     VALIDATION_OPTION_NAMES,
     parse_threshold,
     run_cli_validation,
     validate_command,
     validation_options,
 )
+from amp_convert.errors import ValidationError  # noqa: E402
+from amp_convert.validation import validate  # noqa: E402
 from amp_convert.validation.runtime import MISSING_ORT  # noqa: E402
 
 
@@ -324,7 +324,7 @@ def test_conversion_modules_do_not_import_onnxruntime() -> None:
     import subprocess
 
     code = (
-        "import sys, amp_convert.validation, amp_convert.validation.command, amp_convert.testing; "
+        "import sys, amp_convert.validation, amp_convert.commands.validate, amp_convert.testing; "
         "sys.exit(1 if 'onnxruntime' in sys.modules else 0)"
     )
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0

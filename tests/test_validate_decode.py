@@ -16,9 +16,9 @@ from models.decoders import decoder_model_merged, decoder_with_past
 pytest.importorskip("onnxruntime")
 
 import amp_convert  # noqa: E402
+from amp_convert.commands.validate import validate_command  # noqa: E402
 from amp_convert.errors import ValidationError  # noqa: E402
 from amp_convert.validation import validate  # noqa: E402
-from amp_convert.validation.command import validate_command  # noqa: E402
 from amp_convert.validation.decode import decoder_io, next_feeds  # noqa: E402
 
 BUILDERS = {"with_past": decoder_with_past, "merged": decoder_model_merged}

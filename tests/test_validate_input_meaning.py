@@ -20,10 +20,10 @@ pytest.importorskip("onnxruntime")
 import onnxruntime as ort  # noqa: E402
 
 import amp_convert  # noqa: E402
+from amp_convert.commands.validate import validate_command  # noqa: E402
+from amp_convert.cost.shapes import assumed_dims  # noqa: E402
 from amp_convert.errors import ValidationError  # noqa: E402
-from amp_convert.shapes import assumed_dims  # noqa: E402
 from amp_convert.validation import validate  # noqa: E402
-from amp_convert.validation.command import validate_command  # noqa: E402
 from amp_convert.validation.decode import decoder_io, next_feeds  # noqa: E402
 from amp_convert.validation.input_dims import IMAGE_LADDER, SEQUENCE_LADDER, DimPlan  # noqa: E402
 from amp_convert.validation.inputs import InputSpec  # noqa: E402

@@ -13,7 +13,7 @@ from models import validation_models as vm
 
 pytest.importorskip("onnxruntime")
 
-from amp_convert.dims import parse_dims  # noqa: E402
+from amp_convert.cost.dims import parse_dims  # noqa: E402
 from amp_convert.errors import OptionError, ValidationError  # noqa: E402
 from amp_convert.validation import validate  # noqa: E402
 from amp_convert.validation.input_dims import DimPlan  # noqa: E402
@@ -271,7 +271,7 @@ def test_string_inputs_are_generated_and_validated(tmp_path) -> None:
         pytest.skip("onnx wheel without its backend test data")
     out = tmp_path / "c.onnx"
     page = tmp_path / "p.html"
-    cmd = [sys.executable, "-m", "amp_convert.cli"]
+    cmd = [sys.executable, "-m", "amp_convert.commands.cli"]
     subprocess.run([*cmd, src, "-o", str(out), "-q"], check=True)
     run = subprocess.run(
         [*cmd, "validate", src, str(out), "--provider", "emulate", "--html", str(page), "-q"],

@@ -11,14 +11,14 @@ import pytest
 from click.testing import CliRunner
 
 import amp_convert
-from amp_convert.dims import parse_dim_expression
+from amp_convert.cost.dims import parse_dim_expression
 from models import validation_models as vm
 
 pytest.importorskip("onnxruntime")
 
+from amp_convert.commands.validate import validate_command  # noqa: E402
 from amp_convert.errors import ValidationError  # noqa: E402
 from amp_convert.validation import validate  # noqa: E402
-from amp_convert.validation.command import validate_command  # noqa: E402
 from amp_convert.validation.input_dims import DimPlan  # noqa: E402
 from amp_convert.validation.inputs import InputSpec, random_inputs  # noqa: E402
 

@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from onnx import TensorProto, helper, numpy_helper
 
 import amp_convert
-from amp_convert.cli import cli
+from amp_convert.commands.cli import cli
 from amp_convert.errors import ValidationError
 from amp_convert.validation.metrics import Thresholds, compare_output
 from tests.helpers import one_line_error

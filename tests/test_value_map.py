@@ -13,11 +13,11 @@ import onnx
 from click.testing import CliRunner
 
 from amp_convert import convert
-from amp_convert.auto.trace import candidate_value_map
-from amp_convert.cli import cli
-from amp_convert.html_report import num, thresholds_text
-from amp_convert.precision import Precision
-from amp_convert.value_map import METADATA_KEY, Fate, ValueMap
+from amp_convert.commands.cli import cli
+from amp_convert.core.precision import Precision
+from amp_convert.pages.html import num, thresholds_text
+from amp_convert.pages.trace import candidate_value_map
+from amp_convert.reports.value_map import METADATA_KEY, Fate, ValueMap
 from models.export_shapes import bn_cast_head, wakeword_in_if
 
 

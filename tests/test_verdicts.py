@@ -19,8 +19,8 @@ from click.testing import CliRunner
 from onnx import helper, numpy_helper
 
 import amp_convert
-from amp_convert.cli import cli
-from amp_convert.value_map import METADATA_KEY, ValueMap
+from amp_convert.commands.cli import cli
+from amp_convert.reports.value_map import METADATA_KEY, ValueMap
 from models import overflow as ov
 from models import validation_models as vm
 from tests.helpers import one_line_error
@@ -367,7 +367,7 @@ def test_auto_with_a_string_output_is_consistent(tmp_path) -> None:
 def test_weights_in_constant_nodes_are_weights(tmp_path) -> None:
     """TorchScript writes weights as Constant nodes: the page's sizes count them (was 0 B)."""
     from amp_convert.auto.page_facts import weight_bytes
-    from amp_convert.auto.trace import validation_page
+    from amp_convert.pages.trace import validation_page
 
     rng = np.random.default_rng(3)
     w = numpy_helper.from_array(rng.standard_normal((16, 32)).astype(np.float32), "w")

@@ -14,8 +14,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import amp_convert
-from amp_convert import weight_range
-from amp_convert.options import DTYPES
+from amp_convert.core import weight_range
+from amp_convert.options.convert import DTYPES
 from tests.helpers import FLOAT, node_by_name, run
 
 FLT_MAX = float(np.finfo(np.float32).max)

@@ -17,8 +17,8 @@ from amp_convert.auto.graph import GraphFacts, NodeFacts
 from amp_convert.auto.localise import Blame, Localiser, ValueStats
 from amp_convert.auto.report import PinnedNode
 from amp_convert.auto.sessions import Sample, Sessions
-from amp_convert.precision import Precision
-from amp_convert.value_map import Fate, ValueMap
+from amp_convert.core.precision import Precision
+from amp_convert.reports.value_map import Fate, ValueMap
 
 
 def runs_as(value_map: ValueMap, node: str) -> str:

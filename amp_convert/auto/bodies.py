@@ -26,10 +26,10 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from amp_convert import domains
 from amp_convert.auto.graph import body_graphs, captured_names
 from amp_convert.auto.localise import LOW_NP, Blame, relative_error
 from amp_convert.auto.ranges import LIMITS
+from amp_convert.core import domains
 
 #: iterations of one Loop/Scan analysed per sample (the ORT re-check covers the rest)
 MAX_INVOCATIONS = 256

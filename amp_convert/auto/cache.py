@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from amp_convert import safe_write
+from amp_convert.files import safe_write
 
 
 class ValueCache:

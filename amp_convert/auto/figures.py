@@ -13,9 +13,9 @@ import onnx_ir as ir
 from amp_convert.auto.graph import GraphFacts
 from amp_convert.auto.localise import ValueStats
 from amp_convert.auto.report import AutoReport, PinnedNode, TracePoint
-from amp_convert.dtypes import FLOAT, LOW_TYPES
-from amp_convert.precision import Precision
-from amp_convert.value_map import Fate, ValueMap
+from amp_convert.core.dtypes import FLOAT, LOW_TYPES
+from amp_convert.core.precision import Precision
+from amp_convert.reports.value_map import Fate, ValueMap
 
 
 def node_label(value_map: ValueMap, name: str, pinned: bool = False) -> tuple[str, str]:

@@ -18,7 +18,7 @@ import onnx
 import onnx_ir as ir
 from onnx import TensorProto, helper
 
-from amp_convert import domains, proto_walk
+from amp_convert.core import domains, proto_walk
 
 FLOAT = TensorProto.FLOAT
 

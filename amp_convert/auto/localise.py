@@ -27,9 +27,9 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from amp_convert import domains
 from amp_convert.auto.graph import GraphFacts, NodeFacts
-from amp_convert.dtypes import LOW_BY_OPTION, numpy_type
+from amp_convert.core import domains
+from amp_convert.core.dtypes import LOW_BY_OPTION, numpy_type
 
 TINY = 1e-30
 #: suspects whose isolated error is measured per round (ranked by the cheap difference first)

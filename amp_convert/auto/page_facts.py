@@ -13,9 +13,9 @@ from collections.abc import Iterator, Mapping
 import numpy as np
 import onnx
 
-from amp_convert import proto_walk
-from amp_convert.dtypes import LOW_TYPES
-from amp_convert.value_map import Fate, ValueMap
+from amp_convert.core import proto_walk
+from amp_convert.core.dtypes import LOW_TYPES
+from amp_convert.reports.value_map import Fate, ValueMap
 
 _LOW = {int(t) for t in LOW_TYPES}
 _FLOAT = int(onnx.TensorProto.FLOAT)

@@ -15,6 +15,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
+from amp_convert.reports.value_map import ValueMap
 from amp_convert.validation.runtime import (
     ModelSource,
     RunError,
@@ -23,7 +24,6 @@ from amp_convert.validation.runtime import (
     first_line,
     make_session,
 )
-from amp_convert.value_map import ValueMap
 
 #: default bytes of activations fetched (and held) at once, per model
 DEFAULT_BUDGET = 512 << 20

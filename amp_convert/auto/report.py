@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from amp_convert.report import ConversionReport
-from amp_convert.report_base import Report, json_ready
+from amp_convert.reports.base import Report, json_ready
+from amp_convert.reports.conversion import ConversionReport
 from amp_convert.validation.metrics import OutputResult
 
 SCHEMA_VERSION = 1

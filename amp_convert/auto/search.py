@@ -32,7 +32,6 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
-from amp_convert import io
 from amp_convert.api import convert_ir
 from amp_convert.auto.blame import localise, pin_entry, pin_set
 from amp_convert.auto.figures import fill_figures
@@ -44,8 +43,9 @@ from amp_convert.auto.report import AutoReport, PinnedNode
 from amp_convert.auto.sessions import Sessions
 from amp_convert.auto.staging import stage
 from amp_convert.errors import OptionError, ValidationError
-from amp_convert.options import AUTO_LEVEL, ConvertKwargs, ConvertOptions, resolve
-from amp_convert.report import ConversionReport
+from amp_convert.files import io
+from amp_convert.options.convert import AUTO_LEVEL, ConvertKwargs, ConvertOptions, resolve
+from amp_convert.reports.conversion import ConversionReport
 from amp_convert.validation.evidence import save_npz, weak_notes, weak_outputs
 from amp_convert.validation.input_search import RANDOM_CALIBRATION_WARNING, fmt_dims
 from amp_convert.validation.metrics import OutputResult, Thresholds, check_names

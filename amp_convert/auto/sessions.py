@@ -20,14 +20,14 @@ from amp_convert.auto.graph import FLOAT, GraphFacts, graph_facts
 from amp_convert.auto.localise import ValueStats
 from amp_convert.auto.probe import Probe, carrier_aliases, expose, open_probe, plan_batches
 from amp_convert.auto.staging import Staged, lean_options, stage
-from amp_convert.dtypes import low_numpy_type
+from amp_convert.core.dtypes import low_numpy_type
+from amp_convert.reports.value_map import ValueMap
 from amp_convert.validation.emulate import build_emulated_model
 from amp_convert.validation.input_search import Samples, gather_samples
 from amp_convert.validation.inputs import InputSpec
 from amp_convert.validation.load_check import ModelFile, ModelToCheck, check_default_load
 from amp_convert.validation.metrics import OutputResult, Thresholds, compare_output
 from amp_convert.validation.runtime import CPU_EP, CUDA_EP
-from amp_convert.value_map import ValueMap
 
 Sample = dict[str, np.ndarray]
 

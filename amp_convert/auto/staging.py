@@ -20,7 +20,7 @@ from typing import Any
 import onnx
 import onnx_ir as ir
 
-from amp_convert import io, safe_write
+from amp_convert.files import io, safe_write
 from amp_convert.validation.runtime import ModelSource
 
 #: weights above this many bytes go to a temporary external-data file instead of the protobuf

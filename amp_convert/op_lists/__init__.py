@@ -19,7 +19,7 @@ from importlib import resources
 from pathlib import Path
 
 from amp_convert import schema
-from amp_convert.domains import op_key
+from amp_convert.core.domains import op_key
 from amp_convert.errors import OptionError
 
 __all__ = [

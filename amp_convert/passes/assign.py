@@ -17,17 +17,17 @@ from dataclasses import dataclass, field
 
 import onnx_ir as ir
 
-from amp_convert.options import ConvertOptions, Level
-from amp_convert.passes.boundaries import find_boundaries
-from amp_convert.passes.mincut import INF, FlowNetwork
-from amp_convert.passes.plan import FP32, LOW, Classes, ClassInfo, Placement, PrecisionPlan
-from amp_convert.precision import NodeClass, Precision, constant_tensor, is_float_tensor
-from amp_convert.qdq_rules import is_qdq, is_scale_slot, scale_refusal
-from amp_convert.reasons import Reason, ReasonKind
-from amp_convert.report import TensorNote
-from amp_convert.tensors import read, release
-from amp_convert.traffic import LAUNCH_BYTES, ShapeBook
-from amp_convert.weight_range import check_weight, float_attributes
+from amp_convert.core.precision import NodeClass, Precision, constant_tensor, is_float_tensor
+from amp_convert.core.qdq_rules import is_qdq, is_scale_slot, scale_refusal
+from amp_convert.core.reasons import Reason, ReasonKind
+from amp_convert.core.tensors import read, release
+from amp_convert.core.weight_range import check_weight, float_attributes
+from amp_convert.cost.traffic import LAUNCH_BYTES, ShapeBook
+from amp_convert.options.convert import ConvertOptions, Level
+from amp_convert.placement.boundaries import find_boundaries
+from amp_convert.placement.mincut import INF, FlowNetwork
+from amp_convert.placement.plan import FP32, LOW, Classes, ClassInfo, Placement, PrecisionPlan
+from amp_convert.reports.conversion import TensorNote
 
 log = logging.getLogger(__name__)
 

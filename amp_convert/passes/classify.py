@@ -23,15 +23,17 @@ from dataclasses import dataclass
 import numpy as np
 import onnx_ir as ir
 
-from amp_convert import domains, schema
-from amp_convert.dtypes import FLOAT, LOW_TYPES, onnx_name
+from amp_convert import schema
+from amp_convert.core import domains
+from amp_convert.core.dtypes import FLOAT, LOW_TYPES, onnx_name
+from amp_convert.core.precision import CONTROL_FLOW, NodeClass, constant_tensor
+from amp_convert.core.qdq_rules import QDQ_OPS
+from amp_convert.core.reasons import Reason, ReasonKind
 from amp_convert.op_lists import OpLists, op_key
-from amp_convert.options import ConvertOptions
-from amp_convert.passes import angles
-from amp_convert.passes.plan import Classes, ClassInfo, LoweredAs
-from amp_convert.precision import CONTROL_FLOW, NodeClass, constant_tensor, has_stash_type
-from amp_convert.qdq_rules import QDQ_OPS
-from amp_convert.reasons import Reason, ReasonKind
+from amp_convert.options.convert import ConvertOptions
+from amp_convert.passes import _angles as angles
+from amp_convert.placement.plan import Classes, ClassInfo, LoweredAs
+from amp_convert.schema import has_stash_type
 from amp_convert.targets import KernelTable, Target
 
 log = logging.getLogger(__name__)

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 
 import onnx_ir as ir
 
-from amp_convert import domains
-from amp_convert.dtypes import FLOAT, LOW_TYPES
-from amp_convert.value_map import Carried, ValueRecord
+from amp_convert.core import domains
+from amp_convert.core.dtypes import FLOAT, LOW_TYPES
+from amp_convert.reports.value_map import Carried, ValueRecord
 
 log = logging.getLogger(__name__)
 

@@ -30,12 +30,12 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
-from amp_convert import domains, proto_walk
-from amp_convert.dtypes import FLOAT, FP16_MAX, FP16_MIN_NORMAL
-from amp_convert.onnx_checks import call_on_stripped
-from amp_convert.precision import UniqueNames, constant_tensor
-from amp_convert.report import FoldNote
-from amp_convert.value_map import Carried, Folded, NodeCarried, NodeFolded, ValueRecord
+from amp_convert.core import domains, proto_walk
+from amp_convert.core.dtypes import FLOAT, FP16_MAX, FP16_MIN_NORMAL
+from amp_convert.core.precision import UniqueNames, constant_tensor
+from amp_convert.files.onnx_checks import call_on_stripped
+from amp_convert.reports.conversion import FoldNote
+from amp_convert.reports.value_map import Carried, Folded, NodeCarried, NodeFolded, ValueRecord
 
 log = logging.getLogger(__name__)
 

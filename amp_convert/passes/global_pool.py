@@ -19,9 +19,9 @@ from dataclasses import dataclass
 import onnx
 import onnx_ir as ir
 
-from amp_convert import domains
-from amp_convert.precision import FLOAT, constant_tensor, is_default_domain
-from amp_convert.report import FoldNote
+from amp_convert.core import domains
+from amp_convert.core.precision import FLOAT, constant_tensor, is_default_domain
+from amp_convert.reports.conversion import FoldNote
 from amp_convert.targets import Rewrite, Target
 
 DETAIL = (

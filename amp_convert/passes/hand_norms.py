@@ -40,15 +40,16 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
-from amp_convert import domains, schema
-from amp_convert.options import Level
-from amp_convert.passes.norm_match import NoMatch, NormMatch, find_norms
-from amp_convert.passes.plan import Classes
-from amp_convert.precision import FLOAT, UniqueNames, constant_tensor
-from amp_convert.reasons import Reason, ReasonKind
-from amp_convert.report import FoldNote
+from amp_convert import schema
+from amp_convert.core import domains
+from amp_convert.core.precision import FLOAT, UniqueNames, constant_tensor
+from amp_convert.core.reasons import Reason, ReasonKind
+from amp_convert.options.convert import Level
+from amp_convert.passes._norm_match import NoMatch, NormMatch, find_norms
+from amp_convert.placement.plan import Classes
+from amp_convert.reports.conversion import FoldNote
+from amp_convert.reports.value_map import Carried, Folded, NodeCarried, NodeFolded, ValueRecord
 from amp_convert.targets import Rewrite, Target
-from amp_convert.value_map import Carried, Folded, NodeCarried, NodeFolded, ValueRecord
 
 #: fused op and the opset it appears at, per norm kind
 FUSED = {"layer": ("LayerNormalization", 17), "rms": ("RMSNormalization", 23)}

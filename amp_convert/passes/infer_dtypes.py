@@ -14,7 +14,8 @@ from dataclasses import dataclass
 import onnx
 import onnx_ir as ir
 
-from amp_convert import domains, schema
+from amp_convert import schema
+from amp_convert.core import domains
 
 log = logging.getLogger(__name__)
 

@@ -18,10 +18,10 @@ import math
 
 import onnx_ir as ir
 
-from amp_convert.dtypes import LOW_TYPES, onnx_name
-from amp_convert.precision import is_default_domain
-from amp_convert.report import LimitNote
-from amp_convert.shapes import ShapeBook
+from amp_convert.core.dtypes import LOW_TYPES, onnx_name
+from amp_convert.core.precision import is_default_domain
+from amp_convert.cost.shapes import ShapeBook
+from amp_convert.reports.conversion import LimitNote
 from amp_convert.targets import Target
 
 

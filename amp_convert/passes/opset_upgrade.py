@@ -24,10 +24,10 @@ import numpy as np
 import onnx.defs
 import onnx_ir as ir
 
-from amp_convert import domains
+from amp_convert.core import domains
+from amp_convert.core.precision import UniqueNames
+from amp_convert.core.qdq_rules import TARGET_OPSET
 from amp_convert.errors import InputError
-from amp_convert.precision import UniqueNames
-from amp_convert.qdq_rules import TARGET_OPSET
 
 FIRST_OPSET = 13  # per-axis Q/DQ and the axes-as-input forms of Squeeze/Unsqueeze/Split/ReduceSum
 TARGET_IR = 9  # the IR version that goes with opset 19 (onnx 1.14)

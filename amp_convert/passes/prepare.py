@@ -18,9 +18,9 @@ from dataclasses import dataclass
 import numpy as np
 import onnx_ir as ir
 
-from amp_convert import domains
-from amp_convert.passes.scoped_names import separate_scoped_names
-from amp_convert.precision import UniqueNames
+from amp_convert.core import domains
+from amp_convert.core.precision import UniqueNames
+from amp_convert.placement.scoped_names import separate_scoped_names
 
 log = logging.getLogger(__name__)
 

@@ -20,10 +20,10 @@ from dataclasses import dataclass
 
 import onnx_ir as ir
 
-from amp_convert import domains
-from amp_convert.passes.plan import Classes
-from amp_convert.qdq_rules import QDQ_OPS, TARGET_OPSET
-from amp_convert.reasons import Reason, ReasonKind, render
+from amp_convert.core import domains
+from amp_convert.core.qdq_rules import QDQ_OPS, TARGET_OPSET
+from amp_convert.core.reasons import Reason, ReasonKind, render
+from amp_convert.placement.plan import Classes
 
 _SPLIT = "a Cast between them would split the DQ -> op -> Q group ORT and TensorRT fuse"
 _READS, _FEEDS = (

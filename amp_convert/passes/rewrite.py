@@ -16,21 +16,21 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx_ir as ir
 
-from amp_convert import domains, weight_range
-from amp_convert.dtypes import FLOAT, SUFFIX
-from amp_convert.passes.plan import ANY, FREE, LOW, LoweredAs, Placed, PrecisionPlan
-from amp_convert.precision import (
+from amp_convert.core import domains, weight_range
+from amp_convert.core.dtypes import FLOAT, SUFFIX
+from amp_convert.core.precision import (
     DTYPE_ATTRIBUTES,
     Precision,
     UniqueNames,
     constant_tensor,
-    has_stash_type,
     is_float_tensor,
     low_array,
 )
-from amp_convert.report import TensorNote
-from amp_convert.tensors import to_low
-from amp_convert.value_map import BehindCast, Carried, NodeCarried, ValueRecord
+from amp_convert.core.tensors import to_low
+from amp_convert.placement.plan import ANY, FREE, LOW, LoweredAs, Placed, PrecisionPlan
+from amp_convert.reports.conversion import TensorNote
+from amp_convert.reports.value_map import BehindCast, Carried, NodeCarried, ValueRecord
+from amp_convert.schema import has_stash_type
 
 log = logging.getLogger(__name__)
 

@@ -13,9 +13,10 @@ from dataclasses import dataclass
 
 import onnx_ir as ir
 
-from amp_convert import domains, schema
+from amp_convert import schema
+from amp_convert.core import domains
 from amp_convert.errors import VerificationError
-from amp_convert.onnx_checks import call_on_stripped, first_line, strict_check
+from amp_convert.files.onnx_checks import call_on_stripped, first_line, strict_check
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,8 @@ from typing import Protocol, TypeVar
 import onnx.defs
 import onnx_ir as ir
 
-from amp_convert import domains
+from amp_convert.core import domains
+from amp_convert.core.precision import STASH_NORMS
 from amp_convert.schema.contrib import ContribSchema, Formal, load_contrib_table
 
 
@@ -231,3 +232,9 @@ def unknown_warnings(model: ir.Model) -> list[str]:
 def table_version() -> str:
     """The ONNX Runtime version the contrib schema table was generated from."""
     return load_contrib_table().ort_version
+
+
+def has_stash_type(op_type: str, opset: int) -> bool:
+    """Whether the op's schema at `opset` has `stash_type` (statistics type independent of I/O)."""
+    return op_type in STASH_NORMS and has_attribute(op_type, "", opset, "stash_type")
+

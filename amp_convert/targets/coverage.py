@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import onnx_ir as ir
 
-from amp_convert import domains
-from amp_convert.dtypes import LOW_TYPES
+from amp_convert.core import domains
+from amp_convert.core.dtypes import LOW_TYPES
 from amp_convert.targets.kernel_table import KernelTable, dtype_name
 
 LOW = LOW_TYPES

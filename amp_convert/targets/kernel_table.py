@@ -31,7 +31,8 @@ from typing import Any
 
 import onnx_ir as ir
 
-from amp_convert import domains, schema
+from amp_convert import schema
+from amp_convert.core import domains
 from amp_convert.errors import TargetError
 from amp_convert.schema import OpSignature, Slot
 from amp_convert.targets.formals import doc_formals

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from amp_convert.dtypes import low_numpy_type
+from amp_convert.core.dtypes import low_numpy_type
 from amp_convert.errors import ValidationError
 from amp_convert.validation.decode import (
     DecodeResult,

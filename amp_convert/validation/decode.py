@@ -30,8 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from amp_convert.budget import memory_budget
 from amp_convert.errors import ValidationError
+from amp_convert.files.budget import memory_budget
 from amp_convert.validation.decoder_inputs import is_cross_cache
 from amp_convert.validation.metrics import OutputResult
 

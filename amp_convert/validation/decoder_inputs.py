@@ -28,8 +28,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from amp_convert.dim_defaults import Dim, axis_role, is_named
-from amp_convert.dims import DimExpr, parse_dim_expression
+from amp_convert.cost.dim_defaults import Dim, axis_role, is_named
+from amp_convert.cost.dims import DimExpr, parse_dim_expression
 
 _PAST = re.compile(r"^(?:past_key_values|past|cache)[._]?(.*)$|cache", re.I)
 _CROSS = re.compile(r"[._](encoder|cross)[._]|cross_?attn|cross", re.I)

@@ -46,17 +46,18 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
-from amp_convert import load_repairs, proto_walk
-from amp_convert.dtypes import onnx_name
-from amp_convert.onnx_checks import analyse
-from amp_convert.passes.infer_dtypes import InferDtypesPass
-from amp_convert.precision import (
+from amp_convert.core import proto_walk
+from amp_convert.core.dtypes import onnx_name
+from amp_convert.core.precision import (
     DTYPE_ATTRIBUTES,
     FLOAT,
     LOW_TYPES,
     UniqueNames,
     is_default_domain,
 )
+from amp_convert.files import load_repairs
+from amp_convert.passes.analyse import analyse
+from amp_convert.passes.infer_dtypes import InferDtypesPass
 from amp_convert.validation import held_sums
 from amp_convert.validation.sparse import densified
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from amp_convert.safe_write import write_bytes
+from amp_convert.files.safe_write import write_bytes
 from amp_convert.validation.metrics import OutputResult, Thresholds
 
 NEAR_ZERO = 1e-3

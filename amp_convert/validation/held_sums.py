@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from amp_convert.precision import FLOAT, UniqueNames, is_default_domain
+from amp_convert.core.precision import FLOAT, UniqueNames, is_default_domain
 from amp_convert.targets.accumulation import held_sum_ops
 
 #: the table the emulator follows: the emulated runtime is ORT CUDA

@@ -6,13 +6,13 @@
   one whose name only says "unknown" (``?``, ``-1``, ``None``, ``unk`` or empty, as Paddle and
   other exporters write), is its own value, keyed ``<input>[<axis>]``.
 * A dim written as an expression over other dims (``past_sequence_length + sequence_length``,
-  ``2*s0``) is computed from them (``amp_convert.dims.DimExpr``, no ``eval``), when every name
+  ``2*s0``) is computed from them (``amp_convert.cost.dims.DimExpr``, no ``eval``), when every name
   it uses is a dim of its own somewhere in the inputs or given by the user; otherwise the text
   is just a name.
 * A decoder's inputs are recognised once (``decoder_inputs``): the attention mask spans past +
   current tokens whatever its axis is named, every KV cache shares one past length, a
   cross-attention cache spans the encoder states, the head size is the model's own.
-* Defaults: ``amp_convert.dim_defaults``, the rules the cast-cost estimate uses too: 1 for a
+* Defaults: ``amp_convert.cost.dim_defaults``, the rules the cast-cost estimate uses too: 1 for a
   batch (batch-like names such as ``batch_size``, ``N``, and the leading axis of a rank >= 2
   input not named otherwise, Paddle's ``p2o.DynamicDimension.0`` included), 224 for image H/W,
   3 for channels named so, 128 for any other dim.
@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from amp_convert.dim_defaults import (
+from amp_convert.cost.dim_defaults import (
     BATCH_DIM,
     OTHER_DIM,
     UNKNOWN_DIM_NAMES,
@@ -38,7 +38,7 @@ from amp_convert.dim_defaults import (
     is_named,
     named_default,
 )
-from amp_convert.dims import DimExpr, parse_dim_expression
+from amp_convert.cost.dims import DimExpr, parse_dim_expression
 from amp_convert.errors import ValidationError
 from amp_convert.validation.decoder_inputs import FLOAT_TYPES, DecoderInputs, recognise
 

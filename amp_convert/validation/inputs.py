@@ -31,9 +31,9 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from amp_convert import domains
-from amp_convert.budget import check_inputs_budget, npz_members
+from amp_convert.core import domains
 from amp_convert.errors import ValidationError
+from amp_convert.files.budget import check_inputs_budget, npz_members
 from amp_convert.validation.input_dims import Dim, DimPlan, axis_key, is_static
 from amp_convert.validation.runtime import NP_DTYPES
 

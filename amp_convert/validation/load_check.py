@@ -21,8 +21,8 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from amp_convert import safe_write
 from amp_convert.errors import ValidationError
+from amp_convert.files import safe_write
 from amp_convert.validation.runtime import NO_KERNEL_HINT, is_missing_kernel
 
 #: what a child runs: argv[1:] = level, providers (comma-separated), disabled optimizers

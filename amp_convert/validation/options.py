@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 import numpy as np
 
-from amp_convert.dims import parse_dims
+from amp_convert.cost.dims import parse_dims
 from amp_convert.errors import OptionError, ValidationError
 from amp_convert.validation.decode import MAX_DECODE_STEPS
 from amp_convert.validation.metrics import MATCH_MODES, Thresholds

@@ -49,9 +49,9 @@ from typing import Any
 
 import numpy as np
 
-from amp_convert import safe_write
-from amp_convert.report_base import Report, json_ready
-from amp_convert.user_text import printable
+from amp_convert.core.user_text import printable
+from amp_convert.files import safe_write
+from amp_convert.reports.base import Report, json_ready
 from amp_convert.validation.decode import DecodeResult
 from amp_convert.validation.metrics import OutputResult
 

@@ -20,8 +20,9 @@ import numpy as np
 import onnx
 from onnx import TensorProto
 
-from amp_convert import file_kinds, proto_walk, safe_write
+from amp_convert.core import proto_walk
 from amp_convert.errors import ValidationError
+from amp_convert.files import file_kinds, safe_write
 
 
 class CudaStartError(ValidationError):

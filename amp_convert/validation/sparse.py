@@ -11,7 +11,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from amp_convert import proto_walk
+from amp_convert.core import proto_walk
 
 
 def has_sparse(model: onnx.ModelProto) -> bool:

@@ -1,0 +1,3 @@
+"""The package version, importable by the commands without the public API."""
+
+__version__ = "0.1.0"

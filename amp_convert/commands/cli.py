@@ -1,0 +1,410 @@
+"""The command line: `amp-convert MODEL [options]` converts, `amp-convert validate` checks.
+
+It only turns arguments into API calls and errors into one line; the conversion options come
+from ConvertOptions' declaration (amp_convert/options/convert.py), so they are written once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import enum
+import logging
+import os
+import sys
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from amp_convert._version import __version__
+from amp_convert.commands.paths import InputPath, OutputPath, check_needs, declared_outputs
+from amp_convert.commands.validate import (
+    VALIDATION_OPTION_NAMES,
+    cli_validate_options,
+    run_cli_validation,
+    validate_command,
+    validation_options,
+)
+from amp_convert.core import user_text
+from amp_convert.errors import AmpConvertError, InputError
+from amp_convert.files import safe_write
+from amp_convert.files.io import default_output_path
+from amp_convert.options.convert import AUTO_LEVEL, ConvertOptions, cli_fields, option_names
+
+EXIT_ERROR = 2
+EXIT_INTERRUPTED = 130
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _click_option(f: dataclasses.Field) -> Callable[[F], F]:
+    """The click option for one ConvertOptions field, from the field's metadata."""
+    meta = f.metadata
+    kind, flags, help_text = meta["kind"], meta["flags"], meta["help"]
+    if kind == "choice":
+        return click.option(
+            *flags,
+            f.name,
+            type=click.Choice(meta["choices"], case_sensitive=False),
+            default=f.default.value if isinstance(f.default, enum.Enum) else f.default,
+            show_default=True,
+            help=help_text,
+        )
+    if kind == "switch":
+        return click.option(*flags, f.name, default=f.default, show_default=True, help=help_text)
+    if kind == "flag":
+        return click.option(*flags, f.name, is_flag=True, help=help_text)
+    if kind == "path":
+        path_type = InputPath(must_exist=False)  # ConvertOptions says why a file is missing
+        return click.option(*flags, f.name, type=path_type, help=help_text)
+    metavar = meta.get("metavar", "OP,..." if kind == "ops" else None)
+    return click.option(*flags, f.name, multiple=True, metavar=metavar, help=help_text)
+
+
+def conversion_options(f: F) -> F:
+    """Every ConvertOptions field as a command-line option (--dim comes with validation's)."""
+    for field in reversed(list(cli_fields())):
+        if field.metadata["kind"] != "dims":
+            f = _click_option(field)(f)
+    return f
+
+
+class _ConvertByDefault(click.Group):
+    """`amp-convert model.onnx ...` means `amp-convert convert model.onnx ...`.
+
+    Every error ends as one line on stderr: usage errors exit 2, Ctrl-C exits 130 (never 1, the
+    "thresholds not met" code); a first word that is no file but close to a command name gets
+    "did you mean".
+    """
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            user_text.check_args(args)
+        except user_text.TextError as e:
+            raise click.UsageError(str(e), ctx) from None
+        if args and args[0] not in self.commands and args[0] not in ("--help", "-h", "--version"):
+            word = args[0]
+            close = difflib.get_close_matches(word, [c for c in self.commands if c != "convert"])
+            if close and not word.startswith("-") and not os.path.lexists(word):
+                raise click.UsageError(
+                    f"no such command or model file {word!r}; did you mean {close[0]!r}?", ctx
+                )
+            args = ["convert", *args]
+        return super().parse_args(ctx, args)
+
+    def main(  # type: ignore[override]
+        self,
+        args: Any = None,
+        prog_name: str | None = None,
+        standalone_mode: bool = True,
+        **kw: Any,
+    ) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, standalone_mode=False, **kw)
+        try:
+            code = super().main(args, prog_name, standalone_mode=False, **kw)
+        except click.ClickException as e:
+            message = user_text.printable(_one_line(e.format_message()))
+            click.echo(f"amp-convert: error: {message}", err=True)
+            sys.exit(e.exit_code)
+        except (click.exceptions.Abort, KeyboardInterrupt):
+            click.echo("amp-convert: interrupted", err=True)
+            sys.exit(EXIT_INTERRUPTED)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+def _one_line(text: str) -> str:
+    return " ".join(line.strip() for line in text.splitlines() if line.strip())
+
+
+@click.group(
+    cls=_ConvertByDefault,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    epilog="Convert is the default command: amp-convert model.onnx --level O2",
+)
+@click.version_option(__version__, "--version", prog_name="amp-convert")
+def cli() -> None:
+    """Convert FP32 ONNX models to mixed precision (FP16/BF16) and validate the result."""
+
+
+def _fail(error: BaseException, verbose: bool, code: int = EXIT_ERROR) -> None:
+    if verbose:
+        traceback.print_exception(error)
+    text = user_text.printable(error)
+    if isinstance(error, AmpConvertError):
+        click.echo(f"amp-convert: error: {text}", err=True)
+    else:
+        notes = "; ".join(getattr(error, "__notes__", ()))  # the conversion step it escaped
+        where = user_text.printable(f" ({notes})") if notes else ""
+        click.echo(f"amp-convert: internal error: {type(error).__name__}: {text}{where}", err=True)
+    sys.exit(code)
+
+
+@cli.command("convert", context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("model", type=InputPath(model=True, must_exist=False, as_str=True))
+@click.option(
+    "-o",
+    "--output",
+    type=OutputPath("output"),
+    help="Output path [default: MODEL.fp16.onnx / MODEL.bf16.onnx next to MODEL].",
+)
+@conversion_options
+@click.option(
+    "--report",
+    "report_path",
+    type=OutputPath("report"),
+    help="Write the full ConversionReport (per-node decisions and reasons) as JSON.",
+)
+@click.option("--force", is_flag=True, help="Overwrite the output and report files if they exist.")
+@click.option(
+    "--auto",
+    "auto",
+    is_flag=True,
+    help="Accuracy-driven: start from --level (default O3 here) and keep FP32 only the nodes the "
+    "calibration --inputs show overflow or introduce the error, until the thresholds "
+    "(default --min-cosine 0.999) hold. Exit 1 and write nothing when they cannot be met.",
+)
+@click.option(
+    "--force-write",
+    is_flag=True,
+    help="With --auto or --validate: write the model even when the thresholds are not met "
+    "(still exit 1).",
+)
+@click.option(
+    "--html",
+    "html_path",
+    type=OutputPath("HTML report", needs=("--auto",)),
+    help="With --auto: write a self-contained HTML report (error along the graph, pinned nodes).",
+)
+@click.option(
+    "--save-inputs",
+    "save_inputs",
+    type=OutputPath("inputs file", needs=("--auto",)),
+    metavar="FILE.npz",
+    help="With --auto: write the calibration inputs (generated, or the first --inputs file) as "
+    "an .npz that --inputs reads back.",
+)
+@click.option(
+    "--validate",
+    "do_validate",
+    is_flag=True,
+    help="Validate the converted model against the original before writing it: exit 1 and "
+    "write nothing when an output fails (--force-write writes it anyway).",
+)
+@click.option(
+    "--validation-report",
+    type=OutputPath("validation report", needs=("--validate",)),
+    help="With --validate: write the ValidationReport as JSON.",
+)
+@click.option(
+    "--junit",
+    type=OutputPath("JUnit report", needs=("--validate",)),
+    help="With --validate: write a JUnit XML file (one test case per output).",
+)
+@validation_options
+@click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
+@click.option("-v", "--verbose", is_flag=True, help="Print per-node decisions and tracebacks.")
+def convert_command(
+    model: str,
+    output: Path | None,
+    report_path: Path | None,
+    force: bool,
+    do_validate: bool,
+    validation_report: Path | None,
+    junit: Path | None,
+    quiet: bool,
+    verbose: bool,
+    auto: bool,
+    force_write: bool,
+    html_path: Path | None,
+    save_inputs: Path | None = None,
+    **kwargs: Any,
+) -> None:
+    """Convert MODEL to mixed precision (writes MODEL.fp16.onnx unless -o is given)."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(user_text.PrintableFormatter("%(message)s"))  # names from the model
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, handlers=[handler])
+    if verbose:  # each conversion step and node decision (pipeline.run and the passes log them)
+        logging.getLogger("amp_convert").setLevel(logging.DEBUG)
+    ctx = click.get_current_context()
+    _check_companions(ctx, auto=auto, do_validate=do_validate, force_write=force_write)
+    values = {name: kwargs.pop(name) for name in option_names() if name in kwargs}
+    validation = kwargs
+    # one --dim serves both the cast-cost estimate and the validation inputs
+    values["dims"] = validation.get("dim") or {}
+    if auto and ctx.get_parameter_source("level") == click.core.ParameterSource.DEFAULT:
+        values["level"] = AUTO_LEVEL
+    try:
+        if not model:
+            raise InputError("empty model path ''")
+        options = ConvertOptions(**values)  # checked once, here
+        output = output or default_output_path(model, options.dtype)
+        with safe_write.sigterm_cleans_up():
+            run = _Run(ctx, model, output, options, validation, force, quiet)
+            code = _run_auto(run) if auto else _run_convert(run, verbose)
+    except AmpConvertError as e:
+        _fail(e, verbose)
+    except Exception as e:  # a bug: still one line, traceback with -v
+        _fail(e, verbose, code=3)
+    sys.exit(code)
+
+
+def _check_companions(
+    ctx: click.Context, *, auto: bool, do_validate: bool, force_write: bool
+) -> None:
+    """Options that do nothing without --validate / --auto are refused, never ignored."""
+    check_needs(ctx, {"--auto": auto, "--validate": do_validate})
+    if force_write and not (auto or do_validate):
+        raise click.UsageError("--force-write goes with --auto or --validate", ctx)
+    if do_validate and auto:
+        raise click.UsageError("--validate and --auto do not go together (--auto validates)", ctx)
+    if auto:  # options the search does not use are refused, never silently ignored
+        for name in _NOT_FOR_AUTO:
+            if ctx.get_parameter_source(name) != click.core.ParameterSource.DEFAULT:
+                flag = "--" + name.replace("_", "-")
+                raise click.UsageError(
+                    f"{flag} goes with --validate (the --auto search judges by the thresholds)",
+                    ctx,
+                )
+    if do_validate or auto:
+        return
+    for name in VALIDATION_OPTION_NAMES:
+        if name == "dim":
+            continue  # --dim also sizes the conversion's cost estimate
+        if ctx.get_parameter_source(name) != click.core.ParameterSource.DEFAULT:
+            flag = "--" + name.replace("_", "-")
+            raise click.UsageError(f"{flag} goes with --validate or --auto", ctx)
+
+
+#: validation options the --auto search does not use
+_NOT_FOR_AUTO = ("runs", "warmup", "top1", "match")
+
+
+@dataclass(frozen=True)
+class _Run:
+    """One conversion command as parsed: what --auto and a plain conversion both take."""
+
+    ctx: click.Context
+    model: str
+    output: Path
+    options: ConvertOptions
+    validation: dict[str, Any]
+    force: bool
+    quiet: bool
+
+
+def _run_auto(run: _Run) -> int:
+    from amp_convert.commands.auto import run_auto
+
+    outputs = [
+        (label, run.output if label == "output" else p) for label, p in declared_outputs(run.ctx)
+    ]
+    return run_auto(
+        run.model, outputs, run.options, cli_validate_options(run.validation), force=run.force,
+        force_write=run.ctx.params["force_write"], quiet=run.quiet,
+        extra_inputs=_other_inputs(run.ctx),
+    )  # fmt: skip
+
+
+def _other_inputs(ctx: click.Context) -> list[list[Path]]:
+    """Files the run reads besides the model (an --inputs file, an --op-lists file)."""
+    return [
+        [Path(p)] for p in _paths(ctx.params.get("inputs")) + _paths(ctx.params.get("op_lists"))
+    ]
+
+
+def _paths(value: Any) -> list[Path]:
+    if value is None:
+        return []
+    return [Path(v) for v in value] if isinstance(value, list | tuple) else [Path(value)]
+
+
+def _run_convert(run: _Run, verbose: bool) -> int:
+    from amp_convert.api import open_file_conversion  # imported on use: --help/--version stay light
+
+    validating = run.ctx.params["do_validate"]
+    if validating:  # before anything is written: no model left by a check that cannot run
+        from amp_convert.validation.runtime import import_ort
+
+        import_ort()
+    others = {label: p for label, p in declared_outputs(run.ctx) if label != "output"}
+    with open_file_conversion(
+        run.model, run.output, force=run.force, other_outputs=others,
+        extra_inputs=_other_inputs(run.ctx), options=run.options,
+    ) as conversion:  # fmt: skip
+        plan = conversion.plan
+        codes: list[int] = []
+        staged: list[safe_write.StagedFile] = []
+        report_slot = plan.get("report")
+
+        def show(report: Any) -> None:
+            if not run.quiet:
+                click.echo(user_text.terminal(report.summary()))
+                if verbose:
+                    for n in report.nodes:
+                        line = f"  {n.precision:5s} {n.op_type:22s} {n.name}: {n.reason}"
+                        click.echo(user_text.printable(line))
+
+        def stage_report(report: Any) -> None:  # before the model replaces anything
+            if report_slot is not None:
+                staged.append(safe_write.StagedFile(report_slot, report.json_bytes()))
+
+        def gate(model: Any, report: Any, external: bool | None) -> bool:
+            """--validate: judge the converted model before it is written."""
+            show(report)
+            codes.append(_validate_staged(run, plan, model, external))
+            return codes[0] == 0 or run.ctx.params["force_write"]
+
+        try:
+            report = conversion.run(gate if validating else None, before_commit=stage_report)
+            for s in staged:
+                s.commit()
+        finally:
+            for s in staged:
+                s.discard()
+        written = not validating or codes[0] == 0 or run.ctx.params["force_write"]
+        if written and not run.quiet:
+            click.echo(user_text.printable(f"wrote {run.output}"))
+        if not validating:
+            show(report)
+        if not written:
+            why = "the validation failed" if codes[0] == 1 else "the validation could not run"
+            click.echo(
+                f"amp-convert: {why}; nothing written (--force-write writes the model anyway)",
+                err=True,
+            )
+        return codes[0] if validating else 0
+
+
+def _validate_staged(run: _Run, plan: Any, model: Any, external: bool | None) -> int:
+    """The converted model, saved in a temporary folder under its output's name, validated
+    against the original (the exit code ``validate`` would give); the folder goes afterwards."""
+    from amp_convert.files import io
+
+    with safe_write.temp_folder("amp-validate-") as tmp:
+        staged = Path(tmp) / run.output.name
+        io.save_model(model, staged, external=external)
+
+        def relabel(report: Any) -> None:  # the file the user will have, not our staging copy
+            report.candidate = str(run.output)
+
+        return run_cli_validation(
+            run.model, staged, report_path=plan.get("validation report"),
+            junit_path=plan.get("JUnit report"), force=run.force, quiet=run.quiet,
+            on_report=relabel, **run.validation,
+        )  # fmt: skip
+
+
+cli.add_command(validate_command)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    cli(prog_name="amp-convert")
+
+
+if __name__ == "__main__":
+    main()

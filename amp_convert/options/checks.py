@@ -1,0 +1,106 @@
+"""Options checked against the model they apply to: a typo must not silently do nothing.
+
+An op name in --fp32-ops/--fp16-ops that no ONNX schema, no ONNX Runtime kernel and no node of
+the model has, or a --dim name that no input, output or annotated value of the model uses, is
+refused with the closest known name.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import json
+from collections.abc import Iterable
+from importlib import resources
+
+import onnx
+import onnx_ir as ir
+
+from amp_convert import schema
+from amp_convert.errors import OptionError
+from amp_convert.op_lists import OpLists
+from amp_convert.options.convert import ConvertOptions
+
+
+@functools.lru_cache(maxsize=1)
+def _known_ops() -> frozenset[str]:
+    """Op types of every ONNX schema and every ONNX Runtime kernel we ship a table of."""
+    names = {s.name for s in onnx.defs.get_all_schemas_with_history()}
+    base = resources.files("amp_convert.targets")
+    for table in ("ort_cuda_kernels.json", "ort_cpu_kernels.json"):
+        try:
+            data = json.loads(base.joinpath(table).read_text())
+        except (OSError, ValueError):
+            continue
+        for ops in (data.get("kernels") or {}).values():
+            names.update(ops)
+    return frozenset(names)
+
+
+def _suggest(word: str, known: Iterable[str]) -> str:
+    close = difflib.get_close_matches(word, list(known), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def check_ops(options: ConvertOptions, model: ir.Model) -> None:
+    """Every op of --fp32-ops/--fp16-ops is an op type ONNX, ONNX Runtime or the model knows."""
+    in_model = {n.op_type for n in model.graph.all_nodes()}
+    known = _known_ops() | in_model
+    for flag, ops in (("--fp32-ops", options.fp32_ops), ("--fp16-ops", options.fp16_ops)):
+        for op in ops:
+            name = op.rsplit(":", 1)[-1]
+            if name not in known:
+                raise OptionError(
+                    f"{flag} {op}: no ONNX or ONNX Runtime op and no node of the model has this "
+                    f"type{_suggest(name, known)}"
+                )
+
+
+def check_op_lists(lists: OpLists, model: ir.Model) -> None:
+    """Every op the user's --op-lists file names is one ONNX, ONNX Runtime or the model knows.
+
+    As for --fp32-ops: a misspelt entry would otherwise do nothing, silently.
+    """
+    if not lists.user_lines:
+        return
+    in_model = {n.op_type for n in model.graph.all_nodes()}
+    known = _known_ops() | in_model
+    for key, where in lists.user_lines.items():
+        domain, _, name = key.rpartition(":")
+        if name not in known and not schema.is_known_op(name, domain):
+            raise OptionError(
+                f"{where}: {key}: no ONNX or ONNX Runtime op and no node of the model has this "
+                f"type{_suggest(name, known)}"
+            )
+
+
+def model_dim_names(model: ir.Model) -> set[str]:
+    """Symbolic dim names of the main graph's inputs, outputs and annotated values."""
+    graph = model.graph
+    values = [*graph.inputs, *graph.outputs]
+    values += [out for node in graph for out in node.outputs]
+    names: set[str] = set()
+    for value in values:
+        if value.shape is None:
+            continue
+        names.update(d.value for d in value.shape if isinstance(d, ir.SymbolicDim) and d.value)
+    return names
+
+
+def check_dims(options: ConvertOptions, model: ir.Model) -> None:
+    """Every --dim NAME is a symbolic dim of the model (INPUT[AXIS] names an input)."""
+    if not options.dims:
+        return
+    names = model_dim_names(model)
+    inputs = {v.name for v in model.graph.inputs}
+    for name, _ in options.dims:
+        if "[" in name and name.endswith("]"):
+            if name.split("[", 1)[0] in inputs:
+                continue
+            raise OptionError(f"--dim {name}: the model has no input named {name.split('[')[0]!r}")
+        if name not in names:
+            listed = ", ".join(sorted(names)) or "none"
+            raise OptionError(
+                f"--dim {name}: the model has no dim named {name!r}{_suggest(name, names)} "
+                f"(its dims: {listed})"
+            )

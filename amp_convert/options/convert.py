@@ -1,0 +1,350 @@
+"""User-facing conversion options, declared once and validated once so passes can trust them.
+
+`ConvertOptions` is the single declaration: each field's metadata carries its command-line flag and
+help text, and ``__post_init__`` checks and normalises every value (one OptionError line), so an
+object that exists is valid. The CLI builds its flags from it (`cli_fields`) and one object per
+command; every API entry point takes ``options=ConvertOptions(...)`` and/or the fields as keywords
+(`ConvertKwargs`, a TypedDict: mypy and editors check the names; `from_kwargs` / `resolve` refuse
+unknown ones at run time), and the already-converted stamp covers every field (`stamp`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import enum
+import functools
+import hashlib
+import json
+import os
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypedDict
+
+import numpy as np
+import onnx_ir as ir
+
+from amp_convert.core.dtypes import LOW_BY_OPTION, numpy_type
+from amp_convert.cost.dims import parse_dims
+from amp_convert.errors import OptionError
+from amp_convert.files import file_kinds
+from amp_convert.options.patterns import NamePattern, compile_pattern
+from amp_convert.targets.target import target_names
+
+if TYPE_CHECKING:  # typing.Unpack is 3.11+; typing_extensions only for the type checker
+    from typing_extensions import Unpack
+
+
+class Level(str, enum.Enum):
+    """How much of the model becomes low precision (MindSpore's O0-O3, mapped to ONNX)."""
+
+    O0 = "O0"  # nothing changes: the model is re-saved, a control
+    O1 = "O1"  # ALLOW ops low; INFER/CLEAR follow only where it saves casts
+    O2 = "O2"  # everything low except DENY ops and what DENY reaches through INFER/CLEAR
+    O3 = "O3"  # everything the target can run in low precision; built-in DENY is ignored
+
+
+DTYPES = LOW_BY_OPTION
+#: the level ``--auto`` (and auto_convert) starts from unless one is given
+AUTO_LEVEL = Level.O3
+_DTYPE_ALIASES = {"float16": "fp16", "half": "fp16", "bfloat16": "bf16"}
+
+
+class ConvertKwargs(TypedDict, total=False):
+    """ConvertOptions' fields as an entry point's keywords, in the loose forms they accept.
+
+    ``convert(m, levle="O2")`` is a mypy error here and an OptionError at run time.
+    """
+
+    level: Level | str
+    dtype: str | type | np.dtype
+    keep_io_types: bool
+    low_io: str | Iterable[str]
+    fp32_ops: str | Iterable[str]
+    fp16_ops: str | Iterable[str]
+    exclude_nodes: str | Iterable[str]
+    cast_optional_params: bool
+    op_lists: str | os.PathLike[str] | None
+    dims: Mapping[str, int] | Iterable[str] | Iterable[tuple[str, int]]
+    target: str
+    opset_upgrade: bool
+    pinned_nodes: Iterable[str]
+
+
+def _option(default: Any, flags: tuple[str, ...], help: str, kind: str, **extra: Any) -> Any:
+    """A ConvertOptions field whose metadata says how it appears on the command line."""
+    meta = {"flags": flags, "help": help, "kind": kind, **extra}
+    return field(default=default, metadata=meta)
+
+
+@dataclass(frozen=True)
+class ConvertOptions:
+    """Everything that changes what the converter does (and nothing else)."""
+
+    level: Level = _option(
+        Level.O2,
+        ("--level",),
+        "O0 nothing, O1 allow-list ops only, O2 all but the deny list, O3 all the target can run "
+        "low.",
+        "choice",
+        choices=tuple(lv.value for lv in Level),
+    )
+    dtype: str = _option(
+        "fp16", ("--dtype",), "Low-precision type.", "choice", choices=tuple(DTYPES)
+    )
+    keep_io_types: bool = _option(
+        True,
+        ("--keep-io-types/--no-keep-io-types",),
+        "Keep FP32 model inputs/outputs (casts at the boundary).",
+        "switch",
+    )
+    low_io: tuple[str, ...] = _option(
+        (),
+        ("--low-io",),
+        "Model inputs/outputs whose whole name matches REGEX become low precision even with "
+        "--keep-io-types, e.g. 'past_key_values\\..*' (repeatable).",
+        "multiple",
+        metavar="REGEX",
+    )
+    fp32_ops: tuple[str, ...] = _option(
+        (), ("--fp32-ops",), "Ops to keep FP32 (added to the deny list; repeatable).", "ops"
+    )
+    fp16_ops: tuple[str, ...] = _option(
+        (),
+        ("--fp16-ops",),
+        "Ops to run in low precision (added to the allow list; repeatable).",
+        "ops",
+    )
+    exclude_nodes: tuple[str, ...] = _option(
+        (),
+        ("--exclude-nodes",),
+        "Keep nodes whose name matches REGEX in FP32 (repeatable).",
+        "multiple",
+        metavar="REGEX",
+    )
+    cast_optional_params: bool = _option(
+        False,
+        ("--cast-optional-params",),
+        "Store weights low even where an FP32 reader then needs a runtime cast (MXNet style).",
+        "flag",
+    )
+    op_lists: Path | None = _option(
+        None,
+        ("--op-lists",),
+        "Op list file with [allow]/[infer]/[clear]/[deny]/[rules] sections.",
+        "path",
+    )
+    dims: tuple[tuple[str, int], ...] = _option(
+        (),
+        ("--dim",),
+        "NAME=VALUE for a symbolic dim: sizes the cast-cost estimate (and validation inputs).",
+        "dims",
+        metavar="NAME=VALUE",
+    )
+    target: str = _option(
+        "ort-cuda",
+        ("--target",),
+        "Runtime the result is for: ort-cuda (ort-cpu) keeps low only what ONNX Runtime's CUDA "
+        "(CPU) provider has low-precision kernels for; none follows the ONNX schemas only.",
+        "choice",
+        choices=target_names(),
+    )
+    opset_upgrade: bool = _option(
+        False,
+        ("--opset-upgrade",),
+        "Move a QDQ model at opset 13-18 to opset 19, where QuantizeLinear/DequantizeLinear take "
+        "low-precision scales and the float ops between them can go low; refused with one line "
+        "where an op's meaning could change.",
+        "flag",
+    )
+    #: exact names of nodes kept FP32 (the API's typed pin set; ``--auto`` passes its pins here)
+    pinned_nodes: frozenset[str] = field(default=frozenset(), metadata={"kind": "api"})
+    exclude_patterns: tuple[NamePattern, ...] = field(
+        default=(), init=False, compare=False, repr=False, metadata={"derived": True}
+    )
+    low_io_patterns: tuple[NamePattern, ...] = field(
+        default=(), init=False, compare=False, repr=False, metadata={"derived": True}
+    )
+
+    def __post_init__(self) -> None:
+        """Check and normalise every value once; bad values raise OptionError with one line.
+
+        Values may come loose (``level="o2"``, ``exclude_nodes="attn"``, ``dims={"batch": 8}``,
+        ``dtype=np.float16``); the fields then hold their one normal form, so a replace() or a
+        second construction from them gives an equal object.
+        """
+        put = functools.partial(object.__setattr__, self)
+        put("level", _level(self.level))
+        put("dtype", _dtype(self.dtype))
+        put("keep_io_types", _bool("keep_io_types", self.keep_io_types))
+        put("fp32_ops", _split_ops("fp32_ops", self.fp32_ops))
+        put("fp16_ops", _split_ops("fp16_ops", self.fp16_ops))
+        both = set(self.fp32_ops) & set(self.fp16_ops)
+        if both:
+            raise OptionError(f"ops in both --fp32-ops and --fp16-ops: {', '.join(sorted(both))}")
+        put("exclude_nodes", _strings("exclude_nodes", self.exclude_nodes))
+        # refuses patterns that could hang
+        put("exclude_patterns", tuple(compile_pattern(p) for p in self.exclude_nodes))
+        put("low_io", _strings("low_io", self.low_io))
+        put("low_io_patterns", tuple(compile_pattern(p, "--low-io") for p in self.low_io))
+        put("cast_optional_params", _bool("cast_optional_params", self.cast_optional_params))
+        put("opset_upgrade", _bool("opset_upgrade", self.opset_upgrade))
+        put("op_lists", _op_lists(self.op_lists))
+        put("dims", _dims(self.dims))
+        put("target", _target(self.target))
+        put("pinned_nodes", frozenset(_strings("pinned_nodes", self.pinned_nodes)))
+
+    @classmethod
+    def from_kwargs(cls, **kwargs: Unpack[ConvertKwargs]) -> ConvertOptions:
+        """The options from keywords (the API's spelling); an unknown name is an OptionError."""
+        _check_names(kwargs, option_names(), "option")
+        return cls(**kwargs)  # type: ignore[arg-type]  # loose values, normalised by __post_init__
+
+    def replace(self, **kwargs: Unpack[ConvertKwargs]) -> ConvertOptions:
+        """These options with some changed (checked again, like the originals)."""
+        _check_names(kwargs, option_names(), "option")
+        return dataclasses.replace(self, **kwargs)  # type: ignore[arg-type]
+
+    @property
+    def low_dtype(self) -> ir.DataType:
+        return DTYPES[self.dtype]
+
+    @property
+    def dim_values(self) -> dict[str, int]:
+        return dict(self.dims)
+
+    def stamp(self) -> str:
+        """Every option that changes the result, as JSON (an op list file by its content)."""
+        data: dict[str, Any] = {}
+        for f in user_fields():
+            value = getattr(self, f.name)
+            if f.name == "op_lists":
+                value = _file_digest(value) if value is not None else None
+            elif isinstance(value, enum.Enum):
+                value = value.value
+            elif isinstance(value, tuple):
+                value = [list(v) if isinstance(v, tuple) else v for v in value]
+            elif isinstance(value, frozenset):
+                value = sorted(value)
+            data[f.name] = value
+        return json.dumps(data, sort_keys=True)
+
+
+def user_fields() -> Iterator[Any]:
+    """The fields a user sets (derived ones left out), in declaration order."""
+    return (f for f in fields(ConvertOptions) if not f.metadata.get("derived"))
+
+
+def option_names() -> tuple[str, ...]:
+    return tuple(f.name for f in user_fields())
+
+
+def cli_fields() -> Iterator[Any]:
+    """The fields the command line shows (API-only ones such as ``pinned_nodes`` left out)."""
+    return (f for f in user_fields() if f.metadata.get("kind") != "api")
+
+
+def _file_digest(path: Path) -> str:
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+    except OSError as e:
+        raise OptionError(f"cannot read op list file {path}: {e.strerror or e}") from None
+
+
+def resolve(options: ConvertOptions | None, kwargs: Mapping[str, Any]) -> ConvertOptions:
+    """An entry point's options: ``options`` (default ConvertOptions()) with ``kwargs`` over it."""
+    if options is None:
+        return ConvertOptions.from_kwargs(**kwargs)
+    if not isinstance(options, ConvertOptions):
+        raise OptionError(f"options must be a ConvertOptions, not {type(options).__name__}")
+    return options.replace(**kwargs) if kwargs else options
+
+
+def _check_names(kwargs: Mapping[str, Any], known: Iterable[str], what: str) -> None:
+    unknown = set(kwargs) - set(known)
+    if unknown:
+        close = [c for u in sorted(unknown) for c in difflib.get_close_matches(u, list(known), 1)]
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise OptionError(
+            f"unknown {what}(s) {', '.join(sorted(unknown))} (known: {', '.join(known)}){hint}"
+        )
+
+
+def _bool(name: str, value: Any) -> bool:
+    if not isinstance(value, bool | np.bool_):
+        raise OptionError(f"{name} must be True or False, not {value!r}")
+    return bool(value)
+
+
+def _op_lists(op_lists: Any) -> Path | None:
+    if op_lists is None:
+        return None
+    if not isinstance(op_lists, str | Path) or not str(op_lists):
+        raise OptionError(f"op_lists must be a file path, not {op_lists!r}")
+    if why := file_kinds.not_a_file(op_lists):
+        raise OptionError(f"op list file {op_lists} {why}")
+    return Path(op_lists)
+
+
+def _target(target: Any) -> str:
+    names = target_names()
+    if not isinstance(target, str) or target.lower() not in names:
+        raise OptionError(f"unknown target {target!r} (choose {' or '.join(names)})")
+    return target.lower()
+
+
+def _level(level: Any) -> Level:
+    if isinstance(level, Level):
+        return level
+    if not isinstance(level, str):
+        raise OptionError(f"level must be one of O0, O1, O2, O3, not {level!r}")
+    try:
+        return Level(level.upper())
+    except ValueError:
+        raise OptionError(f"unknown level {level!r} (choose O0, O1, O2 or O3)") from None
+
+
+def _dtype(dtype: Any) -> str:
+    if not isinstance(dtype, str):
+        try:
+            np_type = np.dtype(dtype)
+        except TypeError:
+            np_type = None
+        for name, low in DTYPES.items():
+            if np_type == numpy_type(low):
+                return name
+        raise OptionError(f"dtype must be 'fp16' or 'bf16', not {dtype!r}")
+    name = _DTYPE_ALIASES.get(dtype.lower(), dtype.lower())
+    if name not in DTYPES:
+        raise OptionError(f"unknown dtype {dtype!r} (choose fp16 or bf16)")
+    return name
+
+
+def _strings(name: str, items: Any) -> tuple[str, ...]:
+    if isinstance(items, str):
+        return (items,)
+    if not isinstance(items, Iterable) or isinstance(items, bytes | Mapping):
+        raise OptionError(f"{name} must be a string or a list of strings, not {items!r}")
+    out = tuple(items)
+    bad = [x for x in out if not isinstance(x, str)]
+    if bad:
+        raise OptionError(f"{name} must be a string or a list of strings; got {bad[0]!r}")
+    return out
+
+
+def _split_ops(name: str, ops: Any) -> tuple[str, ...]:
+    out: list[str] = []
+    for item in _strings(name, ops):
+        out.extend(p.strip() for p in item.split(",") if p.strip())
+    return tuple(out)
+
+
+def _dims(dims: Any) -> tuple[tuple[str, int], ...]:
+    """{"batch": 8} / ("batch=8", ...) / (("batch", 8), ...) → (("batch", 8),) (one parser)."""
+    return tuple(sorted(parse_dims(dims).items()))
+
+
+def make_options(**kwargs: Unpack[ConvertKwargs]) -> ConvertOptions:
+    """ConvertOptions.from_kwargs under its first name (kept for existing callers)."""
+    return ConvertOptions.from_kwargs(**kwargs)

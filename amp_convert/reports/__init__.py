@@ -1,0 +1,3 @@
+"""Reports: the shared base (versioned JSON), the ConversionReport and the value map that says
+where every original value went.
+"""
