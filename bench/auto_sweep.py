@@ -73,7 +73,7 @@ def _inputs_npz(model_path: Path, model: onnx.ModelProto, out: Path) -> Path | N
 
 
 def original_loads(src: Path) -> str:
-    """"" when ONNX Runtime (CPU) loads the original, else why not (then no verdict is possible:
+    """ "" when ONNX Runtime (CPU) loads the original, else why not (then no verdict is possible:
     both commands must say so with exit 2, as for any input the runtime cannot load)."""
     import onnxruntime as ort
 

@@ -97,7 +97,7 @@ def untyped_if_output(features: int = 8, seed: int = 41) -> onnx.ModelProto:
             name="branch",
             then_branch=branch("then", "Relu"),
             else_branch=branch("else", "Neg"),
-        ),  # fmt: skip
+        ),
     ]
     untyped_y, untyped_h = onnx.ValueInfoProto(name="y"), onnx.ValueInfoProto(name="h")
     graph = helper.make_graph(

@@ -73,4 +73,3 @@ def clip_opset11() -> ir.Model:
         [weight("lo", 0.0), weight("hi", 6.0)],
         opset=11,
     )
-

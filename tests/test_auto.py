@@ -334,8 +334,11 @@ def test_unnamed_nodes_get_unique_names_and_pins_are_exact_names() -> None:
     pinned = names[0]
     _, conv = convert(work, level="O3", pinned_nodes=frozenset({pinned}), return_report=True)
     assert conv.value_map.precision(pinned) == Precision.FP32
-    assert all(conv.value_map.precision(n) == Precision.LOW for n in names[1:]
-               if conv.value_map.precision(n) is not None)
+    assert all(
+        conv.value_map.precision(n) == Precision.LOW
+        for n in names[1:]
+        if conv.value_map.precision(n) is not None
+    )
 
 
 def test_cli_auto_writes_model_report_and_html(tmp_path) -> None:

@@ -48,7 +48,6 @@ def save(path: Path, node_name: str = "mm", batch: object = "batch") -> Path:
     return path
 
 
-
 # ------------------------------------------------------------------ item 11: patterns
 
 

@@ -58,7 +58,7 @@ def skip_ln_int64_gamma() -> onnx.ModelProto:
                 name="skip_ln",
                 domain="com.microsoft",
                 epsilon=1e-5,
-            )  # fmt: skip
+            )
         ],
         [
             helper.make_tensor_value_info("x", F, [2, 3, HIDDEN]),
@@ -80,7 +80,7 @@ def embed_ln_float_position_ids() -> onnx.ModelProto:
                 name="embed",
                 domain="com.microsoft",
                 epsilon=1e-5,
-            )  # fmt: skip
+            )
         ],
         [
             helper.make_tensor_value_info("input_ids", I32, [2, 3]),

@@ -210,7 +210,14 @@ def test_dangling_input_is_one_line_and_nothing_else_on_stderr(tmp_path: Path) -
     )
     src = save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path)
     proc = subprocess.run(
-        [sys.executable, "-m", "amp_convert.commands.cli", str(src), "-o", str(tmp_path / "o.onnx")],  # noqa: E501
+        [
+            sys.executable,
+            "-m",
+            "amp_convert.commands.cli",
+            str(src),
+            "-o",
+            str(tmp_path / "o.onnx"),
+        ],  # noqa: E501
         capture_output=True,
         text=True,
         check=False,

@@ -35,7 +35,7 @@ PROGRESS = "amp-convert validate: ["
             "past_sequence_length + sequence_length",
             {"past_sequence_length": 3, "sequence_length": 2},
             5,
-        ),  # fmt: skip
+        ),
         ("a * 2", {"a": 7}, 14),
         ("2*s0 + 1", {"s0": 4}, 9),
         ("(s0 - 1)//2 + 1", {"s0": 9}, 5),

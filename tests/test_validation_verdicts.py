@@ -75,7 +75,6 @@ def scaled_model(path: Path, scale: float) -> Path:
 VALIDATE = ("--provider", "emulate", "--runs", "0")
 
 
-
 # ------------------------------------------------------------------ item 8: STRING outputs
 
 

@@ -225,4 +225,3 @@ def _depth_space(node: ir.Node, facts: list[Fact]) -> list[Fact]:
     if node.op_type == "DepthToSpace":
         return [Fact((n, floordiv(c, b * b), mul(h, b), mul(w, b)))]
     return [Fact((n, mul(c, b * b), floordiv(h, b), floordiv(w, b)))]
-

@@ -338,7 +338,7 @@ def _page(ref_src, cand_src, vm, trace, outputs, emulate, gathered, verdict, typ
             ("values matched by", source),
             ("float nodes low (converted model)", f"{low_nodes} / {float_nodes}"),
             ("Cast nodes (converted model)", str(cast_count(cand_src.proto))),
-        ],  # fmt: skip
+        ],
         outputs=outputs,
         trace=trace,
         by_op=by_op,

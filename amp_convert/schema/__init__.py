@@ -237,4 +237,3 @@ def table_version() -> str:
 def has_stash_type(op_type: str, opset: int) -> bool:
     """Whether the op's schema at `opset` has `stash_type` (statistics type independent of I/O)."""
     return op_type in STASH_NORMS and has_attribute(op_type, "", opset, "stash_type")
-
