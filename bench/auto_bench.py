@@ -80,8 +80,8 @@ def run_ours(model: onnx.ModelProto, feeds: dict, margin: float = 2.0) -> dict:
     assert sessions == report.sessions, (sessions, report.sessions)
     cos, bad = _accuracy(model, result, feeds)
     low, total = _float_nodes(result)
-    return dict(sessions=sessions, seconds=seconds, low=low, total=total, cosine=cos,
-                nonfinite=bad, pinned=len(report.pinned), passed=report.passed)  # fmt: skip
+    return {"sessions": sessions, "seconds": seconds, "low": low, "total": total, "cosine": cos,
+            "nonfinite": bad, "pinned": len(report.pinned), "passed": report.passed}  # fmt: skip
 
 
 def run_peer(model: onnx.ModelProto, feeds: dict) -> dict:
@@ -93,8 +93,7 @@ def run_peer(model: onnx.ModelProto, feeds: dict) -> dict:
         if (
             output_names is None
             and any(t.data_type == onnx.TensorProto.FLOAT16 for t in m.graph.initializer)
-            or any(n.op_type == "Cast" for n in m.graph.node)
-        ):
+        ) or any(n.op_type == "Cast" for n in m.graph.node):
             m = build_emulated_model(m).model
         return real_get(m, input_feed, output_names, sess_options)
 
@@ -120,11 +119,11 @@ def run_peer(model: onnx.ModelProto, feeds: dict) -> dict:
     seconds = time.perf_counter() - t
     sessions = COUNT["sessions"]
     if result is None:
-        return dict(sessions=sessions, seconds=seconds, error=error)
+        return {"sessions": sessions, "seconds": seconds, "error": error}
     cos, bad = _accuracy(model, result, feeds)
     low, total = _float_nodes(result)
-    return dict(sessions=sessions, seconds=seconds, low=low, total=total, cosine=cos,
-                nonfinite=bad)  # fmt: skip
+    return {"sessions": sessions, "seconds": seconds, "low": low, "total": total, "cosine": cos,
+            "nonfinite": bad}  # fmt: skip
 
 
 _BIG_CODE = """

@@ -79,7 +79,7 @@ def original_loads(src: Path) -> str:
 
     try:
         ort.InferenceSession(str(src), providers=["CPUExecutionProvider"])
-    except Exception as e:  # noqa: BLE001 - any load failure is the answer
+    except Exception as e:
         return str(e).strip().splitlines()[0][:100] if str(e).strip() else type(e).__name__
     return ""
 

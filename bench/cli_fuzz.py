@@ -51,7 +51,9 @@ from onnx import TensorProto, helper, numpy_helper
 if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from amp_convert.commands.cli import cli  # noqa: E402
+import itertools
+
+from amp_convert.commands.cli import cli
 
 #: values an option taking a number may get: valid ones, then hostile ones
 NUMBERS = (
@@ -257,7 +259,7 @@ def named_outputs(args: list[str]) -> set[str]:
     """Real paths the arguments name as outputs (the files a case may legitimately replace)."""
     return {
         os.path.realpath(value)
-        for flag, value in zip(args, args[1:], strict=False)
+        for flag, value in itertools.pairwise(args)
         if flag in OUTPUT_FLAGS and value and "\x00" not in value
     }
 
@@ -329,7 +331,7 @@ def _left_behind(folder: Path, temp: Path) -> str | None:
             proto = onnx.load(str(p), load_external_data=False)
             onnx.checker.check_model(str(p), full_check=False)
             onnx.load(str(p))  # with its weights: the data file is there and long enough
-        except Exception as err:  # noqa: BLE001 - any failure is the finding
+        except Exception as err:
             return f"{p.name} does not load: {type(err).__name__}: {err}"
         referenced |= {
             x.value for t in proto.graph.initializer for x in t.external_data if x.key == "location"
@@ -359,7 +361,7 @@ def signal_case(a: Arena, seed: int, old_pair: tuple[Path, Path]) -> Outcome:
     child = subprocess.Popen(
         [sys.executable, "-c", code, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True, env=env,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # noqa: PLW1509
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )  # fmt: skip
     time.sleep(delay)
     child.send_signal(signum)

@@ -23,9 +23,9 @@ import onnx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from amp_convert import convert  # noqa: E402
-from amp_convert.validation import validate  # noqa: E402
-from models.fused import (  # noqa: E402
+from amp_convert import convert
+from amp_convert.validation import validate
+from models.fused import (
     fused_bert,
     fused_gpt2_past,
     genai_llama,

@@ -39,23 +39,23 @@ import onnx_ir as ir
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from amp_convert import convert  # noqa: E402
-from amp_convert.core.proto_walk import graphs  # noqa: E402
-from amp_convert.cost.shapes import ShapeBook  # noqa: E402
-from amp_convert.cost.traffic import model_traffic  # noqa: E402
-from amp_convert.passes.analyse import analyse  # noqa: E402
-from amp_convert.passes.infer_dtypes import InferDtypesPass  # noqa: E402
-from amp_convert.validation import validate  # noqa: E402
-from models.decoders import decoder_model_merged, decoder_with_past  # noqa: E402
-from models.fused import (  # noqa: E402
+from amp_convert import convert
+from amp_convert.core.proto_walk import graphs
+from amp_convert.cost.shapes import ShapeBook
+from amp_convert.cost.traffic import model_traffic
+from amp_convert.passes.analyse import analyse
+from amp_convert.passes.infer_dtypes import InferDtypesPass
+from amp_convert.validation import validate
+from models.decoders import decoder_model_merged, decoder_with_past
+from models.fused import (
     fused_bert,
     fused_gpt2_past,
     genai_llama,
     ort_optimized_bert,
 )
-from models.qdq import qdq_encoder  # noqa: E402
-from models.seq2seq import seq2seq_decoder  # noqa: E402
-from models.trained_weights import conv_tiny_tail, tiny_bias_linear  # noqa: E402
+from models.qdq import qdq_encoder
+from models.seq2seq import seq2seq_decoder
+from models.trained_weights import conv_tiny_tail, tiny_bias_linear
 
 Tool = Callable[[onnx.ModelProto], tuple[onnx.ModelProto, Any]]
 

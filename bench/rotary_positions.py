@@ -22,9 +22,9 @@ import onnx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from amp_convert import convert  # noqa: E402
-from amp_convert.validation import validate  # noqa: E402
-from models.fused import genai_llama, in_graph_rotary, step_feeds  # noqa: E402
+from amp_convert import convert
+from amp_convert.validation import validate
+from models.fused import genai_llama, in_graph_rotary, step_feeds
 
 POSITIONS = (0, 4096, 30000)
 

@@ -194,7 +194,7 @@ def bert_outliers(
     gains there keep them alive); here two dimensions get gain ``outlier``. ``(x - mean)^2`` then
     exceeds 65504 in every LayerNorm: each ``Pow`` and the ``ReduceMean`` that reads it must stay
     FP32, nothing else. Sized like BERT-base with ``hidden=768, heads=12``.
-    """  # noqa: D205
+    """
     b = GraphBuilder("bert_outliers", seed)
     ids = b.input("input_ids", INT64, ["batch", seq], value_range=(0, vocab))
     word = b.weight("embeddings/word/weight", [vocab, hidden], std=1.0)

@@ -175,7 +175,7 @@ def r_matmul(s: Scope) -> None:
         xt = s.add(t, tuple(x.shape[p] for p in perm), x.lo, x.hi, x.err)
         (out,) = s.node("MatMul", [x.name, xt.name])
         b = k * x.bound * xt.bound
-        s.add(out, x.shape[:-1] + (x.shape[-2],), -b, b, k * (x.bound * xt.err + xt.bound * x.err))
+        s.add(out, (*x.shape[:-1], x.shape[-2]), -b, b, k * (x.bound * xt.err + xt.bound * x.err))
         return
     n = s.ch.integer(1, 6)
     w = _weights(s, (k, n), k)
@@ -184,7 +184,7 @@ def r_matmul(s: Scope) -> None:
     col = np.abs(w).sum(axis=0).max()
     dcol = np.array([e.sum(axis=0).max() for e in weight_error(w)])
     b = x.bound * col
-    s.add(out, x.shape[:-1] + (n,), -b, b, col * x.err + x.bound * dcol)
+    s.add(out, (*x.shape[:-1], n), -b, b, col * x.err + x.bound * dcol)
 
 
 def r_gemm(s: Scope) -> None:
@@ -552,9 +552,7 @@ def r_resize(s: Scope) -> None:
     x = s.as_rank(x, 4)
     mode = s.ch.choice(["nearest", "linear"])
     sc = [s.ch.choice([1.0, 2.0, 0.5, 3.0]) for _ in range(2)]
-    shape = x.shape[:2] + tuple(
-        int(math.floor(d * f)) for d, f in zip(x.shape[2:], sc, strict=True)
-    )
+    shape = x.shape[:2] + tuple(math.floor(d * f) for d, f in zip(x.shape[2:], sc, strict=True))
     if 0 in shape:
         raise Reject
     if s.ch.boolean():

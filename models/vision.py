@@ -29,7 +29,7 @@ import onnx
 from models._graph import FLOAT, GraphBuilder
 from models.cnn import bn_stats
 
-__all__ = ["ALL_VISION", "PAIRS", "se_cnn", "ocr_recogniser", "torch_encoder_opset14"]
+__all__ = ["ALL_VISION", "PAIRS", "ocr_recogniser", "se_cnn", "torch_encoder_opset14"]
 
 ARCHS = ("efficientnet", "mobilenetv3", "regnet", "mobilevit")
 

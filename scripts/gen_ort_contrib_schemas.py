@@ -24,7 +24,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from amp_convert.schema.contrib import FORMAT, TABLE_PATH, validate_table  # noqa: E402
+from amp_convert.schema.contrib import FORMAT, TABLE_PATH, validate_table
 
 KEPT_DOMAINS = ("com.microsoft", "")
 

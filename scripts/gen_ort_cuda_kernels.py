@@ -25,8 +25,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from amp_convert.targets.opkernel_doc import parse_operator_kernels  # noqa: E402
-from amp_convert.targets.table_format import FORMAT, validate_table  # noqa: E402
+from amp_convert.targets.opkernel_doc import parse_operator_kernels
+from amp_convert.targets.table_format import FORMAT, validate_table
 
 OUT_DIR = Path(__file__).resolve().parent.parent / "amp_convert" / "targets"
 

@@ -24,9 +24,9 @@ import onnx_ir as ir
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import amp_convert  # noqa: E402
-from amp_convert.targets import find_uncovered, load_target, low_precision_nodes  # noqa: E402
-from models.build import BUILDERS  # noqa: E402
+import amp_convert
+from amp_convert.targets import find_uncovered, load_target, low_precision_nodes
+from models.build import BUILDERS
 
 BACKEND = Path(onnx.__file__).parent / "backend" / "test" / "data"
 

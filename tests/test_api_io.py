@@ -215,7 +215,7 @@ def test_verification_failure_is_reported_not_written(
         return result
 
     monkeypatch.setattr(pipeline, "rewrite", corrupt)
-    with pytest.raises(amp_convert.VerificationError, match="node '.*' \\(Cast\\)"):
+    with pytest.raises(amp_convert.VerificationError, match=r"node '.*' \(Cast\)"):
         amp_convert.convert_file(model_file, tmp_path / "o.onnx")
     assert not (tmp_path / "o.onnx").exists()
 

@@ -129,7 +129,9 @@ def _pad_then_pool(value: float) -> onnx.ModelProto:
 
 def test_a_pad_value_beyond_fp16_keeps_the_pad_fp32() -> None:
     """The kernel casts Pad's float attribute to the data type: -FLT_MAX would pad with -inf."""
-    converted, report = amp_convert.convert(_pad_then_pool(FLT_MIN), return_report=True, level="O3")
+    _converted, report = amp_convert.convert(
+        _pad_then_pool(FLT_MIN), return_report=True, level="O3"
+    )
     assert report.decision("pad").precision == "fp32"
     assert "exceeds FP16" in report.decision("pad").reason
     assert any(t.action == "kept FP32" and "Pad 'pad'" in t.detail for t in report.tensors)
@@ -137,7 +139,7 @@ def test_a_pad_value_beyond_fp16_keeps_the_pad_fp32() -> None:
 
 def test_a_small_pad_value_rounds_like_the_output() -> None:
     """Pad only copies its value into its low output: 1e-6 rounds exactly as the output would."""
-    converted, report = amp_convert.convert(_pad_then_pool(1e-6), return_report=True, level="O3")
+    _converted, report = amp_convert.convert(_pad_then_pool(1e-6), return_report=True, level="O3")
     assert report.decision("pad").precision == "low" and report.tensors == []
 
 

@@ -109,7 +109,7 @@ def test_model_that_passes_at_o3_comes_back_as_o3_in_two_sessions(monkeypatch) -
 
 def test_loop_model_is_searched_through_its_body() -> None:
     model = loop_rnn()
-    result, report = auto_convert(model)
+    _result, report = auto_convert(model)
     assert report.passed and report.sessions == 2
     loop = next(d for d in report.conversion.nodes if d.op_type == "MatMul" and d.graph)
     assert loop.precision == "low"  # a node inside the Loop body went low

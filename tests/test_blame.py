@@ -36,7 +36,7 @@ def _facts(nodes: list[NodeFacts], inner: dict[str, InnerNode] | None = None) ->
     return GraphFacts(
         nodes=nodes,
         producer=producer,
-        types={v: TensorProto.FLOAT for v in producer},
+        types=dict.fromkeys(producer, TensorProto.FLOAT),
         shapes={},
         graph_inputs=["x"],
         graph_outputs=[nodes[-1].outputs[0]],

@@ -123,7 +123,7 @@ def test_input_budget_is_checked_before_allocation(monkeypatch) -> None:
             raise AssertionError(f"rng.{name} called before the budget check")
 
     monkeypatch.setattr(validation_inputs.np.random, "default_rng", lambda *a: NoAllocation())
-    with pytest.raises(ValidationError, match="the inputs would take 1.0 KiB"):
+    with pytest.raises(ValidationError, match=r"the inputs would take 1.0 KiB"):
         validation_inputs.random_inputs([spec], onnx.ModelProto(), dims={"batch": 16})
 
 

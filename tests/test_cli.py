@@ -121,7 +121,7 @@ def test_exclude_nodes(bert: Path, tmp_path: Path) -> None:
         tmp_path / "o.onnx",
     )
     for n in data["nodes"]:
-        if "layer0/" in n["name"] and n["op_type"] == "MatMul" or n["name"].startswith("pooler/"):
+        if ("layer0/" in n["name"] and n["op_type"] == "MatMul") or n["name"].startswith("pooler/"):
             assert n["precision"] != "low", n
     assert any(n["precision"] == "low" and "layer1/" in n["name"] for n in data["nodes"])
 

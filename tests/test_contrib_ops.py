@@ -218,7 +218,7 @@ def test_user_ops_with_a_domain() -> None:
     ]  # ai.onnx:Gemm is the pooler's Gemm
     assert {d.precision for d in report.nodes if d.op_type == "Gemm"} == {"fp32"}
     # an op no schema knows is an error in the API as in the CLI, never a warning
-    with pytest.raises(OptionError, match="com.microsoft:Atention.*did you mean 'Attention'"):
+    with pytest.raises(OptionError, match=r"com.microsoft:Atention.*did you mean 'Attention'"):
         convert(original, fp32_ops=["com.microsoft:Atention"])
 
 

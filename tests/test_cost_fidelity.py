@@ -16,10 +16,10 @@ import pytest
 
 pytest.importorskip("onnxruntime")
 
-from bench._cost_measure import estimate, feeds_for, measured_bytes  # noqa: E402
-from models import exporters  # noqa: E402
-from models.blocks import bert_encoder, gpt_decoder, resnet_cnn  # noqa: E402
-from models.decoders import TOTAL, decoder_with_past  # noqa: E402
+from bench._cost_measure import estimate, feeds_for, measured_bytes
+from models import exporters
+from models.blocks import bert_encoder, gpt_decoder, resnet_cnn
+from models.decoders import TOTAL, decoder_with_past
 
 #: family -> (builder, measured dims, measured at the default-mode dims)
 CASES: dict[str, tuple[Callable[[], onnx.ModelProto], dict[str, int], dict[str, int]]] = {

@@ -17,17 +17,17 @@ from models import overflow as ov
 
 pytest.importorskip("onnxruntime")
 
-import onnxruntime as ort  # noqa: E402
+import onnxruntime as ort
 
-import amp_convert  # noqa: E402
-from amp_convert.auto import auto_convert  # noqa: E402
-from amp_convert.commands.cli import cli  # noqa: E402
-from amp_convert.commands.validate import validate_command  # noqa: E402
-from amp_convert.errors import ValidationError  # noqa: E402
-from amp_convert.pages.trace import validation_page  # noqa: E402
-from amp_convert.validation import validate  # noqa: E402
-from amp_convert.validation.evidence import weak_outputs  # noqa: E402
-from tests.helpers import one_line_error  # noqa: E402
+import amp_convert
+from amp_convert.auto import auto_convert
+from amp_convert.commands.cli import cli
+from amp_convert.commands.validate import validate_command
+from amp_convert.errors import ValidationError
+from amp_convert.pages.trace import validation_page
+from amp_convert.validation import validate
+from amp_convert.validation.evidence import weak_outputs
+from tests.helpers import one_line_error
 
 MAP = "sigmoid_0.tmp_0"
 

@@ -365,7 +365,7 @@ def test_the_cancellation_is_blamed_on_the_low_node_that_rounded() -> None:
 def test_a_low_node_is_judged_in_isolation_on_reference_inputs() -> None:
     """With the Sub low too, each low node is scored on rounded reference inputs: the Mul's
     score is one rounding, the Sub's the cancellation it does itself, so the Sub is blamed."""
-    loc, stats, _ = _real({"scale", "cancel"})
+    loc, _stats, _ = _real({"scale", "cancel"})
     judged = loc._judge(loc.facts.node("scale"), 0.0, 0.0, 0.0)
     assert [(b.node, b.how) for b in judged] == [("scale", "isolated")]
     assert 0 < judged[0].score < 1e-3  # one FP16 rounding of x * k

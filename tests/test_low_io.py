@@ -16,7 +16,7 @@ from models.inputs import sample_inputs
 from tests.helpers import FLOAT, FLOAT16, all_nodes, session
 
 pytest.importorskip("onnxruntime")
-from amp_convert.testing import assert_converted_close  # noqa: E402
+from amp_convert.testing import assert_converted_close
 
 KV_IO = ["past_key_values\\..*", "present\\..*"]
 

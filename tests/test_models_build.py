@@ -9,12 +9,12 @@ import onnx
 import pytest
 from onnx import helper
 
-from models import build as build_mod  # noqa: E402
-from models.big import write_big_model  # noqa: E402
-from models.blocks import ALL_BLOCKS  # noqa: E402
-from models.decoders import ALL_DECODERS  # noqa: E402
-from models.focused import ALL_FOCUSED, if_outer_capture  # noqa: E402
-from models.inputs import DEFAULT_DIMS, sample_inputs  # noqa: E402
+from models import build as build_mod
+from models.big import write_big_model
+from models.blocks import ALL_BLOCKS
+from models.decoders import ALL_DECODERS
+from models.focused import ALL_FOCUSED, if_outer_capture
+from models.inputs import DEFAULT_DIMS, sample_inputs
 
 ort = pytest.importorskip("onnxruntime")
 

@@ -98,7 +98,7 @@ def test_mistakes_are_one_line_exit_2(tmp_path: Path, text: str, message: str) -
     result = invoke(mlp(tmp_path), "-o", tmp_path / "o.onnx", "--op-lists", lists)
     one_line_error(result, message)
     assert not (tmp_path / "o.onnx").exists()
-    with pytest.raises(OptionError, match="lists.txt:"):
+    with pytest.raises(OptionError, match=r"lists.txt:"):
         amp_convert.convert(onnx.load(tmp_path / "m.onnx"), op_lists=lists)
 
 

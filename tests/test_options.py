@@ -85,7 +85,7 @@ def test_unknown_option_names_are_errors_at_every_entry_point(tmp_path: Path) ->
         lambda: ValidateOptions.from_kwargs(provder="emulate"),
     ]
     for call in entry_points:
-        with pytest.raises(OptionError, match="did you mean 'level'|unknown validation option"):
+        with pytest.raises(OptionError, match=r"did you mean 'level'|unknown validation option"):
             call()  # type: ignore[call-arg]
     assert not (tmp_path / "out.onnx").exists()
     one_line_error(CliRunner().invoke(cli, [str(src), "--levle", "O2"]), "--levle")

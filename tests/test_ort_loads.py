@@ -217,7 +217,7 @@ def test_dangling_input_is_one_line_and_nothing_else_on_stderr(tmp_path: Path) -
             str(src),
             "-o",
             str(tmp_path / "o.onnx"),
-        ],  # noqa: E501
+        ],
         capture_output=True,
         text=True,
         check=False,

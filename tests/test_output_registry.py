@@ -341,7 +341,7 @@ def test_concurrent_force_writers_leave_no_orphan_data_file(tmp_path: Path, monk
     def write() -> None:
         try:
             amp_convert.convert_file(src, out, force=True)
-        except BaseException as e:  # noqa: BLE001 - reported below
+        except BaseException as e:
             errors.append(e)
 
     threads = [threading.Thread(target=write) for _ in range(2)]

@@ -56,7 +56,7 @@ def test_readme_blocks_run_as_written(tmp_path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
     for kind, step in readme_steps((ROOT / "README.md").read_text(encoding="utf-8")):
         if kind == "python":
-            exec(compile(step, "README.md", "exec"), {"__name__": "readme"})  # noqa: S102
+            exec(compile(step, "README.md", "exec"), {"__name__": "readme"})
             continue
         result = CliRunner().invoke(cli, shlex.split(step)[1:])
         assert result.exit_code == 0, f"{step}\n{result.output}"

@@ -227,7 +227,7 @@ def test_graph_inputs_repeating_initializers_ir3() -> None:
 def test_graph_output_also_read_by_other_nodes() -> None:
     original = bert_encoder()
     converted, _ = convert(original, level="O2")
-    ins, outs = io_types(converted)
+    _ins, outs = io_types(converted)
     assert outs == [FLOAT, FLOAT]
     assert "last_hidden_state" in [o.name for o in converted.graph.output]
     assert_close(original, converted)
@@ -244,14 +244,14 @@ def test_no_keep_io_types_makes_interface_low() -> None:
 
 def test_bf16_graph_types() -> None:
     original = bert_encoder()
-    converted, report = convert(original, level="O2", dtype="bf16")
+    converted, _report = convert(original, level="O2", dtype="bf16")
     types = value_types(converted)
     matmul_outs = [n.output[0] for n in all_nodes(converted.graph) if n.op_type == "MatMul"]
     assert matmul_outs and all(types[o] == BFLOAT16 for o in matmul_outs)
     assert FLOAT16 not in types.values()
     assert io_types(converted)[1] == [FLOAT, FLOAT]
     # Conv has no bfloat16 type before opset 22: the schema keeps it FP32
-    cnn, cnn_report = convert(resnet_cnn(), level="O3", dtype="bf16")
+    _cnn, cnn_report = convert(resnet_cnn(), level="O3", dtype="bf16")
     convs = [n for n in cnn_report.nodes if n.op_type == "Conv"]
     assert convs and all(n.precision == "fp32" and "excludes bfloat16" in n.reason for n in convs)
 

@@ -41,7 +41,7 @@ def test_version_loads_nothing_heavy() -> None:
 def test_conversion_skips_sympy_validation_auto_and_onnxruntime(tmp_path: Path) -> None:
     src, dst = tmp_path / "m.onnx", tmp_path / "m.fp16.onnx"
     onnx.save(bert_encoder(layers=1, hidden=32, heads=4, vocab=50), str(src))
-    rc, modules, out = _modules_after([str(src), "-o", str(dst), "-q"])
+    rc, modules, _out = _modules_after([str(src), "-o", str(dst), "-q"])
     assert rc == 0 and dst.exists()
     unused = {
         "sympy.core",

@@ -4,6 +4,7 @@ the options declaration and the stamp, plus the converter-correctness items of i
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from pathlib import Path
 
 import numpy as np
@@ -50,7 +51,7 @@ def test_min_cut_chain_needs_one_cut() -> None:
     s, t = net.add_vertex(), net.add_vertex()
     chain = [net.add_vertex() for _ in range(50)]
     net.add_edge(s, chain[0], INF)
-    for i, (u, v) in enumerate(zip(chain, chain[1:], strict=False)):
+    for i, (u, v) in enumerate(itertools.pairwise(chain)):
         net.add_edge(u, v, 10 if i != 30 else 4)
         net.add_edge(v, u, 10 if i != 30 else 4)
     net.add_edge(chain[-1], t, INF)
@@ -175,7 +176,7 @@ def test_numpy_dtypes_are_understood() -> None:
 
 def test_unknown_user_op_names_are_refused() -> None:
     """As in the CLI: a misspelt op name would silently keep nothing FP32."""
-    with pytest.raises(OptionError, match="--fp32-ops Powr: no ONNX or ONNX Runtime op.*'Pow'"):
+    with pytest.raises(OptionError, match=r"--fp32-ops Powr: no ONNX or ONNX Runtime op.*'Pow'"):
         amp_convert.convert(_pow_model(2.0), fp32_ops="Powr")
 
 

@@ -79,7 +79,7 @@ def _clip11(bounds_as_inputs: bool = False) -> onnx.ModelProto:
 
 
 def test_clip11_with_runtime_bounds_keeps_fp32_with_the_tables_reason_even_at_o3() -> None:
-    out, report = amp_convert.convert(_clip11(True), level="O3", return_report=True)
+    _out, report = amp_convert.convert(_clip11(True), level="O3", return_report=True)
     decision = report.decision("clip")
     assert decision.precision == "fp32"
     assert "no FP16 kernel in ORT CUDA for Clip-11" in decision.reason

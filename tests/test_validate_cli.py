@@ -14,20 +14,20 @@ import pytest
 from click.testing import CliRunner
 from onnx import TensorProto
 
-from models import validation_models as vm  # noqa: E402
+from models import validation_models as vm
 
 pytest.importorskip("onnxruntime")
 
-from amp_convert.commands.validate import (  # noqa: E402
+from amp_convert.commands.validate import (
     VALIDATION_OPTION_NAMES,
     parse_threshold,
     run_cli_validation,
     validate_command,
     validation_options,
 )
-from amp_convert.errors import ValidationError  # noqa: E402
-from amp_convert.validation import validate  # noqa: E402
-from amp_convert.validation.runtime import MISSING_ORT  # noqa: E402
+from amp_convert.errors import ValidationError
+from amp_convert.validation import validate
+from amp_convert.validation.runtime import MISSING_ORT
 
 
 @pytest.fixture
@@ -129,7 +129,7 @@ def test_explicit_cuda_that_cannot_start_is_an_error(pairs, cuda_fails_to_start)
     assert out.startswith("error: provider cuda: reference ")
     assert "the CUDA provider failed to start" in out and out.count("\n") == 1
     assert "auto" not in res.output and "emulate (requested" not in res.output
-    with pytest.raises(ValidationError, match="^provider cuda: "):
+    with pytest.raises(ValidationError, match=r"^provider cuda: "):
         validate(*pairs["mlp"], provider="cuda", runs=0)
 
 

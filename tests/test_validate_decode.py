@@ -15,11 +15,11 @@ from models.decoders import decoder_model_merged, decoder_with_past
 
 pytest.importorskip("onnxruntime")
 
-import amp_convert  # noqa: E402
-from amp_convert.commands.validate import validate_command  # noqa: E402
-from amp_convert.errors import ValidationError  # noqa: E402
-from amp_convert.validation import validate  # noqa: E402
-from amp_convert.validation.decode import decoder_io, next_feeds  # noqa: E402
+import amp_convert
+from amp_convert.commands.validate import validate_command
+from amp_convert.errors import ValidationError
+from amp_convert.validation import validate
+from amp_convert.validation.decode import decoder_io, next_feeds
 
 BUILDERS = {"with_past": decoder_with_past, "merged": decoder_model_merged}
 STRICT = {"min_cosine": 0.999}
@@ -153,7 +153,7 @@ def test_decode_steps_on_a_model_without_past_is_refused(tmp_path: Path) -> None
     from models import validation_models as vm
 
     ref, cand = vm.multi_io_pair()
-    with pytest.raises(ValidationError, match="no past_key_values.* input with a matching"):
+    with pytest.raises(ValidationError, match=r"no past_key_values.* input with a matching"):
         validate(ref, cand, provider="emulate", decode_steps=2)
     for bad in (0, -1, 1.5, True):
         with pytest.raises(ValidationError, match="decode steps must be an integer >= 1"):

@@ -10,7 +10,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from models import validation_models as vm  # noqa: E402
+from models import validation_models as vm
 
 ort = pytest.importorskip("onnxruntime")
 

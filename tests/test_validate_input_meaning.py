@@ -17,16 +17,16 @@ from models.encdec_merged import seq2seq_decoder_merged
 
 pytest.importorskip("onnxruntime")
 
-import onnxruntime as ort  # noqa: E402
+import onnxruntime as ort
 
-import amp_convert  # noqa: E402
-from amp_convert.commands.validate import validate_command  # noqa: E402
-from amp_convert.cost.shapes import assumed_dims  # noqa: E402
-from amp_convert.errors import ValidationError  # noqa: E402
-from amp_convert.validation import validate  # noqa: E402
-from amp_convert.validation.decode import decoder_io, next_feeds  # noqa: E402
-from amp_convert.validation.input_dims import IMAGE_LADDER, SEQUENCE_LADDER, DimPlan  # noqa: E402
-from amp_convert.validation.inputs import InputSpec  # noqa: E402
+import amp_convert
+from amp_convert.commands.validate import validate_command
+from amp_convert.cost.shapes import assumed_dims
+from amp_convert.errors import ValidationError
+from amp_convert.validation import validate
+from amp_convert.validation.decode import decoder_io, next_feeds
+from amp_convert.validation.input_dims import IMAGE_LADDER, SEQUENCE_LADDER, DimPlan
+from amp_convert.validation.inputs import InputSpec
 
 STRICT = {"min_cosine": 0.999}
 

@@ -13,11 +13,11 @@ from models import validation_models as vm
 
 pytest.importorskip("onnxruntime")
 
-from amp_convert.cost.dims import parse_dims  # noqa: E402
-from amp_convert.errors import OptionError, ValidationError  # noqa: E402
-from amp_convert.validation import validate  # noqa: E402
-from amp_convert.validation.input_dims import DimPlan  # noqa: E402
-from amp_convert.validation.inputs import (  # noqa: E402
+from amp_convert.cost.dims import parse_dims
+from amp_convert.errors import OptionError, ValidationError
+from amp_convert.validation import validate
+from amp_convert.validation.input_dims import DimPlan
+from amp_convert.validation.inputs import (
     InputSpec,
     load_inputs,
     random_inputs,
@@ -149,7 +149,7 @@ def test_npz_inputs_are_used(tmp_path: Path) -> None:
     assert report.inputs_source.startswith("npz:")
     assert report.input_shapes == {"x": [2, 16]}
     (tmp_path / "bad.npz").write_text("not a zip")
-    with pytest.raises(ValidationError, match="not a readable .npz"):
+    with pytest.raises(ValidationError, match=r"not a readable .npz"):
         validate(ref, cand, provider="emulate", inputs=tmp_path / "bad.npz", runs=0)
 
 

@@ -19,8 +19,8 @@ from models.torchscript_encoder import attention_input_projection, encoder_conv_
 
 pytest.importorskip("onnxruntime")
 
-from amp_convert.commands.validate import validate_command  # noqa: E402
-from amp_convert.validation import LoadCrashError, load_check, validate  # noqa: E402
+from amp_convert.commands.validate import validate_command
+from amp_convert.validation import LoadCrashError, load_check, validate
 
 #: a child that segfaults loading any *.fp16.onnx at the default level unless one of the two
 #: suspected optimizers is disabled, and otherwise behaves like the real child

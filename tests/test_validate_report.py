@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 from onnx import TensorProto
 
-from models import validation_models as vm  # noqa: E402
+from models import validation_models as vm
 
 pytest.importorskip("onnxruntime")
 
-from amp_convert.errors import ValidationError  # noqa: E402
-from amp_convert.testing import assert_converted_close  # noqa: E402
-from amp_convert.validation import REL_FLOOR, SCHEMA_VERSION, Thresholds, validate  # noqa: E402
-from amp_convert.validation.metrics import compare_output  # noqa: E402
+from amp_convert.errors import ValidationError
+from amp_convert.testing import assert_converted_close
+from amp_convert.validation import REL_FLOOR, SCHEMA_VERSION, Thresholds, validate
+from amp_convert.validation.metrics import compare_output
 
 
 def _argmin_candidate():

@@ -13,9 +13,9 @@ from models import validation_models as vm
 
 pytest.importorskip("onnxruntime")
 
-from amp_convert.errors import ValidationError  # noqa: E402
-from amp_convert.validation import runtime, validate  # noqa: E402
-from amp_convert.validation.runtime import (  # noqa: E402
+from amp_convert.errors import ValidationError
+from amp_convert.validation import runtime, validate
+from amp_convert.validation.runtime import (
     bind_feeds,
     load_source,
     make_session,

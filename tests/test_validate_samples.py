@@ -16,11 +16,11 @@ from models import validation_models as vm
 
 pytest.importorskip("onnxruntime")
 
-from amp_convert.commands.validate import validate_command  # noqa: E402
-from amp_convert.errors import ValidationError  # noqa: E402
-from amp_convert.validation import validate  # noqa: E402
-from amp_convert.validation.input_dims import DimPlan  # noqa: E402
-from amp_convert.validation.inputs import InputSpec, random_inputs  # noqa: E402
+from amp_convert.commands.validate import validate_command
+from amp_convert.errors import ValidationError
+from amp_convert.validation import validate
+from amp_convert.validation.input_dims import DimPlan
+from amp_convert.validation.inputs import InputSpec, random_inputs
 
 PROGRESS = "amp-convert validate: ["
 

@@ -27,7 +27,7 @@ from tests.helpers import one_line_error
 
 pytest.importorskip("onnxruntime")
 
-from amp_convert.validation import validate  # noqa: E402
+from amp_convert.validation import validate
 
 
 # -- the emulated copy reads the data files ONNX Runtime reads ---------------------------------
@@ -297,7 +297,7 @@ def test_the_api_refuses_an_op_name_no_schema_knows() -> None:
     from amp_convert.errors import OptionError
 
     model, _ = ov.mlp_ok()
-    with pytest.raises(OptionError, match="Sofmax.*did you mean 'Softmax'"):
+    with pytest.raises(OptionError, match=r"Sofmax.*did you mean 'Softmax'"):
         amp_convert.convert(model, fp32_ops=["Sofmax"])
     with pytest.raises(OptionError, match="Sofmax"):
         amp_convert.convert(model, fp16_ops=["Sofmax"])

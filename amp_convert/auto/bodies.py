@@ -120,7 +120,9 @@ class BodyJudge:
         else:
             raise CannotJudge(f"{node.op_type} bodies are not analysed")
 
-    def _loop(self, key: str, body: onnx.GraphProto, ins: list, env: Mapping[str, Any]):
+    def _loop(
+        self, key: str, body: onnx.GraphProto, ins: list, env: Mapping[str, Any]
+    ) -> Iterator[tuple[str, onnx.GraphProto, dict[str, Any]]]:
         trips = None if ins[0] is None else int(np.asarray(ins[0]).reshape(-1)[0])
         cond = True if len(ins) < 2 or ins[1] is None else bool(np.asarray(ins[1]).reshape(-1)[0])
         carried = ins[2:]
@@ -137,7 +139,9 @@ class BodyJudge:
             carried = [values[o] for o in outs[1 : 1 + len(carried)]]
             i += 1
 
-    def _scan(self, node: onnx.NodeProto, body: onnx.GraphProto, ins: list, env):
+    def _scan(
+        self, node: onnx.NodeProto, body: onnx.GraphProto, ins: list, env: Mapping[str, Any]
+    ) -> Iterator[tuple[str, onnx.GraphProto, dict[str, Any]]]:
         if self.opsets.get("", 0) < 9:
             raise CannotJudge("Scan before opset 9 (batched) is not analysed")
         attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}

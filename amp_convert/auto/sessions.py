@@ -105,7 +105,7 @@ class Sessions:
         exposed = onnx.ModelProto()
         exposed.CopyFrom(self.ref_proto)  # weight-free (or small): see staging
         float_values = self.facts0.float_values
-        expose(exposed, float_values, {v: FLOAT for v in float_values})
+        expose(exposed, float_values, dict.fromkeys(float_values, FLOAT))
         expose(exposed, self.facts0.control_inputs, self.facts0.types)  # for body localisation
         self.ref = open_probe(
             self.ref_staged.source, exposed, "reference", device=self.device,
@@ -214,7 +214,7 @@ class Sessions:
         if self.provider == "emulate":
             emulated = build_emulated_model(staged.proto, staged.source.base_dir)
             model = emulated.model
-            expose(model, own, {v: FLOAT for v in own})  # the emulated copy computes in FP32
+            expose(model, own, dict.fromkeys(own, FLOAT))  # the emulated copy computes in FP32
             low_inputs = dict(emulated.low_inputs)
         else:
             model = onnx.ModelProto()

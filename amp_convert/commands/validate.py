@@ -107,7 +107,9 @@ def _match_callback(ctx: click.Context, param: click.Parameter, value: tuple[str
 
 
 def _threshold_callback(key: str) -> Callable[..., ThresholdOption]:
-    def callback(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]):
+    def callback(
+        ctx: click.Context, param: click.Parameter, value: tuple[str, ...]
+    ) -> ThresholdOption:
         try:
             return parse_threshold(key, value)
         except ValidationError as e:

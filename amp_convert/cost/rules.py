@@ -332,7 +332,7 @@ def _reshape(node: ir.Node, facts: list[Fact]) -> list[Fact]:
         else:
             out.append(d)
     if -1 in [d for d in out if isinstance(d, int)]:
-        i = [j for j, d in enumerate(out) if isinstance(d, int) and d == -1][0]
+        i = next(j for j, d in enumerate(out) if isinstance(d, int) and d == -1)
         known = prod([d for j, d in enumerate(out) if j != i])
         out[i] = floordiv(prod(list(x.shape)), known) if x.shape is not None else None
     data = x.data if x.data is not None and len(out) <= 1 else None

@@ -39,7 +39,7 @@ def _key(atom: object) -> str:
 class Sym:
     """An integer polynomial over dim names (immutable, hashable)."""
 
-    __slots__ = ("terms", "_hash")
+    __slots__ = ("_hash", "terms")
 
     def __init__(self, terms: Mapping[Monomial, int]) -> None:
         self.terms: dict[Monomial, int] = {m: c for m, c in terms.items() if c}

@@ -29,10 +29,9 @@ _TYPED_FIELD: dict[int, tuple[str, int]] = {
     _T.INT64: ("int64_data", 1),
     _T.UINT32: ("uint64_data", 1),
     _T.UINT64: ("uint64_data", 1),
-    **{
-        dt: ("int32_data", 1)
-        for dt in (_T.INT32, _T.INT16, _T.INT8, _T.UINT16, _T.UINT8, _T.BOOL, _T.FLOAT16)
-    },
+    **dict.fromkeys(
+        (_T.INT32, _T.INT16, _T.INT8, _T.UINT16, _T.UINT8, _T.BOOL, _T.FLOAT16), ("int32_data", 1)
+    ),
     _T.BFLOAT16: ("int32_data", 1),
 }
 

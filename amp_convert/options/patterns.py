@@ -91,7 +91,7 @@ def _problem(items: list[tuple[Any, Any]], open_repeats: list[int]) -> str | Non
         if op in (_sre.GROUPREF, _sre.GROUPREF_EXISTS):
             return "backreferences can take exponential time"
         if op in _REPEATS:
-            low, high, body = av
+            _low, high, body = av
             if high == _sre.MAXREPEAT or high > _BIG_REPEAT:
                 open_repeats[0] += 1
                 if open_repeats[0] > MAX_OPEN_REPEATS:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import html
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, is_dataclass
 from typing import Any
 
@@ -229,7 +229,15 @@ def _chart(page: Page) -> str:
     return "".join(out)
 
 
-def _series(trace, attr, cls, label, x, top, plot_h) -> list[str]:
+def _series(
+    trace: Sequence[TracePoint],
+    attr: str,
+    cls: str,
+    label: str,
+    x: Callable[[int], float],
+    top: float,
+    plot_h: float,
+) -> list[str]:
     out: list[str] = []
     pts = [(x(i), _y(getattr(t, attr), top, plot_h)) for i, t in enumerate(trace)]
     pts = [(a, b) for a, b in pts if b is not None]
@@ -260,7 +268,9 @@ def _label_text(rank: int, t: TracePoint) -> str:
     return f"{rank}. {name}"
 
 
-def _label_lanes(trace, x, w) -> list[tuple[int, TracePoint, int, float]]:
+def _label_lanes(
+    trace: Sequence[TracePoint], x: Callable[[int], float], w: float
+) -> list[tuple[int, TracePoint, int, float]]:
     """(rank, point, row, left x) of the worst nodes: rows above the plot, filled left to right
     so that no two labels share any horizontal extent (monospace 10.5 px: <= 6.6 px a char)."""
     index = {id(t): i for i, t in enumerate(trace)}
@@ -278,7 +288,13 @@ def _label_lanes(trace, x, w) -> list[tuple[int, TracePoint, int, float]]:
     return placed
 
 
-def _labels(trace, lanes, x, top, plot_h) -> list[str]:
+def _labels(
+    trace: Sequence[TracePoint],
+    lanes: Sequence[tuple[int, TracePoint, int, float]],
+    x: Callable[[int], float],
+    top: float,
+    plot_h: float,
+) -> list[str]:
     """Names of the worst nodes (numbered as in the worst-nodes table) in rows above the plot,
     each with a thin line down to its point: readable, never overlapping."""
     index = {id(t): i for i, t in enumerate(trace)}

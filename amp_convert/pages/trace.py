@@ -114,7 +114,14 @@ def _precision(outputs: list[str], vm: ValueMap, types: Mapping[str, int]) -> tu
     return "n/a", ""
 
 
-def _samples(ref: Probe, inputs: Any, dims, seed, proto, outputs) -> Samples[dict[str, Any]]:
+def _samples(
+    ref: Probe,
+    inputs: Any,
+    dims: Mapping[str, int] | None,
+    seed: int,
+    proto: onnx.ModelProto,
+    outputs: list[str],
+) -> Samples[dict[str, Any]]:
     """The one input generator (random inputs at dims the reference runs on, or the files);
     each sample keeps the reference's outputs (evidence.py reads them)."""
     specs = [InputSpec(n, t, s) for n, (t, s) in ref.runner.inputs.items()]
@@ -135,7 +142,7 @@ def _candidate_model(
         expose(model, own, types)
         return model, {}
     emulated = build_emulated_model(cand_src.proto, cand_src.base_dir)
-    expose(emulated.model, own, {v: FLOAT for v in own})  # the emulated copy computes in FP32
+    expose(emulated.model, own, dict.fromkeys(own, FLOAT))  # the emulated copy computes in FP32
     return emulated.model, dict(emulated.low_inputs)
 
 
@@ -146,7 +153,16 @@ def _rounded(feeds: dict[str, np.ndarray], low_inputs: Mapping[str, str]) -> dic
     return out
 
 
-def _measure(ref, cand, samples, low_inputs, facts: GraphFacts, values, limits, budget):
+def _measure(
+    ref: Probe,
+    cand: Probe,
+    samples: list[dict[str, np.ndarray]],
+    low_inputs: Mapping[str, str],
+    facts: GraphFacts,
+    values: list[str],
+    limits: Thresholds,
+    budget: int,
+) -> tuple[dict[str, ValueStats], list[OutputResult]]:
     """Every carried value's error over the samples; each output judged on its worst sample."""
     sizes = {v: facts.estimated_bytes(v) for v in values}
     stats: dict[str, ValueStats] = {}
@@ -197,7 +213,12 @@ class _Names:
 
 
 def _trace(
-    facts: GraphFacts, vm: ValueMap, types, stats, ref_max, names: _Names
+    facts: GraphFacts,
+    vm: ValueMap,
+    types: Mapping[str, int],
+    stats: Mapping[str, ValueStats],
+    ref_max: Mapping[str, float],
+    names: _Names,
 ) -> list[TracePoint]:
     trace = []
     for node in facts.nodes:
@@ -261,7 +282,7 @@ def validation_page(
         values = facts.float_values
         exposed = onnx.ModelProto()
         exposed.CopyFrom(ref_src.proto)
-        expose(exposed, values, {v: FLOAT for v in values})
+        expose(exposed, values, dict.fromkeys(values, FLOAT))
         ref = open_probe(
             ref_src, exposed, "reference", device=device, disable_optimizations=emulate,
             configure=lean_options(ref_src.has_external_data),
@@ -316,7 +337,18 @@ _VERDICTS = {
 }
 
 
-def _page(ref_src, cand_src, vm, trace, outputs, emulate, gathered, verdict, types, notes) -> Page:
+def _page(
+    ref_src: ModelSource,
+    cand_src: ModelSource,
+    vm: ValueMap,
+    trace: list[TracePoint],
+    outputs: list[OutputResult],
+    emulate: bool,
+    gathered: Samples[dict[str, Any]],
+    verdict: str,
+    types: Mapping[str, int],
+    notes: list[str],
+) -> Page:
     by_op = precision_by_op(cand_src.proto, types)  # the file as it will be shipped
     folded = folded_by_op(vm) if vm.complete else {}
     low_nodes = sum(lo for lo, _ in by_op.values())

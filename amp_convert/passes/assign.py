@@ -82,10 +82,8 @@ def assign(
     level = options.level
     for node in nodes:
         d = drafts[node]
-        if (
-            not d.info.candidate
-            or d.info.op_class == NodeClass.DENY
-            and (level != Level.O3 or d.info.user)
+        if not d.info.candidate or (
+            d.info.op_class == NodeClass.DENY and (level != Level.O3 or d.info.user)
         ):
             d.precision, d.forced = FP32, True
         elif level == Level.O3 or d.info.op_class == NodeClass.ALLOW:

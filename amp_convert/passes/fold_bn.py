@@ -466,7 +466,7 @@ def _subnormal_share(magnitude: np.ndarray) -> float:
 def _inferred_types(proto: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
     try:
         inferred = onnx.shape_inference.infer_shapes(proto, strict_mode=False, data_prop=False)
-    except Exception:  # inference is a help, never a requirement  # noqa: BLE001
+    except Exception:  # inference is a help, never a requirement
         return {}
     types: dict[str, onnx.TypeProto] = {}
     for g in proto_walk.graphs(inferred.graph):

@@ -37,12 +37,12 @@ from amp_convert.targets.target import (
 
 __all__ = [
     "TARGETS",
-    "Uncovered",
     "Constraint",
     "Kernel",
     "KernelTable",
     "Rewrite",
     "Target",
+    "Uncovered",
     "build_target",
     "find_uncovered",
     "load_table",

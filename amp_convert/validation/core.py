@@ -261,7 +261,7 @@ def _first_step_dims(io: DecoderIO | None, dims: Mapping[str, int] | None) -> An
     """A merged decoder's first decode step runs without past: its past dims default to 0."""
     if io is None or not io.merged:
         return dims
-    return {**{d: 0 for d in io.past_dims}, **(dims or {})}
+    return {**dict.fromkeys(io.past_dims, 0), **(dims or {})}
 
 
 def _decode(

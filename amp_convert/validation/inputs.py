@@ -165,7 +165,7 @@ def random_inputs(
     value of scalar inputs (a sample rate), by default the first of ``SAMPLE_RATES`` for those
     named like a sample rate.
     """
-    fixed: dict[str, int | float] = {n: SAMPLE_RATES[0] for n in sample_rate_inputs(specs)}
+    fixed: dict[str, int | float] = dict.fromkeys(sample_rate_inputs(specs), SAMPLE_RATES[0])
     fixed.update(scalars or {})
     dims = dict(dims or {})
     plan = plan or DimPlan.of(specs, dims)

@@ -10,7 +10,7 @@ import importlib.util
 import os
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -140,7 +140,7 @@ class ModelSource:
         self.close()
 
 
-def _all_initializers(graph: onnx.GraphProto):
+def _all_initializers(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
     for g in proto_walk.graphs(graph):
         yield from g.initializer
 
