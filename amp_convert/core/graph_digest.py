@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import onnx_ir as ir
 
 #: metadata key of the digest (written with the stamp, compared when the stamp matches)
-DIGEST_KEY = "amp_convert.core.graph_digest"
+DIGEST_KEY = "amp_convert.graph_digest"
 
 
 def _value(v: ir.Value) -> str:
