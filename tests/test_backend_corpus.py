@@ -109,6 +109,7 @@ def _inits(model: onnx.ModelProto) -> set[str]:
     return {t.name for t in model.graph.initializer}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("level", ["O1", "O2", "O3"])
 @pytest.mark.parametrize("path", _cases(), ids=_case_id)
 def test_backend_model(path: str, level: str, tmp_path) -> None:

@@ -26,6 +26,7 @@ def _report(failures) -> str:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seeds", SEEDS, ids=lambda r: f"{r.start}-{r.stop}")
 def test_cli_fuzz_never_crashes(tmp_path: Path, seeds: range) -> None:
     failures, codes = fuzz(tmp_path / "arena", seeds)

@@ -55,6 +55,7 @@ def test_generator_makes_valid_models(case: FuzzCase) -> None:
     check_case(case)
 
 
+@pytest.mark.slow
 @settings(max_examples=30, **_CI)
 @given(case=fuzz_cases())
 def test_random_graph_converts_and_stays_within_bound(case: FuzzCase) -> None:
