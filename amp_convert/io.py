@@ -19,7 +19,7 @@ import google.protobuf.message
 import onnx
 import onnx_ir as ir
 
-from amp_convert import domains, graph_checks, proto_checks, proto_walk, safe_write
+from amp_convert import data_file, domains, graph_checks, proto_checks, proto_walk, safe_write
 from amp_convert.errors import InputError, OutputError
 from amp_convert.output_rules import file_identity
 
@@ -308,16 +308,12 @@ def _write_pair(
         tmp = safe_write.temp_name(slot)
         if external:
             data_name = _reserve_data_file(slot)
-            # threads overlap the lazy FP32→low conversion of weights with the disk writes;
-            # onnx-ir bounds the bytes in flight, so memory stays flat
-            ir.save(
-                model,
-                slot.beside(tmp),
-                external_data=data_name,
-                size_threshold_bytes=SIZE_THRESHOLD,
-                max_workers=min(4, os.cpu_count() or 1),
-                max_in_flight_bytes=256 << 20,
-            )
+            # the weights go first, a chunk at a time on every core (data_file): the bytes
+            # ir.save(external_data=...) would write, in a few chunks of memory
+            graph_path = slot.beside(tmp)
+            folder = os.path.dirname(graph_path)
+            with data_file.externalized(model, folder, data_name, SIZE_THRESHOLD, slot.dir_fd):
+                ir.save(model, graph_path)
         else:
             with _weights_in_memory(model):
                 ir.save(model, slot.beside(tmp))

@@ -31,6 +31,9 @@ import numpy as np
 import onnx_ir as ir
 
 _CHUNK = 1 << 22
+#: scan works a chunk of this many elements at a time and sums the chunks' stats in order:
+#: scanning each chunk apart (on other threads) and summing them in order gives the same stats
+SCAN_CHUNK = _CHUNK
 #: share of a weight's nonzeros that may flush to zero in the low type
 FLUSH_SHARE = 0.01
 #: share of a weight's nonzeros that may fall below the low type's smallest normal
@@ -131,10 +134,16 @@ def check_weight(
     array: np.ndarray, low: ir.DataType, uses: Iterable[tuple[ir.Node, int]]
 ) -> Verdict:
     """The verdict for a weight (as float values) stored in `low`, read by `uses`."""
-    limits = LIMITS[low]
-    stats = scan(array, limits)
-    fill = bool(stats.overflow) and array.size == 1 and is_mask_fill(uses)
-    return judge(stats, limits, array.size, fill)
+    return weigh(scan(array, LIMITS[low]), low, array.size, uses)
+
+
+def weigh(
+    stats: RangeStats, low: ir.DataType, size: int, uses: Iterable[tuple[ir.Node, int]]
+) -> Verdict:
+    """check_weight's verdict from the weight's RangeStats, however they were gathered (one
+    scan, or the scans of its SCAN_CHUNK-element chunks summed in order: the same stats)."""
+    fill = bool(stats.overflow) and size == 1 and is_mask_fill(uses)
+    return judge(stats, LIMITS[low], size, fill)
 
 
 #: ops whose inputs may be a mask fill, and which of their inputs (None: any)
