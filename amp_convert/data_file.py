@@ -176,7 +176,8 @@ def externalized(
     originals: list[tuple[ir.Value, ir.TensorProtocol | None]] = [
         (p.value, p.tensor) for p in placed
     ] + [(v, v.const_value) for v in inline]
-    fd = os.open(data_name, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0), dir_fd=dir_fd)
+    path = data_name if dir_fd is not None else os.path.join(folder, data_name)
+    fd = os.open(path, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0), dir_fd=dir_fd)
     try:
         write(placed, fd)
     finally:
