@@ -110,9 +110,10 @@ def write_chunk(fd: int, job: Job, local: threading.local) -> None:
         _pwrite_all(fd, memoryview(data), job.at)
     elif isinstance(tensor, LowCopy):
         buffer = getattr(local, "buffer", None)
-        if buffer is None:
+        if buffer is None:  # the worker's own read and rounding buffers, reused chunk to chunk
             buffer = local.buffer = bytearray(chunk_pool.CHUNK * 4)
-        array = np.ascontiguousarray(tensor.chunk(job.start, job.stop, buffer))
+            local.out = bytearray(chunk_pool.CHUNK * 4)
+        array = np.ascontiguousarray(tensor.chunk(job.start, job.stop, buffer, local.out))
         _pwrite_all(fd, array.view(np.uint8).data, job.at)
     else:
         _copy_range(tensor, fd, job)

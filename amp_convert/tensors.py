@@ -17,7 +17,7 @@ import numpy as np
 import onnx_ir as ir
 
 from amp_convert.errors import InputError
-from amp_convert.precision import low_array
+from amp_convert.precision import NUMPY_TYPES, low_array, numpy_type
 
 _CHUNK = 1 << 22
 #: bit widths numpy stores packed (int4, float6...): never read a range of these by bytes
@@ -98,9 +98,25 @@ class LowCopy(ir.LazyTensor):
         release(self.source)  # the converted copy is all the save needs
         return ir.Tensor(array, dtype=self.dtype, name=self.name)
 
-    def chunk(self, start: int, stop: int, buffer: bytearray | None = None) -> np.ndarray:
-        """Elements [start, stop) of the flattened low copy (`buffer`: see read_chunk)."""
-        return low_array(read_chunk(self.source, start, stop, buffer), self.dtype, self.saturate)
+    def chunk(
+        self,
+        start: int,
+        stop: int,
+        buffer: bytearray | None = None,
+        out: bytearray | None = None,
+    ) -> np.ndarray:
+        """Elements [start, stop) of the flattened low copy (`buffer`: see read_chunk).
+
+        Rounded into `out` when it is big enough (the result is then a view of it): reusing
+        one buffer spares the kernel zeroing fresh pages for every chunk.
+        """
+        values = read_chunk(self.source, start, stop, buffer)
+        nbytes = values.size * int(self.dtype.itemsize)
+        if out is None or len(out) < nbytes or self.saturate or self.dtype not in NUMPY_TYPES:
+            return low_array(values, self.dtype, self.saturate)
+        rounded = np.frombuffer(out, dtype=numpy_type(self.dtype), count=values.size)
+        np.copyto(rounded, values, casting="unsafe")  # astype's rounding, into `out`
+        return rounded
 
 
 def chunkable(tensor: ir.TensorProtocol) -> bool:
