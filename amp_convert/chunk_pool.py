@@ -44,6 +44,23 @@ def workers() -> int:
     return max(1, min(cores, MAX_WORKERS))
 
 
+def batches(items: Iterable[J], size: Callable[[J], int], limit: int) -> Iterator[list[J]]:
+    """Consecutive `items` grouped while their sizes add up to less than `limit` (an item of
+    `limit` or more is a batch of its own): one pool job per batch spares small weights the
+    pool's per-job cost, and a batch holds about a chunk's worth at most."""
+    batch: list[J] = []
+    total = 0
+    for item in items:
+        n = size(item)
+        if batch and total + n > limit:
+            yield batch
+            batch, total = [], 0
+        batch.append(item)
+        total += n
+    if batch:
+        yield batch
+
+
 def ordered_map(
     fn: Callable[[J], R], jobs: Iterable[J], *, threads: int, in_flight: int | None = None
 ) -> Iterator[R]:

@@ -92,12 +92,23 @@ def write(placed: Sequence[Placed], fd: int, threads: int | None = None) -> None
     os.ftruncate(fd, end)
     local = threading.local()
 
-    def run(job: Job) -> None:
-        write_chunk(fd, job, local)
+    def run(batch: list[Job]) -> None:
+        for job in batch:
+            write_chunk(fd, job, local)
 
     threads = chunk_pool.workers() if threads is None else threads
-    for _ in chunk_pool.ordered_map(run, jobs(placed), threads=threads):
+    work = chunk_pool.batches(jobs(placed), _source_bytes, _copy_bytes())
+    for _ in chunk_pool.ordered_map(run, work, threads=threads):
         pass
+
+
+def _source_bytes(job: Job) -> int:
+    """About what a job reads: a low chunk's FP32 source, a copied range, a whole tensor."""
+    if job.stop < 0:
+        return job.tensor.nbytes
+    if isinstance(job.tensor, LowCopy):
+        return (job.stop - job.start) * 4
+    return job.stop - job.start
 
 
 def write_chunk(fd: int, job: Job, local: threading.local) -> None:

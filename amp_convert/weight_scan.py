@@ -42,14 +42,20 @@ def range_stats(tensors: Sequence[ir.TensorProtocol], low: ir.DataType) -> list[
             buffer = local.buffer = bytearray(SCAN_CHUNK * 4)
         return scan(read_chunk(tensor, start, stop, buffer), limits)
 
+    def run_batch(batch: list[_Job]) -> list[tuple[int, RangeStats]]:
+        return [(job[0], run(job)) for job in batch]
+
     totals = [RangeStats() for _ in tensors]
-    threads = chunk_pool.workers()
-    jobs = list(_jobs(tensors))
-    for (index, _, _), stats in zip(
-        jobs, chunk_pool.ordered_map(run, jobs, threads=threads), strict=True
-    ):
-        totals[index] = totals[index] + stats
+    work = chunk_pool.batches(_jobs(tensors), lambda job: _elements(tensors, job), SCAN_CHUNK)
+    for results in chunk_pool.ordered_map(run_batch, work, threads=chunk_pool.workers()):
+        for index, stats in results:  # each weight's chunks in order: scan's own sum
+            totals[index] = totals[index] + stats
     return totals
+
+
+def _elements(tensors: Sequence[ir.TensorProtocol], job: _Job) -> int:
+    index, start, stop = job
+    return tensors[index].size if stop < 0 else stop - start
 
 
 def _jobs(tensors: Sequence[ir.TensorProtocol]) -> Iterator[_Job]:

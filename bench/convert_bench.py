@@ -289,8 +289,14 @@ def target_lines(targets: list[Target]) -> list[str]:
                 f"{label}: conversion {conv_s:.2f} s = {conv_s / dd_s:.2f}x dd's read+write "
                 f"({dd_s:.2f} s: read {_median(t.dd, 'read'):.2f} s of "
                 f"{size_text(d['bytes_read'])}, write {_median(t.dd, 'write'):.2f} s of "
-                f"{size_text(t.conv[0]['size_after'])}); peak RSS {peak / MiB:.0f} MiB; "
-                f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}"
+                f"{size_text(t.conv[0]['size_after'])}); peak RSS {peak / MiB:.0f} MiB"
+            )
+            cpu = _median(t.conv, "cpu")
+            lines.append(
+                f"{label}: conversion CPU {cpu:.2f} s (user + system, all threads) = "
+                f"{cpu / conv_s:.2f} cores busy on average, {cpu / (t.size / GB):.2f} CPU s per "
+                f"GB of input; {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} "
+                f"(other processes included)"
             )
     return lines
 

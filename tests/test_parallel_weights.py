@@ -359,3 +359,11 @@ def test_data_file_write_keeps_its_chunks_bounded(
     assert calls == 6 * 16  # 1000 elements in chunks of 64
     assert 1 < most <= 3
     assert (tmp_path / "o.data").read_bytes() == b"".join(t.evaluate().tobytes() for t in lows)
+
+
+def test_small_jobs_share_a_batch_big_ones_stand_alone() -> None:
+    """Many small weights make few pool jobs; a batch holds about a chunk at most."""
+    sizes = [10, 20, 30, 100, 5, 5, 200, 1]
+    got = list(chunk_pool.batches(sizes, lambda n: n, 64))
+    assert got == [[10, 20, 30], [100], [5, 5], [200], [1]]
+    assert [x for b in got for x in b] == sizes
