@@ -23,7 +23,7 @@ import numpy as np
 import onnx_ir as ir
 
 from amp_convert import chunk_pool
-from amp_convert.tensors import LowCopy, chunkable, low_chunks_are_bytes, read_error, release
+from amp_convert.tensors import LowCopy, low_chunks_are_bytes, read_error, release
 
 #: errors after which copy_file_range is replaced by pread + pwrite (another filesystem...)
 _NO_KERNEL_COPY = {errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.EPERM, errno.EXDEV}
@@ -78,7 +78,7 @@ def jobs(placed: Sequence[Placed]) -> Iterator[Job]:
             for start in range(0, tensor.size, step):
                 stop = min(start + step, tensor.size)
                 yield Job(tensor, p.offset + start * itemsize, start, stop)
-        elif isinstance(tensor, ir.ExternalTensor) and chunkable(tensor):
+        elif isinstance(tensor, ir.ExternalTensor) and hasattr(os, "pread"):  # bytes as stored
             step = _copy_bytes()
             for start in range(0, tensor.nbytes, step):
                 yield Job(tensor, p.offset + start, start, min(start + step, tensor.nbytes))

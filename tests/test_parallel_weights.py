@@ -124,8 +124,9 @@ def test_parallel_data_file_is_the_one_ir_save_writes(
         + [kept_fp32["kept"], ir.Tensor(memory.numpy(), name="fp32")]  # copied / written whole
         + [tensors.to_low(ir.Tensor(np.ones(4, np.float32), name="small"), low)]  # inline
         + [tiny_external["tiny"]]  # external but small: read into the graph
+        + [packed_external(tmp_path, 1001)]  # int4 kept as stored: copied byte for byte
     )
-    assert len(model.graph.initializers) == len(SIZES) + 5
+    assert len(model.graph.initializers) == len(SIZES) + 6
     graph, data = saved_both_ways(model, tmp_path, threads)
     # the stored low values are each source value rounded on its own
     proto = onnx.load_model_from_string(graph)
@@ -137,6 +138,18 @@ def test_parallel_data_file_is_the_one_ir_save_writes(
     # the initializers are the model's own again afterwards
     assert isinstance(model.graph.initializers["kept"].const_value, ir.ExternalTensor)
     assert isinstance(model.graph.initializers["w0"].const_value, tensors.LowCopy)
+
+
+def packed_external(folder: Path, size: int) -> ir.ExternalTensor:
+    """An INT4 weight of `size` values (two a byte) in its own data file, at an odd offset."""
+    rng = np.random.default_rng(size)
+    (folder / "int4.data").write_bytes(
+        b"\x07" + rng.integers(0, 256, (size + 1) // 2, np.uint8).tobytes()
+    )
+    return ir.ExternalTensor(
+        "int4.data", 1, (size + 1) // 2, ir.DataType.INT4, shape=ir.Shape([size]), name="int4",
+        base_dir=str(folder),
+    )  # fmt: skip
 
 
 def external_arrays_in(folder: Path, arrays: dict[str, np.ndarray]) -> dict[str, ir.ExternalTensor]:
