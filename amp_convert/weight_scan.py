@@ -5,6 +5,11 @@ SCAN_CHUNK elements is scanned apart, on the chunk pool, and the chunks of a wei
 the same order, so the stats (and every verdict and report line built from them) are the ones a
 single scan gives. An external weight is read a chunk at a time (pread), never mapped whole:
 memory holds a few chunks whatever the size of the weights.
+
+The weights are scanned last to first: the save then reads them first to last, so a model bigger
+than the page cache finds its first part still cached (scanned first to last, the save would meet
+the part the scan read longest ago, evicted). A failed read does not stop the scan: the error
+raised is that of the first failing weight in order, as a scan first to last would meet it.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from collections.abc import Iterator, Sequence
 import onnx_ir as ir
 
 from amp_convert import chunk_pool
+from amp_convert.errors import AmpConvertError
 from amp_convert.tensors import chunkable, read, read_chunk, release
 from amp_convert.weight_range import LIMITS, SCAN_CHUNK, RangeStats, scan
 
@@ -25,7 +31,8 @@ _Job = tuple[int, int, int]
 def range_stats(tensors: Sequence[ir.TensorProtocol], low: ir.DataType) -> list[RangeStats]:
     """weight_range.scan of each tensor's values against `low`'s limits, in tensor order.
 
-    A read that fails raises read()'s one-line error of the first such tensor in order.
+    A read that fails raises read()'s one-line error of the first such tensor in order (once
+    every tensor was tried).
     """
     limits = LIMITS[low]
     local = threading.local()
@@ -42,14 +49,26 @@ def range_stats(tensors: Sequence[ir.TensorProtocol], low: ir.DataType) -> list[
             buffer = local.buffer = bytearray(SCAN_CHUNK * 4)
         return scan(read_chunk(tensor, start, stop, buffer), limits)
 
-    def run_batch(batch: list[_Job]) -> list[tuple[int, RangeStats]]:
-        return [(job[0], run(job)) for job in batch]
+    def run_batch(batch: list[_Job]) -> list[tuple[int, RangeStats | AmpConvertError]]:
+        results: list[tuple[int, RangeStats | AmpConvertError]] = []
+        for job in batch:
+            try:
+                results.append((job[0], run(job)))
+            except AmpConvertError as e:  # kept: an earlier weight may fail too (see module)
+                results.append((job[0], e))
+        return results
 
     totals = [RangeStats() for _ in tensors]
+    failed: dict[int, AmpConvertError] = {}
     work = chunk_pool.batches(_jobs(tensors), lambda job: _elements(tensors, job), SCAN_CHUNK)
     for results in chunk_pool.ordered_map(run_batch, work, threads=chunk_pool.workers()):
         for index, stats in results:  # each weight's chunks in order: scan's own sum
-            totals[index] = totals[index] + stats
+            if isinstance(stats, AmpConvertError):
+                failed.setdefault(index, stats)
+            else:
+                totals[index] = totals[index] + stats
+    if failed:
+        raise failed[min(failed)]
     return totals
 
 
@@ -59,7 +78,9 @@ def _elements(tensors: Sequence[ir.TensorProtocol], job: _Job) -> int:
 
 
 def _jobs(tensors: Sequence[ir.TensorProtocol]) -> Iterator[_Job]:
-    for index, tensor in enumerate(tensors):
+    """The chunks of the weights, last weight first (each weight's own chunks in order)."""
+    for index in reversed(range(len(tensors))):
+        tensor = tensors[index]
         if not chunkable(tensor):
             yield index, 0, -1
             continue

@@ -380,3 +380,11 @@ def test_small_jobs_share_a_batch_big_ones_stand_alone() -> None:
     got = list(chunk_pool.batches(sizes, lambda n: n, 64))
     assert got == [[10, 20, 30], [100], [5, 5], [200], [1]]
     assert [x for b in got for x in b] == sizes
+
+
+def test_scan_goes_last_weight_first(small_chunks) -> None:
+    """The save reads first to last; scanned last to first, the first weights are the ones a
+    model bigger than the page cache still has cached when the save reads them."""
+    given = [ir.Tensor(np.ones(n, np.float32)) for n in (100, 10, 130)]
+    jobs = list(weight_scan._jobs(given))
+    assert jobs == [(2, 0, 64), (2, 64, 128), (2, 128, 130), (1, 0, 10), (0, 0, 64), (0, 64, 100)]
