@@ -29,6 +29,7 @@ _EXPORTS = {
     "Level": "amp_convert.options",
     "make_options": "amp_convert.options",
     "MixedPrecisionPass": "amp_convert.ir_pass",
+    "ValidateOptions": "amp_convert.validation.options",
     "ConversionReport": "amp_convert.report",
     "NodeDecision": "amp_convert.report",
     "ValidationReport": "amp_convert.validation",
@@ -47,6 +48,7 @@ __all__ = [
     "OptionError",
     "OutputError",
     "ValidationError",
+    "ValidateOptions",
     "ValidationReport",
     "VerificationError",
     "__version__",
@@ -73,6 +75,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ im
     from amp_convert.options import ConvertOptions, Level, make_options
     from amp_convert.report import ConversionReport, NodeDecision
     from amp_convert.validation import ValidationReport, validate
+    from amp_convert.validation.options import ValidateOptions
 
 
 def __getattr__(name: str) -> Any:

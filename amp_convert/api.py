@@ -5,18 +5,21 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
 import onnx
 import onnx_ir as ir
 
 from amp_convert import io, option_checks, output_rules, pipeline
 from amp_convert.errors import InputError
-from amp_convert.options import ConvertOptions, make_options
+from amp_convert.options import ConvertKwargs, ConvertOptions, resolve
 from amp_convert.report import ConversionReport
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 M = TypeVar("M", onnx.ModelProto, ir.Model, bytes)
 
@@ -31,32 +34,59 @@ def convert_ir(model: ir.Model, options: ConvertOptions) -> ConversionReport:
 
 
 @overload
-def convert(model: M, *, return_report: Literal[False] = False, **options: Any) -> M: ...
+def convert(
+    model: M,
+    *,
+    options: ConvertOptions | None = None,
+    return_report: Literal[False] = False,
+    **kwargs: Unpack[ConvertKwargs],
+) -> M: ...
 @overload
 def convert(
-    model: str | os.PathLike, *, return_report: Literal[False] = False, **options: Any
+    model: str | os.PathLike,
+    *,
+    options: ConvertOptions | None = None,
+    return_report: Literal[False] = False,
+    **kwargs: Unpack[ConvertKwargs],
 ) -> ir.Model: ...
 @overload
 def convert(
-    model: M, *, return_report: Literal[True], **options: Any
+    model: M,
+    *,
+    options: ConvertOptions | None = None,
+    return_report: Literal[True],
+    **kwargs: Unpack[ConvertKwargs],
 ) -> tuple[M, ConversionReport]: ...
 @overload
 def convert(
-    model: str | os.PathLike, *, return_report: Literal[True], **options: Any
+    model: str | os.PathLike,
+    *,
+    options: ConvertOptions | None = None,
+    return_report: Literal[True],
+    **kwargs: Unpack[ConvertKwargs],
 ) -> tuple[ir.Model, ConversionReport]: ...
 
 
-def convert(model: Any, *, return_report: bool = False, **options: Any) -> Any:
+def convert(
+    model: Any,
+    *,
+    options: ConvertOptions | None = None,
+    return_report: bool = False,
+    **kwargs: Unpack[ConvertKwargs],
+) -> Any:
     """Convert a model to mixed precision and return the same kind it was given.
 
     `model` may be an onnx.ModelProto, an onnx_ir.Model, serialized bytes, or a path (a path gives
     back an onnx_ir.Model with its weights still memory-mapped; use convert_file to write one).
-    Options are ConvertOptions' fields as keywords: level, dtype, keep_io_types, fp32_ops,
-    fp16_ops, exclude_nodes, cast_optional_params, op_lists, dims. The input is never modified.
-    With return_report=True, returns (model, ConversionReport).
+    Options: a ConvertOptions as `options`, and/or its fields as keywords (ConvertKwargs; they
+    replace the object's values); an unknown name is an OptionError. The input is never
+    modified. With return_report=True, returns (model, ConversionReport). An op name in
+    fp32_ops/fp16_ops that no ONNX or ONNX Runtime op and no node of the model has raises
+    OptionError.
     """
-    opts = make_options(**options)
+    opts = resolve(options, kwargs)
     work = io.load_model(model)
+    option_checks.check_ops(opts, work)  # a misspelt op name is an error here too, as in the CLI
     report = convert_ir(work, opts)
     result: object
     if isinstance(model, onnx.ModelProto):
@@ -79,8 +109,18 @@ class FileConversion:
     options: ConvertOptions
     external_data: bool | None
 
-    def run(self) -> ConversionReport:
-        """Convert and write the model to plan["output"] (and its data file)."""
+    def run(
+        self,
+        gate: Callable[[ir.Model, ConversionReport, bool | None], bool] | None = None,
+        before_commit: Callable[[ConversionReport], None] | None = None,
+    ) -> ConversionReport:
+        """Convert and write the model to plan["output"] (and its data file).
+
+        ``gate(model, report, external)``, when given, sees the converted model before it is
+        written and says whether to write it (``convert --validate``: not when it fails).
+        ``before_commit(report)`` runs when the model is written but not yet in place (the report
+        complete): a report staged there fails before the output is replaced, never after.
+        """
         start = time.perf_counter()
         if self.proto is None:
             raise InputError(f"{self.src}: this conversion already ran")
@@ -93,11 +133,19 @@ class FileConversion:
             external = io.uses_external_data(model) or None  # None: decide by size
         report = pipeline.run(model, self.options)
         report.warnings[:0] = model.meta.get(io.LOAD_NOTES, [])
-        out = self.plan["output"]
-        data_path = io.save_model(model, out, external=external, keep=self.inputs)
-        report.seconds = time.perf_counter() - start
         report.size_before = io.files_size(self.inputs)
-        report.size_after = io.files_size([out.path] + ([data_path] if data_path else []))
+        if gate is not None and not gate(model, report, external):
+            report.seconds = time.perf_counter() - start
+            return report
+        out = self.plan["output"]
+
+        def written(size: int) -> None:
+            report.seconds = time.perf_counter() - start
+            report.size_after = size
+            if before_commit is not None:
+                before_commit(report)
+
+        io.save_model(model, out, external=external, keep=self.inputs, before_commit=written)
         return report
 
 
@@ -110,7 +158,8 @@ def open_file_conversion(
     external_data: bool | None = None,
     other_outputs: Mapping[str, str | os.PathLike | None] | None = None,
     extra_inputs: Sequence[Sequence[Path]] = (),
-    **kwargs: Any,
+    options: ConvertOptions | None = None,
+    **kwargs: Unpack[ConvertKwargs],
 ) -> Iterator[FileConversion]:
     """Check everything a file conversion reads and writes, then hand it over to run.
 
@@ -120,7 +169,7 @@ def open_file_conversion(
     one of `extra_inputs`, nor another output; an existing file only with `force`, and only a
     regular file. The folders stay held until the block ends.
     """
-    options = make_options(**kwargs)
+    options = resolve(options, kwargs)
     if not isinstance(src, str | os.PathLike):
         raise InputError(f"convert_file: src must be a path, not {type(src).__name__}")
     src_path = Path(src)
@@ -146,13 +195,15 @@ def convert_file(
     force: bool = False,
     external_data: bool | None = None,
     other_outputs: Mapping[str, str | os.PathLike] | None = None,
-    **kwargs: Any,
+    options: ConvertOptions | None = None,
+    **kwargs: Unpack[ConvertKwargs],
 ) -> ConversionReport:
     """Convert the model file `src` and write `dst` (default: next to it, NAME.fp16.onnx).
 
     Weights stay memory-mapped and stream to the output; a model with external data (or one too
     big for a single protobuf) is written with its weights in DST.data next to it (DST.<8 hex>.data
-    while a replaced DST still uses DST.data; see io.save_model). Options as in convert().
+    while a replaced DST still uses DST.data; see io.save_model). Options as in convert()
+    (`options` and/or keywords).
 
     Before any work, `dst`, its data file and `other_outputs` ({label: path} of the other files
     the caller will write, e.g. a report) are checked: none may be the input model or one of its
@@ -161,6 +212,7 @@ def convert_file(
     message on bad input.
     """
     with open_file_conversion(
-        src, dst, force=force, external_data=external_data, other_outputs=other_outputs, **kwargs
-    ) as conversion:
+        src, dst, force=force, external_data=external_data, other_outputs=other_outputs,
+        options=options, **kwargs,
+    ) as conversion:  # fmt: skip
         return conversion.run()

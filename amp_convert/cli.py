@@ -20,13 +20,14 @@ from typing import Any, TypeVar
 
 import click
 
-from amp_convert import __version__, safe_write
+from amp_convert import __version__, safe_write, user_text
 from amp_convert.cli_paths import InputPath, OutputPath, check_needs, declared_outputs
 from amp_convert.errors import AmpConvertError, InputError
 from amp_convert.io import default_output_path
-from amp_convert.options import cli_fields, option_names
+from amp_convert.options import AUTO_LEVEL, ConvertOptions, cli_fields, option_names
 from amp_convert.validation.command import (
     VALIDATION_OPTION_NAMES,
+    cli_validate_options,
     run_cli_validation,
     validate_command,
     validation_options,
@@ -55,7 +56,7 @@ def _click_option(f: dataclasses.Field) -> Callable[[F], F]:
     if kind == "flag":
         return click.option(*flags, f.name, is_flag=True, help=help_text)
     if kind == "path":
-        path_type = InputPath(must_exist=False)  # make_options says why a file is missing
+        path_type = InputPath(must_exist=False)  # ConvertOptions says why a file is missing
         return click.option(*flags, f.name, type=path_type, help=help_text)
     metavar = meta.get("metavar", "OP,..." if kind == "ops" else None)
     return click.option(*flags, f.name, multiple=True, metavar=metavar, help=help_text)
@@ -78,6 +79,10 @@ class _ConvertByDefault(click.Group):
     """
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            user_text.check_args(args)
+        except user_text.TextError as e:
+            raise click.UsageError(str(e), ctx) from None
         if args and args[0] not in self.commands and args[0] not in ("--help", "-h", "--version"):
             word = args[0]
             close = difflib.get_close_matches(word, [c for c in self.commands if c != "convert"])
@@ -100,7 +105,8 @@ class _ConvertByDefault(click.Group):
         try:
             code = super().main(args, prog_name, standalone_mode=False, **kw)
         except click.ClickException as e:
-            click.echo(f"amp-convert: error: {_one_line(e.format_message())}", err=True)
+            message = user_text.printable(_one_line(e.format_message()))
+            click.echo(f"amp-convert: error: {message}", err=True)
             sys.exit(e.exit_code)
         except (click.exceptions.Abort, KeyboardInterrupt):
             click.echo("amp-convert: interrupted", err=True)
@@ -125,10 +131,13 @@ def cli() -> None:
 def _fail(error: BaseException, verbose: bool, code: int = EXIT_ERROR) -> None:
     if verbose:
         traceback.print_exception(error)
+    text = user_text.printable(error)
     if isinstance(error, AmpConvertError):
-        click.echo(f"amp-convert: error: {error}", err=True)
+        click.echo(f"amp-convert: error: {text}", err=True)
     else:
-        click.echo(f"amp-convert: internal error: {type(error).__name__}: {error}", err=True)
+        notes = "; ".join(getattr(error, "__notes__", ()))  # the conversion step it escaped
+        where = user_text.printable(f" ({notes})") if notes else ""
+        click.echo(f"amp-convert: internal error: {type(error).__name__}: {text}{where}", err=True)
     sys.exit(code)
 
 
@@ -159,7 +168,8 @@ def _fail(error: BaseException, verbose: bool, code: int = EXIT_ERROR) -> None:
 @click.option(
     "--force-write",
     is_flag=True,
-    help="With --auto: write the model even when the thresholds are not met (still exit 1).",
+    help="With --auto or --validate: write the model even when the thresholds are not met "
+    "(still exit 1).",
 )
 @click.option(
     "--html",
@@ -168,10 +178,19 @@ def _fail(error: BaseException, verbose: bool, code: int = EXIT_ERROR) -> None:
     help="With --auto: write a self-contained HTML report (error along the graph, pinned nodes).",
 )
 @click.option(
+    "--save-inputs",
+    "save_inputs",
+    type=OutputPath("inputs file", needs=("--auto",)),
+    metavar="FILE.npz",
+    help="With --auto: write the calibration inputs (generated, or the first --inputs file) as "
+    "an .npz that --inputs reads back.",
+)
+@click.option(
     "--validate",
     "do_validate",
     is_flag=True,
-    help="Validate the converted model against the original afterwards.",
+    help="Validate the converted model against the original before writing it: exit 1 and "
+    "write nothing when an output fails (--force-write writes it anyway).",
 )
 @click.option(
     "--validation-report",
@@ -199,25 +218,28 @@ def convert_command(
     auto: bool,
     force_write: bool,
     html_path: Path | None,
+    save_inputs: Path | None = None,
     **kwargs: Any,
 ) -> None:
     """Convert MODEL to mixed precision (writes MODEL.fp16.onnx unless -o is given)."""
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(message)s")
+    handler = logging.StreamHandler()
+    handler.setFormatter(user_text.PrintableFormatter("%(message)s"))  # names from the model
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, handlers=[handler])
     if verbose:  # each conversion step and node decision (pipeline.run and the passes log them)
         logging.getLogger("amp_convert").setLevel(logging.DEBUG)
     ctx = click.get_current_context()
     _check_companions(ctx, auto=auto, do_validate=do_validate, force_write=force_write)
-    options = {name: kwargs.pop(name) for name in option_names() if name in kwargs}
+    values = {name: kwargs.pop(name) for name in option_names() if name in kwargs}
     validation = kwargs
     # one --dim serves both the cast-cost estimate and the validation inputs
-    options["dims"] = validation.get("dim") or {}
-    options["dtype"] = options["dtype"].lower()
+    values["dims"] = validation.get("dim") or {}
     if auto and ctx.get_parameter_source("level") == click.core.ParameterSource.DEFAULT:
-        options["level"] = "O3"
+        values["level"] = AUTO_LEVEL
     try:
         if not model:
             raise InputError("empty model path ''")
-        output = output or default_output_path(model, options["dtype"])
+        options = ConvertOptions(**values)  # checked once, here
+        output = output or default_output_path(model, options.dtype)
         with safe_write.sigterm_cleans_up():
             run = _Run(ctx, model, output, options, validation, force, quiet)
             code = _run_auto(run) if auto else _run_convert(run, verbose)
@@ -233,10 +255,18 @@ def _check_companions(
 ) -> None:
     """Options that do nothing without --validate / --auto are refused, never ignored."""
     check_needs(ctx, {"--auto": auto, "--validate": do_validate})
-    if force_write and not auto:
-        raise click.UsageError("--force-write goes with --auto", ctx)
+    if force_write and not (auto or do_validate):
+        raise click.UsageError("--force-write goes with --auto or --validate", ctx)
     if do_validate and auto:
         raise click.UsageError("--validate and --auto do not go together (--auto validates)", ctx)
+    if auto:  # options the search does not use are refused, never silently ignored
+        for name in _NOT_FOR_AUTO:
+            if ctx.get_parameter_source(name) != click.core.ParameterSource.DEFAULT:
+                flag = "--" + name.replace("_", "-")
+                raise click.UsageError(
+                    f"{flag} goes with --validate (the --auto search judges by the thresholds)",
+                    ctx,
+                )
     if do_validate or auto:
         return
     for name in VALIDATION_OPTION_NAMES:
@@ -247,6 +277,10 @@ def _check_companions(
             raise click.UsageError(f"{flag} goes with --validate or --auto", ctx)
 
 
+#: validation options the --auto search does not use
+_NOT_FOR_AUTO = ("runs", "warmup", "top1", "match")
+
+
 @dataclass(frozen=True)
 class _Run:
     """One conversion command as parsed: what --auto and a plain conversion both take."""
@@ -254,7 +288,7 @@ class _Run:
     ctx: click.Context
     model: str
     output: Path
-    options: dict[str, Any]
+    options: ConvertOptions
     validation: dict[str, Any]
     force: bool
     quiet: bool
@@ -267,7 +301,7 @@ def _run_auto(run: _Run) -> int:
         (label, run.output if label == "output" else p) for label, p in declared_outputs(run.ctx)
     ]
     return run_auto(
-        run.model, outputs, run.options, run.validation, force=run.force,
+        run.model, outputs, run.options, cli_validate_options(run.validation), force=run.force,
         force_write=run.ctx.params["force_write"], quiet=run.quiet,
         extra_inputs=_other_inputs(run.ctx),
     )  # fmt: skip
@@ -289,32 +323,77 @@ def _paths(value: Any) -> list[Path]:
 def _run_convert(run: _Run, verbose: bool) -> int:
     from amp_convert.api import open_file_conversion  # imported on use: --help/--version stay light
 
+    validating = run.ctx.params["do_validate"]
+    if validating:  # before anything is written: no model left by a check that cannot run
+        from amp_convert.validation.runtime import import_ort
+
+        import_ort()
     others = {label: p for label, p in declared_outputs(run.ctx) if label != "output"}
     with open_file_conversion(
         run.model, run.output, force=run.force, other_outputs=others,
-        extra_inputs=_other_inputs(run.ctx), **run.options,
+        extra_inputs=_other_inputs(run.ctx), options=run.options,
     ) as conversion:  # fmt: skip
-        report = conversion.run()
         plan = conversion.plan
-        if plan.get("report") is not None:
-            report.to_json(plan["report"])
-        if not run.quiet:
-            click.echo(f"wrote {run.output}")
-            click.echo(report.summary())
-            if verbose:
-                for n in report.nodes:
-                    click.echo(f"  {n.precision:5s} {n.op_type:22s} {n.name}: {n.reason}")
-        if not run.ctx.params["do_validate"]:
-            return 0
+        codes: list[int] = []
+        staged: list[safe_write.StagedFile] = []
+        report_slot = plan.get("report")
+
+        def show(report: Any) -> None:
+            if not run.quiet:
+                click.echo(user_text.terminal(report.summary()))
+                if verbose:
+                    for n in report.nodes:
+                        line = f"  {n.precision:5s} {n.op_type:22s} {n.name}: {n.reason}"
+                        click.echo(user_text.printable(line))
+
+        def stage_report(report: Any) -> None:  # before the model replaces anything
+            if report_slot is not None:
+                staged.append(safe_write.StagedFile(report_slot, report.json_bytes()))
+
+        def gate(model: Any, report: Any, external: bool | None) -> bool:
+            """--validate: judge the converted model before it is written."""
+            show(report)
+            codes.append(_validate_staged(run, plan, model, external))
+            return codes[0] == 0 or run.ctx.params["force_write"]
+
+        try:
+            report = conversion.run(gate if validating else None, before_commit=stage_report)
+            for s in staged:
+                s.commit()
+        finally:
+            for s in staged:
+                s.discard()
+        written = not validating or codes[0] == 0 or run.ctx.params["force_write"]
+        if written and not run.quiet:
+            click.echo(user_text.printable(f"wrote {run.output}"))
+        if not validating:
+            show(report)
+        if not written:
+            why = "the validation failed" if codes[0] == 1 else "the validation could not run"
+            click.echo(
+                f"amp-convert: {why}; nothing written (--force-write writes the model anyway)",
+                err=True,
+            )
+        return codes[0] if validating else 0
+
+
+def _validate_staged(run: _Run, plan: Any, model: Any, external: bool | None) -> int:
+    """The converted model, saved in a temporary folder under its output's name, validated
+    against the original (the exit code ``validate`` would give); the folder goes afterwards."""
+    from amp_convert import io
+
+    with safe_write.temp_folder("amp-validate-") as tmp:
+        staged = Path(tmp) / run.output.name
+        io.save_model(model, staged, external=external)
+
+        def relabel(report: Any) -> None:  # the file the user will have, not our staging copy
+            report.candidate = str(run.output)
+
         return run_cli_validation(
-            run.model,
-            run.output,
-            report_path=plan.get("validation report"),
-            junit_path=plan.get("JUnit report"),
-            force=run.force,
-            quiet=run.quiet,
-            **run.validation,
-        )
+            run.model, staged, report_path=plan.get("validation report"),
+            junit_path=plan.get("JUnit report"), force=run.force, quiet=run.quiet,
+            on_report=relabel, **run.validation,
+        )  # fmt: skip
 
 
 cli.add_command(validate_command)

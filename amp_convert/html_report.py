@@ -21,6 +21,7 @@ from typing import Any
 
 from amp_convert import safe_write
 from amp_convert.auto.report import PinnedNode, TracePoint
+from amp_convert.user_text import markup
 from amp_convert.validation.metrics import OutputResult
 from amp_convert.value_map import ValueFate
 
@@ -60,15 +61,21 @@ class Page:
     notes: Sequence[str] = ()
     #: original values the conversion folded or removed (from the value map)
     folded: Sequence[ValueFate] = ()
+    #: op type -> original nodes folded into another node (not in the converted graph)
+    folded_ops: Mapping[str, int] = field(default_factory=dict)
 
 
 def write(page: Page, path: str | os.PathLike) -> None:
     """Write ``page`` to ``path`` (UTF-8), atomically through the output registry's writer."""
-    safe_write.write_bytes(path, render(page).encode("utf-8"))
+    safe_write.write_bytes(path, render(page).encode("utf-8"))  # render() applies markup()
 
 
 # -- rendering ---------------------------------------------------------------------------------
 def render(page: Page) -> str:
+    return markup(_render(page))  # names from a model: no control character reaches the page
+
+
+def _render(page: Page) -> str:
     e = html.escape
     parts = [
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
@@ -86,7 +93,7 @@ def render(page: Page) -> str:
     parts.append(_chart(page))
     parts.append(_worst_table(page))
     parts.append("<h2>Precision by op type</h2>")
-    parts.append(_by_op(page.by_op, page.searched))
+    parts.append(_by_op(page.by_op, page.searched, page.folded_ops))
     if page.searched:
         parts.append("<h2>Nodes kept FP32 by the search</h2>")
         parts.append(_pinned(page.pinned))
@@ -122,10 +129,18 @@ def _table(head: Sequence[str], rows: Sequence[Sequence[str]], cls: str = "") ->
     return f"<table class='{cls}'>" + (f"<tr>{h}</tr>" if h else "") + body + "</table>"
 
 
+_STATUS = {
+    "pass": "<span class='ok'>pass</span>",
+    "fail": "<span class='bad'>FAIL</span>",
+    "not_judged": "not judged",
+    "skipped": "not compared",
+}
+
+
 def _outputs(outputs: Sequence[OutputResult]) -> str:
     rows = []
     for o in outputs:
-        status = "<span class='ok'>pass</span>" if o.passed else "<span class='bad'>FAIL</span>"
+        status = _STATUS.get(o.status, html.escape(o.status))
         rows.append(
             [
                 html.escape(o.name), status, num(o.cosine), num(o.max_abs), num(o.max_rel),
@@ -152,8 +167,8 @@ def _error(t: TracePoint) -> float | None:
 
 
 def worst_nodes(trace: Sequence[TracePoint], n: int = LABELLED) -> list[TracePoint]:
-    """The ``n`` nodes with the largest error (NaN/Inf first)."""
-    scored = [t for t in trace if _error(t) is not None]
+    """The ``n`` nodes with the largest error (NaN/Inf first); hidden ones never."""
+    scored = [t for t in trace if _error(t) is not None and not t.hidden]
 
     def key(t: TracePoint) -> float:
         err = _error(t)
@@ -163,10 +178,13 @@ def worst_nodes(trace: Sequence[TracePoint], n: int = LABELLED) -> list[TracePoi
 
 
 def _chart(page: Page) -> str:
-    trace = list(page.trace)
+    trace = [t for t in page.trace if not t.hidden]
     if not trace:
         return "<p class='note'>No per-node values (nothing was probed).</p>"
-    w, top, plot_h, left = 1100, 30, 240, 60
+    w, plot_h, left = 1100, 240, 60
+    step = (w - left - 15) / max(len(trace) - 1, 1)
+    lanes = _label_lanes(trace, lambda i: left + i * step, w)
+    top = 22 + _LANE * len({lane for _, _, lane, _ in lanes})
     n = len(trace)
     step = (w - left - 15) / max(n - 1, 1)
 
@@ -190,7 +208,7 @@ def _chart(page: Page) -> str:
                              ("final_error", "final", page.series[1])):  # fmt: skip
         if label:
             out.extend(_series(trace, attr, cls, label, x, top, plot_h))
-    out.extend(_labels(trace, x, top, plot_h, w))
+    out.extend(_labels(trace, lanes, x, top, plot_h))
     strip_y = top + plot_h + 12
     for i, t in enumerate(trace):
         color = STRIP.get(t.precision, STRIP["n/a"])[0]
@@ -234,22 +252,48 @@ def _series(trace, attr, cls, label, x, top, plot_h) -> list[str]:
     return out
 
 
-def _labels(trace, x, top, plot_h, w) -> list[str]:
-    """Names of the worst nodes next to their points (numbered as in the worst-nodes table)."""
+_LANE = 13  # px between label rows above the plot
+
+
+def _label_text(rank: int, t: TracePoint) -> str:
+    name = t.node if len(t.node) <= 40 else "…" + t.node[-39:]
+    return f"{rank}. {name}"
+
+
+def _label_lanes(trace, x, w) -> list[tuple[int, TracePoint, int, float]]:
+    """(rank, point, row, left x) of the worst nodes: rows above the plot, filled left to right
+    so that no two labels share any horizontal extent (monospace 10.5 px: <= 6.6 px a char)."""
+    index = {id(t): i for i, t in enumerate(trace)}
+    placed: list[tuple[int, TracePoint, int, float]] = []
+    ends: list[float] = []  # right edge of the last label of each row
+    ranked = list(enumerate(worst_nodes(trace), 1))
+    for rank, t in sorted(ranked, key=lambda rt: index[id(rt[1])]):
+        width = 6.6 * len(_label_text(rank, t)) + 8
+        start = min(max(x(index[id(t)]) - 4, 4.0), w - width - 4)
+        row = next((r for r, end in enumerate(ends) if start > end), len(ends))
+        if row == len(ends):
+            ends.append(0.0)
+        ends[row] = start + width
+        placed.append((rank, t, row, start))
+    return placed
+
+
+def _labels(trace, lanes, x, top, plot_h) -> list[str]:
+    """Names of the worst nodes (numbered as in the worst-nodes table) in rows above the plot,
+    each with a thin line down to its point: readable, never overlapping."""
     index = {id(t): i for i, t in enumerate(trace)}
     out = []
-    for rank, t in enumerate(worst_nodes(trace), 1):
+    for rank, t, row, lx in lanes:
         i = index[id(t)]
         yy = _y(_error(t), top, plot_h)
         if yy is None:
             continue
-        name = t.node if len(t.node) <= 32 else "…" + t.node[-31:]
-        anchor = "end" if x(i) > w * 0.6 else "start"
-        dx = -6 if anchor == "end" else 6
-        ly = max(top - 8 + 11 * (rank - 1) * (yy <= top + 1), yy - 6)
+        text = _label_text(rank, t)
+        ly = 14 + _LANE * row
         out.append(
-            f"<text x='{x(i) + dx:.1f}' y='{ly:.1f}' class='label' text-anchor='{anchor}'>"
-            f"{rank}. {html.escape(name)}</text>"
+            f"<line x1='{x(i):.1f}' x2='{x(i):.1f}' y1='{ly + 2}' y2='{yy:.1f}' class='leader'/>"
+            f"<text x='{lx:.1f}' y='{ly}' class='label' data-rank='{rank}'>"
+            f"{html.escape(text)}<title>{html.escape(t.node)}</title></text>"
         )
     return out
 
@@ -291,27 +335,42 @@ def _worst_table(page: Page) -> str:
         return ""
     rows = [
         [str(rank), html.escape(t.node), html.escape(t.op_type), html.escape(t.precision),
-         num(_error(t)), num(t.max_abs)]
+         num(_error(t)), num(t.max_abs), html.escape(t.reason)]
         for rank, t in enumerate(worst, 1)
     ]  # fmt: skip
-    head = ["#", "worst nodes", "op", "precision", "error", "max |x| (FP32)"]
+    head = ["#", "worst nodes", "op", "precision", "error", "max |x| (FP32)", "why"]
     return _table(head, rows, cls="grid worst")
 
 
-def _by_op(by_op: Mapping[str, tuple[int, int]], searched: bool) -> str:
-    if not by_op:
+def _by_op(
+    by_op: Mapping[str, tuple[int, int]], searched: bool, folded: Mapping[str, int] | None = None
+) -> str:
+    folded = folded or {}
+    if not by_op and not folded:
         return "<p class='note'>No node decisions available.</p>"
     rows = []
-    top = max(lo + hi for lo, hi in by_op.values()) or 1
-    for op, (lo, hi) in sorted(by_op.items(), key=lambda kv: -(kv[1][0] + kv[1][1])):
+    ops = {op: (*by_op.get(op, (0, 0)), folded.get(op, 0)) for op in {*by_op, *folded}}
+    top = max(lo + hi + fo for lo, hi, fo in ops.values()) or 1
+    for op, (lo, hi, fo) in sorted(ops.items(), key=lambda kv: (-sum(kv[1]), kv[0])):
         bar = (
             f"<div class='bar'><span class='lowbar' style='width:{100 * lo / top:.1f}%'></span>"
-            f"<span class='fp32bar' style='width:{100 * hi / top:.1f}%'></span></div>"
+            f"<span class='fp32bar' style='width:{100 * hi / top:.1f}%'></span>"
+            f"<span class='foldbar' style='width:{100 * fo / top:.1f}%'></span></div>"
         )
-        rows.append([html.escape(op), str(lo), str(hi), bar])
-    source = "the candidate" if searched else "the converted model's own types"
-    note = f"<p class='note'>Float nodes per op type, from {source}.</p>"
-    return note + _table(["op type", "low", "FP32", ""], rows, cls="grid ops")
+        row = [html.escape(op), str(lo), str(hi)]
+        rows.append([*row, str(fo), bar] if folded else [*row, bar])
+    if searched:
+        note = "<p class='note'>Float nodes per op type, from the candidate.</p>"
+    else:
+        note = (
+            "<p class='note'>Float nodes per op type in the converted model as written (its "
+            "own element types; Casts and Constants not counted)"
+            + ("; folded: nodes of the original merged into another node, so absent from the "
+               "converted model" if folded else "")
+            + ".</p>"
+        )  # fmt: skip
+    head = ["op type", "low", "FP32", *(["folded"] if folded else []), ""]
+    return note + _table(head, rows, cls="grid ops")
 
 
 def _pinned(pinned: Sequence[PinnedNode]) -> str:
@@ -331,7 +390,7 @@ def _pinned(pinned: Sequence[PinnedNode]) -> str:
 def _folded(folded: Sequence[ValueFate], notes: Sequence[str]) -> str:
     if not folded:
         if notes:
-            return "<p class='note'>Unknown: the converted model carries no value map.</p>"
+            return "<p class='note'>Unknown: no usable value map (see the note above).</p>"
         return "<p class='note'>None: every value of the original is carried by the result.</p>"
     rows = [
         [html.escape(v.name), f"<span class='fate {v.fate.value}'>{v.fate.value}</span>",
@@ -344,8 +403,8 @@ def _folded(folded: Sequence[ValueFate], notes: Sequence[str]) -> str:
 def _traffic(traffic: Any) -> str:
     if not traffic:
         return (
-            "<p class='note'>Memory-traffic estimate: not in this report (the converter's "
-            "ConversionReport carries no <code>traffic</code> figures in this build).</p>"
+            "<p class='note'>Memory-traffic estimate: not on this page (a conversion's "
+            "<code>--report</code> JSON holds it, under <code>traffic</code>).</p>"
         )
     data = traffic.to_dict() if hasattr(traffic, "to_dict") else traffic
     if is_dataclass(data) and not isinstance(data, type):
@@ -367,8 +426,9 @@ def _traffic(traffic: Any) -> str:
 
 
 def _nodes(trace: Sequence[TracePoint], series: tuple[str, str]) -> str:
-    """Every node, sortable by any column (click a heading; numbers sort by value)."""
-    head = ["#", "node", "op", "in body of", "precision", "max |x| (FP32)",
+    """Every node, sortable by any column (click a heading; numbers sort by value); nameless
+    Constants hidden until the box above the table is ticked."""
+    head = ["#", "node", "op", "in body of", "precision", "why", "max |x| (FP32)",
             *(s or "–" for s in series)]  # fmt: skip
     rows = []
     for i, t in enumerate(trace):
@@ -376,11 +436,11 @@ def _nodes(trace: Sequence[TracePoint], series: tuple[str, str]) -> str:
         cells = [
             (str(i), i), (html.escape(t.node), None), (html.escape(t.op_type), None),
             (html.escape(t.inside), None), (html.escape(precision), None),
-            (num(t.max_abs), t.max_abs), (num(t.first_error), t.first_error),
-            (num(t.final_error), t.final_error),
+            (html.escape(t.reason), None), (num(t.max_abs), t.max_abs),
+            (num(t.first_error), t.first_error), (num(t.final_error), t.final_error),
         ]  # fmt: skip
         rows.append(
-            "<tr>"
+            ("<tr class='nameless'>" if t.hidden else "<tr>")
             + "".join(
                 f"<td data-v='{_sort_key(v)}'>{c}</td>" if v is not None else f"<td>{c}</td>"
                 for c, v in cells
@@ -388,9 +448,16 @@ def _nodes(trace: Sequence[TracePoint], series: tuple[str, str]) -> str:
             + "</tr>"
         )
     ths = "".join(f"<th title='click to sort'>{h}</th>" for h in head)
+    hidden = sum(t.hidden for t in trace)
+    toggle = (
+        f"<p class='note'><label><input type='checkbox' class='shownameless'> show the {hidden} "
+        "nameless Constant node(s)</label></p>"
+        if hidden
+        else ""
+    )
     return (
-        f"<table class='grid sortable'><thead><tr>{ths}</tr></thead><tbody>{''.join(rows)}"
-        "</tbody></table>"
+        f"{toggle}<table class='grid sortable' id='nodes'><thead><tr>{ths}</tr></thead><tbody>"
+        f"{''.join(rows)}</tbody></table>"
     )
 
 
@@ -434,6 +501,11 @@ def thresholds_text(t: Mapping[str, Any]) -> str:
 
 
 _SORT_JS = """
+document.querySelectorAll('input.shownameless').forEach(function(box){
+  box.addEventListener('change', function(){
+    document.getElementById('nodes').classList.toggle('showall', box.checked);
+  });
+});
 document.querySelectorAll('table.sortable th').forEach(function(th, col){
   th.addEventListener('click', function(){
     var body = th.closest('table').tBodies[0];
@@ -468,7 +540,8 @@ table.facts td:first-child{color:#666}
 span.fate.folded{color:#1d6fa5;font-weight:600}span.fate.removed{color:#777}
 svg.chart{background:#fcfcfc;border:1px solid #e4e4e4}
 svg .grid{stroke:#eee}svg .axis{font-size:11px;fill:#666;text-anchor:end}
-svg .axis.left{text-anchor:start}svg .label{font-size:10.5px;fill:#222}
+svg .axis.left{text-anchor:start}svg .label{font-size:10.5px;fill:#222;font-family:monospace}
+svg line.leader{stroke:#999;stroke-width:.6;stroke-dasharray:2 2}
 svg polyline{fill:none}
 svg polyline.first{stroke:#E69F00;stroke-width:4;stroke-opacity:.55}
 svg polyline.final{stroke:#0072B2;stroke-width:1.4}
@@ -477,4 +550,6 @@ svg circle.inf{fill:#D55E00;stroke:#fff;stroke-width:1}
 svg line.pin{stroke:#CC79A7;stroke-width:1.6;stroke-dasharray:3 2}
 .bar{width:420px;height:12px;background:#f1f1f1;display:flex}
 .lowbar{background:#009E73;height:12px}.fp32bar{background:#7f6a4a;height:12px}
+.foldbar{background:#56B4E9;height:12px}
+tr.nameless{display:none}table.showall tr.nameless{display:table-row}
 """

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
-import secrets
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -19,8 +17,17 @@ import google.protobuf.message
 import onnx
 import onnx_ir as ir
 
-from amp_convert import data_file, domains, graph_checks, proto_checks, proto_walk, safe_write
-from amp_convert.errors import InputError, OutputError
+from amp_convert import (
+    data_file,
+    domains,
+    graph_checks,
+    load_repairs,
+    pair_write,
+    proto_checks,
+    proto_walk,
+    safe_write,
+)
+from amp_convert.errors import InputError
 from amp_convert.output_rules import file_identity
 
 MIN_OPSET = 1
@@ -41,8 +48,8 @@ def _check_versions(model: ir.Model, where: str) -> None:
             f"({onnx.IR_VERSION}); upgrade onnx"
         )
     opset = domains.imported_opset(model.opset_imports)
-    if opset is None:
-        raise InputError(f"{where}: the model imports no ai.onnx opset")
+    if opset is None:  # e.g. only ai.onnx.ml ops: ORT loads it, the pipeline has nothing to do
+        return
     newest = onnx.defs.onnx_opset_version()
     if opset > newest:
         raise InputError(
@@ -68,11 +75,26 @@ def _from_proto(proto: onnx.ModelProto, where: str, path: Path | None = None) ->
     if path is not None:
         proto_checks.check_external_data(proto, path)
     proto, notes = _repaired(proto, where)
-    proto_checks.check_topological_order(proto, where)
+    untyped_info = sum(
+        1
+        for g in proto_walk.graphs(proto.graph)
+        for vi in g.value_info
+        if vi.type.WhichOneof("value") is None
+    )
+    if untyped_info:  # onnx-ir leaves them out; ONNX's checker would refuse them
+        notes.append(
+            f"{untyped_info} value_info entr{'y' if untyped_info == 1 else 'ies'} without a type "
+            "dropped (they say nothing; inference types those values)"
+        )
+    unsorted = proto_checks.check_references(proto, where)
     try:
         model = ir.serde.deserialize_model(proto)
     except Exception as e:  # onnx-ir raises several kinds on malformed graphs
         raise InputError(f"{where}: malformed ONNX model: {e}") from None
+    if unsorted:
+        notes.append(load_repairs.sort_nodes(model, where))
+    if untyped := load_repairs.untyped_outputs(model):
+        notes.append(load_repairs.type_outputs(model, untyped, where))
     model.meta[LOAD_NOTES] = notes
     return model
 
@@ -208,39 +230,6 @@ def _has_external_worthy_tensor(model: ir.Model) -> bool:
     )
 
 
-def _our_data_files(slot: safe_write.Slot) -> list[str]:
-    """Data files the existing output references that follow our naming (OUT.data, OUT.<hex>.data).
-
-    Only these are removed once a new pair is in place: a file the old model shared with other
-    models under another name is never ours to delete. Names are looked up in the slot's folder.
-    """
-    ours = re.compile(re.escape(slot.name) + r"(\.[0-9a-f]{8})?\.data")
-    try:
-        names = os.listdir(slot.dir_fd)
-    except OSError:
-        return []
-    candidates = [n for n in names if ours.fullmatch(n)]
-    dst = slot.beside(slot.name)
-    if not candidates or not os.path.isfile(dst):
-        return []
-    try:
-        proto = onnx.load(dst, load_external_data=False)
-    except (google.protobuf.message.DecodeError, ValueError, RuntimeError, OSError):
-        return []
-    return sorted(n for n in proto_checks.external_locations(proto) if ours.fullmatch(n))
-
-
-def _reserve_data_file(slot: safe_write.Slot) -> str:
-    """OUT.data when free, else OUT.<8 hex>.data: a name no reader of the old pair uses."""
-    conventional = slot.name + ".data"
-    if safe_write.reserve(conventional, slot.dir_fd):
-        return conventional
-    while True:
-        name = f"{slot.name}.{secrets.token_hex(4)}.data"
-        if safe_write.reserve(name, slot.dir_fd):
-            return name
-
-
 @contextlib.contextmanager
 def _weights_in_memory(model: ir.Model) -> Iterator[None]:
     """For an all-in-one save: external tensors are read in, and put back afterwards."""
@@ -270,6 +259,7 @@ def save_model(
     *,
     external: bool | None = None,
     keep: Iterable[Path] = (),
+    before_commit: pair_write.BeforeCommit | None = None,
 ) -> Path | None:
     """Write `model` to `dst` atomically; return the external-data file written, if any.
 
@@ -284,57 +274,39 @@ def save_model(
     input's files) removed. The commit holds a lock on the folder, so concurrent writers of one
     output each remove the data file of the pair they replaced: none is left orphaned. New files
     get 0666 & ~umask, replaced ones keep their mode. On any failure, SIGTERM included, the
-    temporary files go and `dst` is left as it was.
+    temporary files go and `dst` is left as it was. `before_commit` (bytes written) runs once
+    the pair is written and before it is committed: what it raises leaves `dst` as it was.
     """
     if external is None:
         external = uses_external_data(model) or tensor_bytes(model) > EXTERNAL_DATA_THRESHOLD
     external = external and _has_external_worthy_tensor(model)
     with safe_write.adhoc_slot(dst) as slot, safe_write.sigterm_cleans_up():
-        data_name = _write_pair(model, slot, external, {file_identity(Path(p)) for p in keep})
+        ids = {file_identity(Path(p)) for p in keep}
+        data_name = _write_pair(model, slot, external, ids, before_commit)
     return slot.path.with_name(data_name) if data_name else None
 
 
 def _write_pair(
-    model: ir.Model, slot: safe_write.Slot, external: bool, inputs: set[tuple]
+    model: ir.Model,
+    slot: safe_write.Slot,
+    external: bool,
+    inputs: set[tuple],
+    before_commit: pair_write.BeforeCommit | None = None,
 ) -> str | None:
-    """Write the data file and the graph, commit them; return the data file's name.
+    """Write the data file and the graph and commit them as a pair (pair_write.PairWrite)."""
 
-    Under the folder lock: the replaced output's data files are read, the graph renamed into
-    place, then those data files (never one of `inputs`) removed.
-    """
-    tmp = data_name = None
-    committed = False
-    try:
-        tmp = safe_write.temp_name(slot)
-        if external:
-            data_name = _reserve_data_file(slot)
+    def write(graph_path: str, data_name: str | None) -> None:
+        if data_name is not None:
             # the weights go first, a chunk at a time on every core (data_file): the bytes
             # ir.save(external_data=...) would write, in a few chunks of memory
-            graph_path = slot.beside(tmp)
             folder = os.path.dirname(graph_path)
             with data_file.externalized(model, folder, data_name, SIZE_THRESHOLD, slot.dir_fd):
                 ir.save(model, graph_path)
         else:
             with _weights_in_memory(model):
-                ir.save(model, slot.beside(tmp))
-        safe_write.keep_mode(slot.beside(slot.name), slot.beside(tmp))
-        with safe_write.folder_lock(slot):
-            previous = _our_data_files(slot)
-            if previous and data_name:
-                safe_write.keep_mode(slot.beside(previous[0]), slot.beside(data_name))
-            safe_write.commit(slot, tmp)
-            committed = True
-            for old in previous:
-                if old != data_name and file_identity(Path(slot.beside(old))) not in inputs:
-                    safe_write.unlink_quietly(old, slot.dir_fd)
-    except BaseException as e:
-        if not committed:
-            safe_write.unlink_quietly(tmp, slot.dir_fd)
-            safe_write.unlink_quietly(data_name, slot.dir_fd)
-        if isinstance(e, OSError):
-            raise OutputError(f"{slot.path}: cannot write: {e.strerror or e}") from None
-        raise
-    return data_name
+                ir.save(model, graph_path)
+
+    return pair_write.write_pair(slot, external, inputs, write, before_commit)
 
 
 def files_size(paths: Iterable[Path]) -> int:

@@ -11,30 +11,33 @@ Exporters (torch.onnx's dynamo path, ORT GenAI's builder) and the onnxscript opt
 
 The conversion runs in place (``convert_ir``); the pass keeps the last ``ConversionReport`` as
 ``report``. ``modified`` is honest: False for O0 and for a model this conversion already produced
-(a second run of the same pass), True otherwise. Options are ``ConvertOptions`` or its fields as
-keywords, checked when the pass is built, so a misspelt option fails before any model is touched.
+(a second run of the same pass), True otherwise. Options are ``ConvertOptions`` and/or its fields
+as keywords (over it), checked when the pass is built: a misspelt option fails before any model
+is touched.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import onnx_ir as ir
 
 from amp_convert.api import convert_ir
-from amp_convert.errors import OptionError
-from amp_convert.options import ConvertOptions, Level, make_options
+from amp_convert.options import ConvertKwargs, ConvertOptions, Level, resolve
 from amp_convert.report import ConversionReport
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 
 class MixedPrecisionPass(ir.passes.InPlacePass):
     """Convert the model to mixed precision in place; the report is kept in ``self.report``."""
 
-    def __init__(self, options: ConvertOptions | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self, options: ConvertOptions | None = None, **kwargs: Unpack[ConvertKwargs]
+    ) -> None:
         super().__init__()
-        if options is not None and kwargs:
-            raise OptionError("MixedPrecisionPass: give options or keyword options, not both")
-        self.options = options if options is not None else make_options(**kwargs)
+        self.options = resolve(options, kwargs)
         self.report: ConversionReport | None = None
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:

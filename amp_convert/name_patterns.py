@@ -26,6 +26,7 @@ try:
 except ImportError:  # pragma: no cover - exercised by tests that hide it
     re2 = None
 
+from amp_convert import user_text
 from amp_convert.errors import OptionError
 
 with warnings.catch_warnings():
@@ -55,6 +56,10 @@ class NamePattern(Protocol):
 
 def compile_pattern(text: str, flag: str = "--exclude-nodes") -> NamePattern:
     """`text` compiled for node names, or OptionError (not a regex, or one that could hang)."""
+    try:
+        user_text.check_text(text, flag)
+    except user_text.TextError as e:
+        raise OptionError(str(e)) from None
     try:
         compiled = re.compile(text)
         tree = _sre.parse(text)

@@ -31,7 +31,7 @@ from olive.search.search_parameter import Categorical
 from amp_convert import io
 from amp_convert.api import convert_ir
 from amp_convert.errors import AmpConvertError, OptionError
-from amp_convert.options import make_options
+from amp_convert.options import ConvertOptions
 from amp_convert.report_base import Report
 
 #: Olive execution provider -> amp-convert target
@@ -179,7 +179,7 @@ class AmpConvert(Pass):
             thresholds = {"min_cosine": config.min_cosine} if config.min_cosine else {}
             work, report = auto_convert(work, inputs=_samples(config), **thresholds, **values)
         else:
-            report = convert_ir(work, make_options(**values))
+            report = convert_ir(work, ConvertOptions.from_kwargs(**values))
         ir_model_to_olive_model(work, output, config)
         report.to_json(output.with_name(REPORT_NAME))
         # a folder, so that Olive carries the report (and any data file) with the model

@@ -92,6 +92,11 @@ def first_line(error: BaseException) -> str:
     return text.splitlines()[0] if text else type(error).__name__
 
 
+def one_line(error: BaseException) -> str:
+    """The error's whole text on one line: onnx's checker breaks lines mid-sentence."""
+    return " ".join(str(error).split()) or type(error).__name__
+
+
 def strict_check(proto: onnx.ModelProto) -> onnx.ModelProto:
     """ONNX's checker plus strict type inference; raises on the first problem."""
     onnx.checker.check_model(proto, full_check=False)
@@ -116,7 +121,7 @@ def analyse(model: ir.Model) -> tuple[str | None, dict[str, onnx.TypeProto]]:
         try:
             onnx.checker.check_model(proto, full_check=False)
         except Exception as e:  # the structure itself is broken: no conversion can mend it
-            raise InputError(f"the input model fails the ONNX checker: {first_line(e)}") from None
+            raise InputError(f"the input model fails the ONNX checker: {one_line(e)}") from None
         try:
             inferred = strict_check(proto)
         except Exception as e:  # onnx raises several error kinds

@@ -16,7 +16,9 @@ from importlib import resources
 import onnx
 import onnx_ir as ir
 
+from amp_convert import schema
 from amp_convert.errors import OptionError
+from amp_convert.op_lists import OpLists
 from amp_convert.options import ConvertOptions
 
 
@@ -52,6 +54,24 @@ def check_ops(options: ConvertOptions, model: ir.Model) -> None:
                     f"{flag} {op}: no ONNX or ONNX Runtime op and no node of the model has this "
                     f"type{_suggest(name, known)}"
                 )
+
+
+def check_op_lists(lists: OpLists, model: ir.Model) -> None:
+    """Every op the user's --op-lists file names is one ONNX, ONNX Runtime or the model knows.
+
+    As for --fp32-ops: a misspelt entry would otherwise do nothing, silently.
+    """
+    if not lists.user_lines:
+        return
+    in_model = {n.op_type for n in model.graph.all_nodes()}
+    known = _known_ops() | in_model
+    for key, where in lists.user_lines.items():
+        domain, _, name = key.rpartition(":")
+        if name not in known and not schema.is_known_op(name, domain):
+            raise OptionError(
+                f"{where}: {key}: no ONNX or ONNX Runtime op and no node of the model has this "
+                f"type{_suggest(name, known)}"
+            )
 
 
 def model_dim_names(model: ir.Model) -> set[str]:

@@ -1,28 +1,39 @@
 """User-facing conversion options, declared once and validated once so passes can trust them.
 
 `ConvertOptions` is the single declaration: each field's metadata carries its command-line flag and
-help text. The CLI builds its options from it (`cli_spec`), the Python API takes the same names as
-keywords (`make_options`), and the already-converted stamp covers every field (`stamp`).
+help text, and ``__post_init__`` checks and normalises every value (one OptionError line), so an
+object that exists is valid. The CLI builds its flags from it (`cli_fields`) and one object per
+command; every API entry point takes ``options=ConvertOptions(...)`` and/or the fields as keywords
+(`ConvertKwargs`, a TypedDict: mypy and editors check the names; `from_kwargs` / `resolve` refuse
+unknown ones at run time), and the already-converted stamp covers every field (`stamp`).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
 import enum
+import functools
 import hashlib
 import json
+import os
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import numpy as np
 import onnx_ir as ir
 
+from amp_convert import file_kinds
 from amp_convert.dims import parse_dims
 from amp_convert.dtypes import LOW_BY_OPTION, numpy_type
 from amp_convert.errors import OptionError
 from amp_convert.name_patterns import NamePattern, compile_pattern
-from amp_convert.targets import TARGETS
+from amp_convert.targets.target import target_names
+
+if TYPE_CHECKING:  # typing.Unpack is 3.11+; typing_extensions only for the type checker
+    from typing_extensions import Unpack
 
 
 class Level(str, enum.Enum):
@@ -35,7 +46,30 @@ class Level(str, enum.Enum):
 
 
 DTYPES = LOW_BY_OPTION
+#: the level ``--auto`` (and auto_convert) starts from unless one is given
+AUTO_LEVEL = Level.O3
 _DTYPE_ALIASES = {"float16": "fp16", "half": "fp16", "bfloat16": "bf16"}
+
+
+class ConvertKwargs(TypedDict, total=False):
+    """ConvertOptions' fields as an entry point's keywords, in the loose forms they accept.
+
+    ``convert(m, levle="O2")`` is a mypy error here and an OptionError at run time.
+    """
+
+    level: Level | str
+    dtype: str | type | np.dtype
+    keep_io_types: bool
+    low_io: str | Iterable[str]
+    fp32_ops: str | Iterable[str]
+    fp16_ops: str | Iterable[str]
+    exclude_nodes: str | Iterable[str]
+    cast_optional_params: bool
+    op_lists: str | os.PathLike[str] | None
+    dims: Mapping[str, int] | Iterable[str] | Iterable[tuple[str, int]]
+    target: str
+    opset_upgrade: bool
+    pinned_nodes: Iterable[str]
 
 
 def _option(default: Any, flags: tuple[str, ...], help: str, kind: str, **extra: Any) -> Any:
@@ -114,7 +148,7 @@ class ConvertOptions:
         "Runtime the result is for: ort-cuda (ort-cpu) keeps low only what ONNX Runtime's CUDA "
         "(CPU) provider has low-precision kernels for; none follows the ONNX schemas only.",
         "choice",
-        choices=tuple(TARGETS),
+        choices=target_names(),
     )
     opset_upgrade: bool = _option(
         False,
@@ -127,11 +161,50 @@ class ConvertOptions:
     #: exact names of nodes kept FP32 (the API's typed pin set; ``--auto`` passes its pins here)
     pinned_nodes: frozenset[str] = field(default=frozenset(), metadata={"kind": "api"})
     exclude_patterns: tuple[NamePattern, ...] = field(
-        default=(), compare=False, repr=False, metadata={"derived": True}
+        default=(), init=False, compare=False, repr=False, metadata={"derived": True}
     )
     low_io_patterns: tuple[NamePattern, ...] = field(
-        default=(), compare=False, repr=False, metadata={"derived": True}
+        default=(), init=False, compare=False, repr=False, metadata={"derived": True}
     )
+
+    def __post_init__(self) -> None:
+        """Check and normalise every value once; bad values raise OptionError with one line.
+
+        Values may come loose (``level="o2"``, ``exclude_nodes="attn"``, ``dims={"batch": 8}``,
+        ``dtype=np.float16``); the fields then hold their one normal form, so a replace() or a
+        second construction from them gives an equal object.
+        """
+        put = functools.partial(object.__setattr__, self)
+        put("level", _level(self.level))
+        put("dtype", _dtype(self.dtype))
+        put("keep_io_types", _bool("keep_io_types", self.keep_io_types))
+        put("fp32_ops", _split_ops("fp32_ops", self.fp32_ops))
+        put("fp16_ops", _split_ops("fp16_ops", self.fp16_ops))
+        both = set(self.fp32_ops) & set(self.fp16_ops)
+        if both:
+            raise OptionError(f"ops in both --fp32-ops and --fp16-ops: {', '.join(sorted(both))}")
+        put("exclude_nodes", _strings("exclude_nodes", self.exclude_nodes))
+        # refuses patterns that could hang
+        put("exclude_patterns", tuple(compile_pattern(p) for p in self.exclude_nodes))
+        put("low_io", _strings("low_io", self.low_io))
+        put("low_io_patterns", tuple(compile_pattern(p, "--low-io") for p in self.low_io))
+        put("cast_optional_params", _bool("cast_optional_params", self.cast_optional_params))
+        put("opset_upgrade", _bool("opset_upgrade", self.opset_upgrade))
+        put("op_lists", _op_lists(self.op_lists))
+        put("dims", _dims(self.dims))
+        put("target", _target(self.target))
+        put("pinned_nodes", frozenset(_strings("pinned_nodes", self.pinned_nodes)))
+
+    @classmethod
+    def from_kwargs(cls, **kwargs: Unpack[ConvertKwargs]) -> ConvertOptions:
+        """The options from keywords (the API's spelling); an unknown name is an OptionError."""
+        _check_names(kwargs, option_names(), "option")
+        return cls(**kwargs)  # type: ignore[arg-type]  # loose values, normalised by __post_init__
+
+    def replace(self, **kwargs: Unpack[ConvertKwargs]) -> ConvertOptions:
+        """These options with some changed (checked again, like the originals)."""
+        _check_names(kwargs, option_names(), "option")
+        return dataclasses.replace(self, **kwargs)  # type: ignore[arg-type]
 
     @property
     def low_dtype(self) -> ir.DataType:
@@ -179,61 +252,45 @@ def _file_digest(path: Path) -> str:
         raise OptionError(f"cannot read op list file {path}: {e.strerror or e}") from None
 
 
-def make_options(**kwargs: Any) -> ConvertOptions:
-    """Check and normalise option values; bad values raise OptionError with one clear line."""
-    unknown = set(kwargs) - set(option_names())
+def resolve(options: ConvertOptions | None, kwargs: Mapping[str, Any]) -> ConvertOptions:
+    """An entry point's options: ``options`` (default ConvertOptions()) with ``kwargs`` over it."""
+    if options is None:
+        return ConvertOptions.from_kwargs(**kwargs)
+    if not isinstance(options, ConvertOptions):
+        raise OptionError(f"options must be a ConvertOptions, not {type(options).__name__}")
+    return options.replace(**kwargs) if kwargs else options
+
+
+def _check_names(kwargs: Mapping[str, Any], known: Iterable[str], what: str) -> None:
+    unknown = set(kwargs) - set(known)
     if unknown:
-        known = ", ".join(option_names())
-        raise OptionError(f"unknown option(s) {', '.join(sorted(unknown))} (known: {known})")
-    level = _level(kwargs.get("level", Level.O2))
-    dtype = _dtype(kwargs.get("dtype", "fp16"))
-    keep_io = kwargs.get("keep_io_types", True)
-    if not isinstance(keep_io, bool | np.bool_):
-        raise OptionError(f"keep_io_types must be True or False, not {keep_io!r}")
-    fp32 = _split_ops("fp32_ops", kwargs.get("fp32_ops", ()))
-    fp16 = _split_ops("fp16_ops", kwargs.get("fp16_ops", ()))
-    both = set(fp32) & set(fp16)
-    if both:
-        raise OptionError(f"ops in both --fp32-ops and --fp16-ops: {', '.join(sorted(both))}")
-    excludes = _strings("exclude_nodes", kwargs.get("exclude_nodes", ()))
-    patterns = [compile_pattern(p) for p in excludes]  # refuses patterns that could hang
-    low_io = _strings("low_io", kwargs.get("low_io", ()))
-    low_io_patterns = [compile_pattern(p, "--low-io") for p in low_io]
-    cast_optional = kwargs.get("cast_optional_params", False)
-    if not isinstance(cast_optional, bool | np.bool_):
-        raise OptionError(f"cast_optional_params must be True or False, not {cast_optional!r}")
-    opset_upgrade = kwargs.get("opset_upgrade", False)
-    if not isinstance(opset_upgrade, bool | np.bool_):
-        raise OptionError(f"opset_upgrade must be True or False, not {opset_upgrade!r}")
-    op_lists = kwargs.get("op_lists")
-    if op_lists is not None:
-        if not isinstance(op_lists, str | Path) or not str(op_lists):
-            raise OptionError(f"op_lists must be a file path, not {op_lists!r}")
-        if not Path(op_lists).is_file():
-            raise OptionError(f"op list file {op_lists} does not exist")
-        op_lists = Path(op_lists)
-    return ConvertOptions(
-        level=level,
-        dtype=dtype,
-        keep_io_types=bool(keep_io),
-        fp32_ops=fp32,
-        fp16_ops=fp16,
-        exclude_nodes=excludes,
-        cast_optional_params=bool(cast_optional),
-        op_lists=op_lists,
-        dims=_dims(kwargs.get("dims", ())),
-        target=_target(kwargs.get("target", "ort-cuda")),
-        opset_upgrade=bool(opset_upgrade),
-        pinned_nodes=frozenset(_strings("pinned_nodes", kwargs.get("pinned_nodes", ()))),
-        exclude_patterns=tuple(patterns),
-        low_io=low_io,
-        low_io_patterns=tuple(low_io_patterns),
-    )
+        close = [c for u in sorted(unknown) for c in difflib.get_close_matches(u, list(known), 1)]
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise OptionError(
+            f"unknown {what}(s) {', '.join(sorted(unknown))} (known: {', '.join(known)}){hint}"
+        )
+
+
+def _bool(name: str, value: Any) -> bool:
+    if not isinstance(value, bool | np.bool_):
+        raise OptionError(f"{name} must be True or False, not {value!r}")
+    return bool(value)
+
+
+def _op_lists(op_lists: Any) -> Path | None:
+    if op_lists is None:
+        return None
+    if not isinstance(op_lists, str | Path) or not str(op_lists):
+        raise OptionError(f"op_lists must be a file path, not {op_lists!r}")
+    if why := file_kinds.not_a_file(op_lists):
+        raise OptionError(f"op list file {op_lists} {why}")
+    return Path(op_lists)
 
 
 def _target(target: Any) -> str:
-    if not isinstance(target, str) or target.lower() not in TARGETS:
-        raise OptionError(f"unknown target {target!r} (choose {' or '.join(TARGETS)})")
+    names = target_names()
+    if not isinstance(target, str) or target.lower() not in names:
+        raise OptionError(f"unknown target {target!r} (choose {' or '.join(names)})")
     return target.lower()
 
 
@@ -286,3 +343,8 @@ def _split_ops(name: str, ops: Any) -> tuple[str, ...]:
 def _dims(dims: Any) -> tuple[tuple[str, int], ...]:
     """{"batch": 8} / ("batch=8", ...) / (("batch", 8), ...) → (("batch", 8),) (one parser)."""
     return tuple(sorted(parse_dims(dims).items()))
+
+
+def make_options(**kwargs: Unpack[ConvertKwargs]) -> ConvertOptions:
+    """ConvertOptions.from_kwargs under its first name (kept for existing callers)."""
+    return ConvertOptions.from_kwargs(**kwargs)

@@ -24,6 +24,7 @@ from pathlib import Path
 import google.protobuf.message
 import onnx
 
+from amp_convert import file_kinds
 from amp_convert.errors import OutputError
 from amp_convert.proto_checks import external_locations, resolve_location
 from amp_convert.safe_write import Slot, open_folder
@@ -102,8 +103,8 @@ def _check_target(label: str, path: Path, force: bool) -> None:
         if not force:
             raise OutputError(f"{path}: {label} exists (use --force to overwrite)")
     parent = path.parent
-    if not parent.is_dir():
-        raise OutputError(f"{path}: cannot write {label}: folder {parent} does not exist")
+    if why := file_kinds.not_a_folder(parent):
+        raise OutputError(f"{path}: cannot write {label}: folder {parent} {why}")
     if not os.access(parent, os.W_OK):
         raise OutputError(f"{path}: cannot write {label}: folder {parent} is not writable")
 

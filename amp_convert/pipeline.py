@@ -7,6 +7,7 @@ explicitly; no step reads another step's object, and every graph edit happens in
    1b. opset upgrade   passes/opset_upgrade.py -> UpgradeResult (--opset-upgrade, QDQ models)
     2. analyse         onnx_checks.py          -> (strict check error, inferred types)
     3. infer dtypes    passes/infer_dtypes.py  -> DtypeResult
+       (then the input's ORT ops against ORT's schemas, contrib_checks.py: InputError, its fault)
     4. measure         traffic.py              -> OriginalTraffic (bytes per inference, before)
     5. fold BN         passes/fold_bn.py       -> FoldResult
     6. hand norms      passes/hand_norms.py    -> NormsResult (folded, or statistics to pin)
@@ -18,22 +19,27 @@ explicitly; no step reads another step's object, and every graph edit happens in
    11. rewrite         passes/rewrite.py       -> RewriteResult
    12. cleanup         passes/cleanup.py       -> CleanupResult
    13. verify          passes/verify.py        -> Verified (or VerificationError: never written)
+       kernel limits   passes/kernel_limits.py -> LimitNotes (low nodes that rely on a held sum)
    14. report          report.py               -> ConversionReport (and the ValueMap, built from
                                                    the records of steps 5, 6, 11 and 12)
 
 Each step logs its result (and classify/assign each node's decision) at DEBUG (`amp-convert -v`).
+`_step` passes a step its arguments typed (ParamSpec: mypy checks them against the step's
+signature), and an exception escaping a step carries a note naming it ("in step 8: classify").
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from typing import TypeVar
+from typing import ParamSpec, TypeVar
 
 import onnx_ir as ir
 
-from amp_convert import schema
+from amp_convert import domains, schema
+from amp_convert.contrib_checks import check_runtime_ops
 from amp_convert.errors import InputError, VerificationError
+from amp_convert.graph_digest import DIGEST_KEY, graph_digest
 from amp_convert.low_io import resolve_low_io
 from amp_convert.onnx_checks import analyse
 from amp_convert.op_lists import (
@@ -44,6 +50,7 @@ from amp_convert.op_lists import (
     op_key,
     unmatched_user_ops,
 )
+from amp_convert.option_checks import check_op_lists
 from amp_convert.options import ConvertOptions, Level
 from amp_convert.passes.assign import assign
 from amp_convert.passes.classify import classify
@@ -52,6 +59,7 @@ from amp_convert.passes.fold_bn import fold_batch_norm
 from amp_convert.passes.global_pool import run_as_global_pool
 from amp_convert.passes.hand_norms import pin_norm_statistics, rewrite_hand_norms
 from amp_convert.passes.infer_dtypes import infer_dtypes
+from amp_convert.passes.kernel_limits import kernel_limits
 from amp_convert.passes.opset_upgrade import UpgradeResult, upgrade_opset
 from amp_convert.passes.plan import PrecisionPlan
 from amp_convert.passes.prepare import prepare
@@ -62,7 +70,7 @@ from amp_convert.precision import NodeClass, Precision, UniqueNames
 from amp_convert.qdq_rules import has_qdq
 from amp_convert.reasons import render
 from amp_convert.report import ConversionReport, FoldNote, NodeDecision
-from amp_convert.targets import KernelTable, load_target, uncovered_nodes
+from amp_convert.targets import Target, build_target, uncovered_nodes
 from amp_convert.traffic import (
     ShapeBook,
     cast_notes,
@@ -70,12 +78,20 @@ from amp_convert.traffic import (
     measure_original,
     model_traffic,
 )
-from amp_convert.value_map import METADATA_KEY, Snapshot, ValueMap, ValueRecord
+from amp_convert.value_map import (
+    METADATA_KEY,
+    REASONS_KEY,
+    Snapshot,
+    ValueMap,
+    ValueRecord,
+    reasons_to_metadata,
+)
 from amp_convert.value_map import build as build_value_map
 
 log = logging.getLogger(__name__)
 STAMP_KEY = "amp_convert"
 _R = TypeVar("_R")
+_P = ParamSpec("_P")
 
 
 def run(model: ir.Model, options: ConvertOptions) -> ConversionReport:
@@ -85,10 +101,11 @@ def run(model: ir.Model, options: ConvertOptions) -> ConversionReport:
     )
     report.casts_before = report.casts_after = count_casts(model)
     lists = build_lists(options)  # validates op list files even at O0
+    check_op_lists(lists, model)
     report.warnings.extend(_unknown_user_ops(options, model))
     if _nothing_to_do(model, options, report):
         return report
-    table = load_target(options.target) if options.target != "none" else None
+    target = build_target(options.target)  # the one Target every step that needs one asks
     low, keep_io = options.low_dtype, options.keep_io_types
     low_io, low_io_warnings = resolve_low_io(model, options.low_io_patterns)  # before any edit
     report.warnings.extend(low_io_warnings)
@@ -102,22 +119,27 @@ def run(model: ir.Model, options: ConvertOptions) -> ConversionReport:
     report.warnings.extend(schema.unknown_warnings(model))
     shapes = ShapeBook(model, options.dim_values)  # sizes from the input dims (shapes.py)
     _step(3, "infer dtypes", infer_dtypes, model, inferred)
+    check_runtime_ops(model)  # the input's ORT ops against ORT's schemas: its fault, not ours
     before = _step(4, "measure", measure_original, model, shapes, low, keep_io, low_io)
     folded = _step(5, "fold BN", fold_batch_norm, model, low, inferred, prepared.names)
-    target = options.target
     norms = _step(6, "hand norms", rewrite_hand_norms, model, prepared.names, inferred, target)
     pooled = _step(7, "global pool", run_as_global_pool, model, inferred, target)
-    classes = _step(8, "classify", classify, model, options, lists, table)
+    classes = _step(8, "classify", classify, model, options, lists, target)
     classes = _step(9, "pin statistics", pin_norm_statistics, classes, norms, options.level)
     groups = _step(9, "QDQ groups", keep_qdq_groups, model, classes)
     classes = groups.classes
     plan = _step(10, "assign", assign, model, classes, shapes, options, low_io)
+    if not _has_float(model):  # typed by step 3: no float data path at all
+        report.warnings.append(
+            "nothing to convert: no value of the model is a float; its graph is kept as it is"
+        )
     rewritten = _step(
         11, "rewrite", rewrite, model, plan, prepared.names,
         cast_optional_params=options.cast_optional_params,
     )  # fmt: skip
     cleaned = _step(12, "cleanup", cleanup, model)
     _step(13, "verify", _verify, model, strict_error)
+    limits = kernel_limits(model, target, shapes)
 
     if prepared.promoted:
         report.warnings.append(
@@ -139,7 +161,8 @@ def run(model: ir.Model, options: ConvertOptions) -> ConversionReport:
     report.folds = list(folded.records)
     report.rewrites = [*norms.notes, *pooled.notes, *_upgrade_notes(upgraded)]
     report.warnings.extend(_qdq_warnings(groups, options))
-    _describe_target(report, model, table)
+    report.limits = list(limits)
+    _describe_target(report, model, target)
     report.casts_after = count_casts(model)
     report.casts = cast_notes(model, shapes)
     report.traffic = {
@@ -156,6 +179,9 @@ def run(model: ir.Model, options: ConvertOptions) -> ConversionReport:
     report.traffic_estimated = shapes.estimated
     model.metadata_props[STAMP_KEY] = options.stamp()
     model.metadata_props[METADATA_KEY] = report.value_map.to_metadata()
+    fp32 = {n.name: n.reason for n in report.nodes if n.precision == Precision.FP32.value}
+    model.metadata_props[REASONS_KEY] = reasons_to_metadata(fp32)  # `validate --html` shows them
+    model.metadata_props[DIGEST_KEY] = graph_digest(model)  # "already converted" only if unedited
     return report
 
 
@@ -211,13 +237,29 @@ def _fp32_causes(plan: PrecisionPlan) -> list[str]:
     return causes
 
 
-def _step(number: int, name: str, func: Callable[..., _R], *args: object, **kwargs: object) -> _R:
-    """Run one step, logging its name and a line about its result at DEBUG."""
+def _step(
+    number: int, name: str, func: Callable[_P, _R], *args: _P.args, **kwargs: _P.kwargs
+) -> _R:
+    """Run one step, logging its name and a line about its result at DEBUG; an exception that
+    escapes it leaves with a note naming the step (shown in tracebacks and the CLI's line)."""
     log.debug("step %d: %s", number, name)
-    result = func(*args, **kwargs)
+    try:
+        result = func(*args, **kwargs)
+    except Exception as e:
+        add_note(e, f"in step {number}: {name}")
+        raise
     if log.isEnabledFor(logging.DEBUG):
         log.debug("step %d: %s -> %s", number, name, _summary(result))
     return result
+
+
+def add_note(error: BaseException, note: str) -> None:
+    """PEP 678's add_note, also on Python 3.10 (where only __notes__ holds it)."""
+    add = getattr(error, "add_note", None)
+    if add is not None:
+        add(note)
+    else:
+        error.__notes__ = [*getattr(error, "__notes__", []), note]  # type: ignore[attr-defined]
 
 
 def _summary(result: object) -> str:
@@ -237,14 +279,29 @@ def _nothing_to_do(model: ir.Model, options: ConvertOptions, report: ConversionR
     if options.level == Level.O0:
         report.warnings.append("level O0: the model is re-saved unchanged")
         return True
-    if model.metadata_props.get(STAMP_KEY) == options.stamp():
-        if _holds_low(model, options.low_dtype):
-            report.already_converted = True
-            return True
+    if domains.imported_opset(model.opset_imports) is None:
+        imported = ", ".join(sorted(d or "ai.onnx" for d in model.opset_imports)) or "none"
         report.warnings.append(
-            f"the model carries amp-convert's stamp for these options but holds no "
-            f"{options.dtype.upper()} value: a stale stamp, ignored (converted again)"
+            f"nothing to convert: the model imports no ai.onnx opset (only {imported}); its ops "
+            "are kept as they are and the model is re-saved unchanged"
         )
+        return True
+    if model.metadata_props.get(STAMP_KEY) == options.stamp():
+        if not _holds_low(model, options.low_dtype):
+            report.warnings.append(
+                f"the model carries amp-convert's stamp for these options but holds no "
+                f"{options.dtype.upper()} value: a stale stamp, ignored (converted again)"
+            )
+            return False
+        digest = model.metadata_props.get(DIGEST_KEY)
+        if digest is not None and digest != graph_digest(model):
+            report.warnings.append(
+                "the model carries amp-convert's stamp for these options but its graph changed "
+                "since it was written (nodes, inputs, outputs or weights differ): converted again"
+            )
+            return False
+        report.already_converted = True
+        return True
     return False
 
 
@@ -255,6 +312,19 @@ def _holds_low(model: ir.Model, low: ir.DataType) -> bool:
         if any(v.dtype == low for v in values):
             return True
     return any(out.dtype == low for node in model.graph.all_nodes() for out in node.outputs)
+
+
+def _has_float(model: ir.Model) -> bool:
+    """Whether any value or weight of the model has a floating-point type (a float data path)."""
+    for graph in model.graphs():
+        values = (*graph.inputs, *graph.outputs, *graph.initializers.values())
+        if any(v.dtype is not None and v.dtype.is_floating_point() for v in values):
+            return True
+    return any(
+        out.dtype is not None and out.dtype.is_floating_point()
+        for node in model.graph.all_nodes()
+        for out in node.outputs
+    )
 
 
 def _verify(model: ir.Model, strict_error: str | None) -> Verified:
@@ -297,6 +367,7 @@ def decisions(model: ir.Model, plan: PrecisionPlan, rewritten: RewriteResult) ->
                 op_class=op_class.value,
                 precision=precision,
                 reason=render(placement.reasons),
+                reasons=tuple(placement.reasons),
             )
         )
     return out
@@ -320,11 +391,11 @@ def _value_map(
     return build_value_map(snapshot, records, model, precision)
 
 
-def _describe_target(report: ConversionReport, model: ir.Model, table: KernelTable | None) -> None:
-    if table is None:
-        report.target = "none (ONNX schemas only)"
+def _describe_target(report: ConversionReport, model: ir.Model, target: Target) -> None:
+    report.target = target.describe()
+    if not target.checks_kernels:
         return
-    report.target = f"{table.name} (kernel table from ONNX Runtime {table.ort_version})"
+    table = target.kernels
     uncovered = uncovered_nodes(model, table)
     if uncovered:  # nodes that were low precision already, or a table gap: say so
         report.warnings.append(

@@ -2,7 +2,7 @@
 
 onnx-ir (and numpy under it) raise bare ValueErrors deep inside a conversion for tensors whose
 data is shorter than their dims, for external data outside the model's folder or shorter than
-declared, and the passes assume nodes in topological order. Everything here looks only at the
+declared, and for node inputs that nothing defines. Everything here looks only at the
 protobuf and file sizes: no tensor data is read.
 """
 
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import onnx
 
-from amp_convert import proto_walk
+from amp_convert import file_kinds, proto_walk, user_text
 from amp_convert.errors import InputError
 
 _T = onnx.TensorProto
@@ -98,6 +98,10 @@ def check_tensor_data(proto: onnx.ModelProto, where: str) -> None:
             )
 
 
+#: the external-data keys ONNX Runtime reads (it refuses any other, onnx's "basepath" included)
+_EXTERNAL_KEYS = frozenset({"location", "offset", "length", "checksum"})
+
+
 def _external_entries(tensor: onnx.TensorProto) -> dict[str, str]:
     entries = {e.key: e.value for e in tensor.external_data}
     if any(not isinstance(x, str) for item in entries.items() for x in item):
@@ -117,6 +121,11 @@ def external_locations(proto: onnx.ModelProto) -> set[str]:
 
 def resolve_location(model_path: Path, location: str) -> Path:
     """An external-data location as the file it names (relative to the model's folder)."""
+    problem = user_text.text_problem(location)
+    if problem is not None:
+        raise InputError(
+            f"{model_path}: external data location '{user_text.printable(location)}' {problem}"
+        )
     return Path(os.path.realpath(model_path.parent / location))
 
 
@@ -149,15 +158,21 @@ def check_external_data(proto: onnx.ModelProto, model_path: Path) -> None:
         if t.data_location != _T.EXTERNAL:
             continue
         entries = _external_entries(t)
+        if unknown := sorted(set(entries) - _EXTERNAL_KEYS):
+            raise InputError(
+                f"{model_path}: {what}: unknown external-data key {unknown[0]!r} (ONNX Runtime "
+                f"reads only {', '.join(sorted(_EXTERNAL_KEYS))} and refuses the model)"
+            )
         location = entries.get("location", "")
         if not location:
             raise InputError(f"{model_path}: {what} is external but names no location")
         path = resolve_location(model_path, location)
         if path not in sizes:
             _check_containment(model_path, folder, what, location, path)
-            if not path.is_file():
+            if why := file_kinds.not_a_file(path):
                 raise InputError(
-                    f"{model_path}: external data file {location!r} of {what} is missing"
+                    f"{model_path}: external data file {location!r} of {what} "
+                    + ("is missing" if why == "does not exist" else why)
                 )
             st = path.stat()
             if st.st_nlink > 1:  # onnx-ir refuses these too (a hard link can escape the folder)
@@ -208,32 +223,42 @@ def _node_label(node: onnx.NodeProto, index: int) -> str:
     )
 
 
-def check_topological_order(proto: onnx.ModelProto, where: str) -> None:
-    """Refuse a graph where a node reads a value that a later node produces (naming both).
+def check_references(proto: onnx.ModelProto, where: str) -> bool:
+    """Whether the nodes need sorting; InputError for a node input that nothing defines.
 
     One pass per graph with a stack of scopes: a subgraph sees the values its outer graphs
-    defined before the node holding it. Values no node produces are left to later checks.
+    defined before the node holding it. A value produced only by a later node means the graph
+    is out of topological order: ONNX Runtime sorts such graphs itself, and so does the loader
+    (io). A value no node, graph input or initializer of any enclosing scope defines is refused
+    here, naming the node (onnx-ir would log a warning and invent an input for it).
     """
-    _check_order(proto.graph, [], where)
+    return _check_refs(proto.graph, [], where)
 
 
-def _check_order(graph: onnx.GraphProto, outer: list[tuple[set, dict]], where: str) -> None:
+def _check_refs(graph: onnx.GraphProto, outer: list[tuple[set, set]], where: str) -> bool:
     defined = {v.name for v in graph.input} | {t.name for t in graph.initializer}
     defined |= {t.values.name for t in graph.sparse_initializer}
-    nodes = list(graph.node)
-    producers = {out: (node, j) for j, node in enumerate(nodes) for out in node.output}
-    scopes = [*outer, (defined, producers)]
-    for i, node in enumerate(nodes):
+    produced = {out for node in graph.node for out in node.output if out}
+    scopes = [*outer, (defined, produced)]
+    unsorted = False
+    for i, node in enumerate(graph.node):
         for name in node.input:
             if not name or name in defined or any(name in d for d, _ in outer):
                 continue
-            found = next((p[name] for _, p in reversed(scopes) if name in p), None)
-            if found is not None:
+            if not any(name in p for _, p in scopes):
                 raise InputError(
-                    f"{where}: {_node_label(node, i)} reads {name!r} before "
-                    f"{_node_label(*found)} produces it: the nodes are not in topological order"
+                    f"{where}: {_node_label(node, i)} reads {name!r}, which no node, graph "
+                    "input or initializer defines; the model is invalid"
                 )
+            unsorted = True
         if node.attribute:
             for sub in proto_walk.subgraphs(node):
-                _check_order(sub, scopes, where)
+                unsorted |= _check_refs(sub, scopes, where)
         defined.update(node.output)
+    for out in graph.output:
+        if out.name and not any(out.name in d or out.name in p for d, p in scopes):
+            raise InputError(
+                f"{where}: graph output {out.name!r} is defined by no node, graph input or "
+                "initializer; the model is invalid"
+            )
+    return unsorted

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 
+from amp_convert.reasons import Reason
 from amp_convert.report_base import Report
 from amp_convert.value_map import ValueMap
 
@@ -13,7 +14,12 @@ SCHEMA_VERSION = 1
 
 @dataclass
 class NodeDecision:
-    """One node's outcome. precision: 'low', 'fp32', or 'n/a' (no float data path)."""
+    """One node's outcome. precision: 'low', 'fp32', or 'n/a' (no float data path).
+
+    ``reason`` is the line people read; ``reasons`` the same decision structured, one Reason per
+    cause in order (``kind`` for code: "user", "target", "range"...; ``source``: who decided;
+    ``detail``), so a tool filters decisions by kind without parsing prose.
+    """
 
     name: str
     op_type: str
@@ -22,6 +28,7 @@ class NodeDecision:
     op_class: str
     precision: str
     reason: str
+    reasons: tuple[Reason, ...] = ()
 
 
 @dataclass
@@ -50,6 +57,30 @@ class FoldNote:
     action: str
     into: str
     detail: str
+
+
+_LOW_MAX = {"float16": 65504.0, "bfloat16": 3.3895e38}
+
+
+@dataclass
+class LimitNote:
+    """A low node whose kernel holds a sum in the low type (targets/accumulation.py): it is right
+    exactly while `limit` holds for the data (passes/kernel_limits.py)."""
+
+    node: str
+    op_type: str
+    dtype: str
+    #: how many values each output element sums (None where the shapes do not say)
+    count: int | None
+    limit: str
+    source: str
+
+    def text(self) -> str:
+        over = ""
+        if self.count:
+            bound = _LOW_MAX.get(self.dtype, 65504.0) / self.count
+            over = f"; over {self.count} values: |mean| <= {bound:.4g}"
+        return f"{self.op_type} {self.node!r} ({self.dtype}): {self.limit}{over} [{self.source}]"
 
 
 @dataclass
@@ -87,6 +118,8 @@ class ConversionReport(Report, tool="amp-convert", schema_version=SCHEMA_VERSION
     value_map: ValueMap = field(default_factory=ValueMap)
     #: model inputs/outputs made low precision by --low-io (despite keep_io_types)
     low_io: list[str] = field(default_factory=list)
+    #: low nodes whose kernel holds a sum in the low type: right only while the limit holds
+    limits: list[LimitNote] = field(default_factory=list)
 
     @property
     def casts_inserted(self) -> int:
@@ -152,6 +185,7 @@ class ConversionReport(Report, tool="amp-convert", schema_version=SCHEMA_VERSION
         for note in self.tensors:
             if note.action != "converted":
                 lines.append(f"note: {note.name}: {note.action} ({note.detail})")
+        lines.extend(f"kernel limit: {note.text()}" for note in self.limits)
         lines.extend(f"warning: {w}" for w in self.warnings)
         return "\n".join(lines)
 

@@ -56,7 +56,11 @@ class Report:
         data.setdefault("tool", self.TOOL)
         return data
 
+    def json_bytes(self) -> bytes:
+        """``to_dict()`` as strict JSON."""
+        text = json.dumps(json_ready(self.to_dict()), indent=2, allow_nan=False)
+        return (text + "\n").encode("utf-8")
+
     def to_json(self, path: str | os.PathLike) -> None:
         """Write ``to_dict()`` as strict JSON, atomically (raises OutputError)."""
-        text = json.dumps(json_ready(self.to_dict()), indent=2, allow_nan=False)
-        safe_write.write_bytes(path, (text + "\n").encode("utf-8"))
+        safe_write.write_bytes(path, self.json_bytes())

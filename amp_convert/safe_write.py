@@ -13,22 +13,31 @@ during the work cannot redirect the write; only a regular file (or nothing) is r
 * ``sigterm_cleans_up``: for the duration of a write, SIGTERM raises ``Terminated`` so the
   cleanup that runs on Ctrl-C (except/finally blocks) also runs on ``kill``; the signal is then
   delivered again to the handler that was there before (by default: the process ends).
+* ``signals_deferred``: SIGINT and SIGTERM held back for a few statements that must not be cut
+  in half (a commit, its clean-up), then delivered.
+* ``write_error``: an OSError of a write as one line, blaming the output, or the input when the
+  failing file is one the write was reading (replaced or removed by another process meanwhile).
+* ``StagedFile``: a small file written under a temporary name now and renamed into place later
+  (a report that must not fail after the model it describes was committed).
 * ``write_bytes``: the whole of the above for a small file (reports).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import re
 import secrets
 import signal
 import stat
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
+from typing import Any
 
-from amp_convert.errors import OutputError
+from amp_convert.errors import AmpConvertError, InputError, OutputError
 
 try:
     import fcntl
@@ -47,14 +56,43 @@ TEMP_FOLDERS = {
     "amp-auto-": "--auto: weights staged for ONNX Runtime (memory-mapped)",
     "amp-auto-ref-": "--auto: reference values kept on disk",
     "amp-validate-": "validate: a model too big for one protobuf, written for ONNX Runtime",
+    "amp-loadcheck-": "the model a load-check child process opens",
 }
 
 
 def temp_folder(prefix: str) -> tempfile.TemporaryDirectory:
-    """A fresh temporary folder of a declared kind (TEMP_FOLDERS)."""
+    """A fresh temporary folder of a declared kind (TEMP_FOLDERS); OutputError if none can be."""
     if prefix not in TEMP_FOLDERS:
         raise ValueError(f"undeclared temporary folder kind {prefix!r}")
-    return tempfile.TemporaryDirectory(prefix=prefix)
+    with temp_writes(prefix):
+        return tempfile.TemporaryDirectory(prefix=prefix)
+
+
+def temp_error(prefix: str, e: OSError) -> OutputError:
+    """One line for a write into a temporary folder that failed (full, a file size limit)."""
+    hint = "a file size limit: see ulimit -f" if e.errno == errno.EFBIG else "set TMPDIR to a "
+    hint += "" if e.errno == errno.EFBIG else "folder with room"
+    return OutputError(
+        f"cannot write {TEMP_FOLDERS[prefix]} in the temporary folder "
+        f"{tempfile.gettempdir()}: {describe_os_error(e)} ({hint})"
+    )
+
+
+@contextlib.contextmanager
+def temp_writes(prefix: str) -> Iterator[None]:
+    """Inside: an OSError (or a write's OutputError) becomes temp_error's one line.
+
+    The same handling as the outputs': one line, exit 2; the caller removes the folder.
+    """
+    try:
+        yield
+    except OSError as e:
+        raise temp_error(prefix, e) from None
+    except OutputError as e:
+        cause = e.__cause__ or e.__context__
+        if isinstance(cause, OSError):
+            raise temp_error(prefix, cause) from None
+        raise OutputError(f"cannot write {TEMP_FOLDERS[prefix]}: {e}") from None
 
 
 class Terminated(BaseException):
@@ -241,22 +279,118 @@ def sigterm_cleans_up() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+@contextlib.contextmanager
+def signals_deferred() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM back inside the block; deliver them (once each) on leaving it.
+
+    For a few statements that must run whole (a rename and the state that records it). Only in
+    the main thread (Python runs handlers there); an ignored signal stays ignored.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pending: list[int] = []
+
+    def hold(signum: int, frame: object) -> None:
+        pending.append(signum)
+
+    previous: dict[signal.Signals, Any] = {}
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        handler = signal.getsignal(sig)
+        if handler is signal.SIG_IGN or handler is None:
+            continue
+        previous[sig] = handler
+        signal.signal(sig, hold)
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        for signum in dict.fromkeys(pending):
+            signal.raise_signal(signum)  # to the handler restored above
+
+
+#: numpy's words for a short write (ndarray.tofile): "1048576 requested and 524288 written"
+_SHORT_WRITE = re.compile(r"(\d+) requested and (\d+) written")
+
+
+def describe_os_error(e: OSError) -> str:
+    """An OSError's reason in words; a short write (no errno) says what it usually means."""
+    short = _SHORT_WRITE.search(str(e))
+    if short and not e.errno:
+        wanted, done = short.groups()
+        return (
+            f"the disk is full or a file size limit was reached (only {done} of {wanted} "
+            "bytes written)"
+        )
+    return e.strerror or str(e)
+
+
+def write_error(slot: Slot, e: OSError, ours: Collection[str | None] = ()) -> AmpConvertError:
+    """One line for an OSError raised while writing `slot`.
+
+    `ours` are the names the write creates in the slot's folder; an error on another named file
+    comes from reading (a lazily read weight of the input, replaced or removed by another
+    process meanwhile) and blames that file, not the output.
+    """
+    name = e.filename
+    if isinstance(name, str | bytes | os.PathLike) and os.fsdecode(name):
+        path = os.fsdecode(name)
+        ours_here = {n for n in ours if n} | {slot.name}
+        held = f"/proc/self/fd/{slot.dir_fd}/" if _PROC_FD else None
+        if os.path.basename(path) not in ours_here and not (held and path.startswith(held)):
+            return InputError(
+                f"{path}: cannot read: {describe_os_error(e)} (was it replaced or removed "
+                "during the run?)"
+            )
+    return OutputError(f"{slot.path}: cannot write {slot.label}: {describe_os_error(e)}")
+
+
+class StagedFile:
+    """`data` written to a fresh temporary name in the slot's folder, committed or discarded later.
+
+    Writing is what fails (a full disk, a size limit); the commit is a rename in a held folder.
+    Staging a report before the model it describes is committed means a report that cannot be
+    written fails the run while the old output is still in place. Raises OutputError.
+    """
+
+    def __init__(self, slot: Slot, data: bytes) -> None:
+        self.slot, self.tmp = slot, None
+        try:
+            self.tmp = temp_name(slot)
+            with open(slot.beside(self.tmp), "wb") as f:
+                f.write(data)
+            keep_mode(slot.beside(slot.name), slot.beside(self.tmp))
+        except BaseException as e:
+            name = self.tmp
+            self.discard()
+            if isinstance(e, OSError):
+                raise write_error(slot, e, (name,)) from None
+            raise
+
+    def commit(self) -> None:
+        """Rename the staged file onto its slot (once)."""
+        if self.tmp is None:
+            return
+        try:
+            with folder_lock(self.slot), signals_deferred():
+                commit(self.slot, self.tmp)
+                self.tmp = None
+        except OSError as e:
+            raise write_error(self.slot, e) from None
+        finally:
+            self.discard()
+
+    def discard(self) -> None:
+        """Remove the staged file if it was not committed (idempotent)."""
+        tmp, self.tmp = self.tmp, None
+        unlink_quietly(tmp, self.slot.dir_fd)
+
+
 def write_bytes(dst: str | os.PathLike, data: bytes) -> None:
     """Write a small file atomically: temp file in the same folder, then a rename (dir_fd).
 
     A new file gets 0666 & ~umask, a replaced one keeps its mode. Raises OutputError.
     """
     with adhoc_slot(dst, "file") as slot, sigterm_cleans_up():
-        tmp = None
-        try:
-            tmp = temp_name(slot)
-            with open(slot.beside(tmp), "wb") as f:
-                f.write(data)
-            keep_mode(slot.beside(slot.name), slot.beside(tmp))
-            with folder_lock(slot):
-                commit(slot, tmp)
-        except BaseException as e:
-            unlink_quietly(tmp, slot.dir_fd)
-            if isinstance(e, OSError):
-                raise OutputError(f"{slot.path}: cannot write: {e.strerror or e}") from None
-            raise
+        StagedFile(slot, data).commit()

@@ -1,7 +1,8 @@
 """Every value's size from the input dims: the shapes the cost model (and placement) weigh.
 
 Three sources, best first, for the dims the user set (`--dim`) or the defaults for *input* dims
-(batch-like 1, others 128; an unnamed first axis of a rank >= 2 input is a batch):
+(`dim_defaults`, the rules validation's random inputs follow too: batches 1, image H/W 224,
+channels 3, others 128):
 1. ONNX shape inference with data propagation on a weight-free copy whose inputs carry the
    concrete dims (shape constants kept, so Reshape targets built from Shape/Gather/Concat resolve);
 2. our own symbolic propagation (shape_rules) over the graph and inside If/Loop/Scan bodies,
@@ -16,33 +17,23 @@ from __future__ import annotations
 import ast
 import logging
 import math
-import re
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 import onnx
 import onnx_ir as ir
 
 from amp_convert import domains, proto_walk, shape_layers
+from amp_convert.dim_defaults import UNKNOWN_DIM_NAMES, axis_defaults
 from amp_convert.dims import parse_dim_expression
 from amp_convert.onnx_checks import call_on_stripped
 from amp_convert.shape_rules import RULES, UNKNOWN, Fact, Shape
 from amp_convert.symdim import Dim, Sym, add, evaluate, floordiv, mul, prod, sub
 
 logger = logging.getLogger(__name__)
-BATCH_DIM = 1
-OTHER_DIM = 128
-_BATCH_NAMES = re.compile(r"^(n|b|bs|nbatch|batch.*|.*_batch|.*batch_?size.*|num_images)$", re.I)
-#: names that say a leading axis is not a batch (time-major sequences, sizes)
-_NOT_BATCH = re.compile(r"seq|len|time|step|frame|token|past|height|width|size", re.I)
-#: dim_param spellings that mean "unknown": each such axis is its own dim, keyed input[axis]
-UNKNOWN_DIM_NAMES = frozenset({"", "?", "-1", "none", "unk"})
 _SMALL_DATA = 64  # integer tensors up to this many elements carry their values (shape vectors)
 _SUB_OPS = {"If", "Loop", "Scan"}
 _LAYER_RULES = shape_layers  # imported for its rules, registered in shape_rules.RULES
-
-
-def is_batch_like(name: str) -> bool:
-    return bool(_BATCH_NAMES.match(name))
 
 
 def input_dim_key(value: ir.Value, axis: int) -> str | None:
@@ -60,28 +51,48 @@ def input_dim_key(value: ir.Value, axis: int) -> str | None:
 def assumed_dims(model: ir.Model, dims: Mapping[str, int]) -> dict[str, int]:
     """Every dynamic input dim with the size the estimate takes: the user's, else the default.
 
-    Defaults: 1 for a batch (a batch-like name, or the first axis of a rank >= 2 input when its
-    name does not say otherwise: dynamo's `s0`, tf2onnx's `unk__12`, Paddle's -1), 128 for any
-    other input dim. Dims inside the graph are never defaulted: they follow from these.
+    Defaults (``dim_defaults``, shared with validation): 1 for a batch (a batch-like name, or the
+    first axis of a rank >= 2 input when its name does not say otherwise: dynamo's `s0`,
+    tf2onnx's `unk__12`, Paddle's -1 or `p2o.DynamicDimension.0`), 224 for image H/W, 3 for
+    channels named so, 128 for any other input dim. Dims inside the graph are never defaulted:
+    they follow from these.
     """
+    shapes: list[tuple[str, bool, list[Any]]] = []
+    keys: list[tuple[str, int, str]] = []
+    for value in model.graph.inputs:
+        if value.is_initializer() or value.shape is None:
+            continue
+        shape = [_declared_dim(d) for d in value.shape]
+        shapes.append((str(value.name), value.dtype in _FLOATS, shape))
+        for axis in range(len(shape)):
+            key = input_dim_key(value, axis)
+            if key is not None and key not in dims and parse_dim_expression(key) is None:
+                keys.append((str(value.name), axis, key))  # `past + seq` follows from its names
+    defaults = axis_defaults(shapes, keys)
     out: dict[str, int] = {}
     for value in model.graph.inputs:
         if value.is_initializer() or value.shape is None:
             continue
-        rank = len(value.shape)
-        for axis in range(rank):
+        for axis in range(len(value.shape)):
             key = input_dim_key(value, axis)
             if key is None or key in out:
                 continue
             if key in dims:
                 out[key] = dims[key]
-            elif parse_dim_expression(key) is not None:
-                continue  # `past + seq` follows from its names (see concrete_dim)
-            elif is_batch_like(key) or axis == 0 and rank >= 2 and not _NOT_BATCH.search(key):
-                out[key] = BATCH_DIM  # a leading axis not named otherwise is a batch
-            else:
-                out[key] = OTHER_DIM
+            elif key in defaults:
+                out[key] = defaults[key][0]
     return out
+
+
+_FLOATS = frozenset(
+    {ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.BFLOAT16, ir.DataType.DOUBLE}
+)
+
+
+def _declared_dim(d: Any) -> int | str | None:
+    if isinstance(d, int):
+        return d
+    return d.value if isinstance(d, ir.SymbolicDim) else None
 
 
 def concrete_dim(key: str | None, env: Mapping[str, int]) -> int | None:

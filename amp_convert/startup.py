@@ -10,10 +10,16 @@ pays for sympy. onnx-ir itself is not changed. (``importlib.util.LazyLoader`` do
 
 Called by the command line only (a library user's process may rely on its own import order); a
 no-op when onnx-ir or sympy is already loaded or not installed.
+
+`main` also owns Ctrl-C from its first line (amp_convert.interrupts): while it imports the
+modules the command will use (`preload`, before any file is made) SIGINT ends the process at
+once with one line and 130; while the command works SIGINT raises KeyboardInterrupt so clean-up
+runs; once it has finished (its verdict printed) SIGINT again ends it at once, with the same line.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import sys
@@ -21,6 +27,8 @@ import types
 from importlib.machinery import ModuleSpec
 from pathlib import Path
 from typing import Any
+
+from amp_convert import interrupts
 
 DEFERRED = ("sympy", "onnx_ir._symbolic_shapes")
 
@@ -64,18 +72,61 @@ def defer_sympy() -> bool:
     return True
 
 
+def preload(args: list[str]) -> None:
+    """Import what the command will use while an interrupt can still end it at once.
+
+    A conversion needs the converter; --validate, ``validate`` and --auto also need ONNX Runtime
+    and the validation modules, --auto its search. Help needs none of it. A missing ONNX Runtime
+    is said by the command itself.
+    """
+    if {"-h", "--help"} & set(args):
+        return
+    validates = bool({"--validate", "--auto"} & set(args)) or args[:1] == ["validate"]
+    if args[:1] != ["validate"]:
+        importlib.import_module("amp_convert.api")
+    if validates:
+        with contextlib.suppress(ImportError):
+            importlib.import_module("onnxruntime")
+        for name in ("amp_convert.validation.emulate", "amp_convert.validation.sparse"):
+            importlib.import_module(name)
+    if "--auto" in args:
+        importlib.import_module("amp_convert.auto.command")
+        importlib.import_module("amp_convert.auto.search")
+
+
 def main() -> None:
-    """Console-script entry point: defer sympy, then run the command line.
+    """Console-script entry point: Ctrl-C handled, sympy deferred, then the command line.
 
     ``amp-convert --version`` alone needs only the version string: it is answered here, in
     click's words, before click, onnx and the option declarations are imported.
     """
-    if sys.argv[1:] == ["--version"]:
-        from amp_convert import __version__
+    interrupts.exit_at_once()
+    interrupts.end_at_exit()
+    try:
+        if sys.argv[1:] == ["--version"]:
+            from amp_convert import __version__
 
-        print(f"amp-convert, version {__version__}")
-        return
-    defer_sympy()
-    from amp_convert.cli import main as cli_main
+            print(f"amp-convert, version {__version__}")
+            return
+        defer_sympy()
+        import warnings
 
-    cli_main()
+        from amp_convert.user_text import show_warning
+
+        warnings.showwarning = show_warning  # one line, no library source path
+        from amp_convert.cli import main as cli_main
+
+        preload(sys.argv[1:])
+        interrupts.raise_in_work()
+        try:
+            cli_main()
+        except SystemExit as done:
+            interrupts.exit_at_once()
+            interrupts.end_with(done.code)
+            raise
+        finally:
+            interrupts.exit_at_once()
+    except KeyboardInterrupt:  # between the command's own handling and the line above
+        interrupts.say_interrupted()
+        interrupts.end_with(interrupts.EXIT_INTERRUPTED)
+        sys.exit(interrupts.EXIT_INTERRUPTED)

@@ -29,6 +29,8 @@ from amp_convert.precision import Precision
 
 METADATA_KEY = "amp_convert.value_map"
 MAP_VERSION = 1
+#: metadata key of {node: why it is FP32} (the conversion report's reasons, for the pages)
+REASONS_KEY = "amp_convert.fp32_reasons"
 
 
 class Fate(str, enum.Enum):
@@ -210,30 +212,32 @@ class ValueMap:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], result_names: Iterable[str] = ()) -> ValueMap:
         """Read ``to_dict``'s form. With ``changed_only``, each of ``result_names`` (the values of
-        the converted graph) not listed is an original value kept under its own name."""
+        the converted graph) not listed is an original value kept under its own name.
+
+        The map comes from a file anyone may have edited: every field is checked for its type
+        and every name for being text (valid UTF-8); anything else raises ``ValueError``.
+        """
+        if not isinstance(data, Mapping):
+            raise ValueError("not an object")
         values: dict[str, ValueFate] = {}
-        for name, d in dict(data.get("values") or {}).items():
-            values[str(name)] = ValueFate(
-                str(name), Fate(d["fate"]), d.get("carrier"), d.get("dtype"), d.get("into", ""),
-                d.get("via_cast", ""), d.get("why", ""),
+        for name, d in _entries(data, "values"):
+            values[name] = ValueFate(
+                name, _fate(d), _text(d, "carrier", None), _text(d, "dtype", None),
+                _text(d, "into"), _text(d, "via_cast"), _text(d, "why"),
             )  # fmt: skip
-        if data.get("changed_only"):
+        if _flag(data, "changed_only", False):
             carried = {v.carrier for v in values.values()}
             for name in result_names:
                 if name not in values and name not in carried:
                     values[name] = ValueFate(name, Fate.KEPT, name)
-        nodes = {
-            str(name): NodeFate(
-                str(name),
-                d.get("op_type", ""),
-                Fate(d["fate"]),
-                Precision(d["precision"]) if d.get("precision") else None,
-                d.get("into", ""),
-                d.get("why", ""),
+        nodes = {}
+        for name, d in _entries(data, "nodes"):
+            precision = _text(d, "precision", None)
+            nodes[name] = NodeFate(
+                name, _text(d, "op_type"), _fate(d),
+                Precision(precision) if precision else None, _text(d, "into"), _text(d, "why"),
             )  # fmt: skip
-            for name, d in dict(data.get("nodes") or {}).items()
-        }
-        return cls(values, nodes, bool(data.get("complete", True)), str(data.get("note", "")))
+        return cls(values, nodes, _flag(data, "complete", True), _text(data, "note"))
 
     def to_metadata(self) -> str:
         """The compact JSON stored in the converted model's metadata."""
@@ -245,16 +249,23 @@ class ValueMap:
     ) -> ValueMap | None:
         """The map a converted model carries, or None (not converted by amp-convert, or
         unreadable: a map that cannot be trusted is no map)."""
+        return cls.read_metadata(metadata, result_names)[0]
+
+    @classmethod
+    def read_metadata(
+        cls, metadata: Mapping[str, str], result_names: Iterable[str]
+    ) -> tuple[ValueMap | None, str]:
+        """(the map, "") or (None, why it is not used: "" when the model has none)."""
         text = metadata.get(METADATA_KEY)
         if not text:
-            return None
+            return None, ""
         try:
             data = json.loads(text)
-            if data.get("version") != MAP_VERSION:
-                return None
-            return cls.from_dict(data, result_names)
-        except (ValueError, KeyError, TypeError, AttributeError):
-            return None
+            if not isinstance(data, Mapping) or data.get("version") != MAP_VERSION:
+                return None, "its value map is of an unknown version"
+            return cls.from_dict(data, result_names), ""
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
+            return None, f"its value map is malformed ({type(e).__name__})"
 
     @classmethod
     def common_names(cls, original: Iterable[str], result: Iterable[str]) -> ValueMap:
@@ -273,6 +284,70 @@ class ValueMap:
             "BatchNormalization merged into its Conv) may be compared with different data"
         )
         return cls(values, {}, complete=False, note=note)
+
+
+def _is_text(value: object) -> bool:
+    if not isinstance(value, str):
+        return False
+    try:
+        value.encode("utf-8")  # a lone surrogate (JSON "\\ud800") is not text
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _entries(data: Mapping[str, Any], key: str) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    table = data.get(key)
+    if table is None:
+        return
+    if not isinstance(table, Mapping):
+        raise ValueError(f"{key}: not an object")
+    for name, entry in table.items():
+        if not _is_text(name) or not isinstance(entry, Mapping):
+            raise ValueError(f"{key}: a bad entry")
+        yield name, entry
+
+
+def _text(d: Mapping[str, Any], key: str, default: str | None = "") -> Any:
+    value = d.get(key)
+    if value is None or (value == "" and default is None):
+        return default
+    if not _is_text(value):
+        raise ValueError(f"{key}: not text")
+    return value
+
+
+def _flag(d: Mapping[str, Any], key: str, default: bool) -> bool:
+    value = d.get(key, default)
+    if not isinstance(value, bool):
+        raise ValueError(f"{key}: not true or false")
+    return value
+
+
+def _fate(d: Mapping[str, Any]) -> Fate:
+    return Fate(_text(d, "fate"))  # ValueError for an unknown fate
+
+
+def reasons_to_metadata(reasons: Mapping[str, str]) -> str:
+    """{node: why it stays FP32} as the compact JSON stored next to the map."""
+    return json.dumps(dict(reasons), separators=(",", ":"), sort_keys=True)
+
+
+def read_reasons(metadata: Mapping[str, str]) -> tuple[dict[str, str], str]:
+    """({node: why FP32}, "") from a converted model's metadata, or ({}, why it is not used):
+    like the map, untrusted text, checked entry by entry."""
+    text = metadata.get(REASONS_KEY)
+    if not text:
+        return {}, ""
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError) as e:
+        return {}, f"its FP32 reasons are malformed ({type(e).__name__})"
+    if not isinstance(data, Mapping) or not all(
+        _is_text(k) and _is_text(v) for k, v in data.items()
+    ):
+        return {}, "its FP32 reasons are malformed (not text)"
+    return dict(data), ""
 
 
 # -- building the map from the steps' records -----------------------------------------------

@@ -1,19 +1,30 @@
-"""Fuzz the command line: random option combinations with hostile values (issue 16).
+"""Fuzz the command line: random option combinations with hostile values (issues 16 and 25).
 
 Each case is `amp-convert ...` or `amp-convert validate ...` built from a seed: a model argument
 (a real model, one with external data, a missing file, a FIFO, a folder, a text file, a near-miss
-command name), then 0-8 options drawn from every option the commands have, each with a valid or a
-hostile value (the input model or its data file as an output, an existing file, a FIFO, a
-symlink to /dev/null, '', 'dir/', a 250-character name, nan, inf, -1, 1e12, non-ASCII...).
+command name, a model whose output names hold control characters, one whose external-data
+location holds a NUL), then 0-8 options drawn from every option the commands have, each with a
+valid or a hostile value (the input model or its data file as an output, an existing file, a
+FIFO, a symlink to /dev/null, '', 'dir/', a 250-character name, nan, inf, -1, 1e12, non-ASCII,
+bytes that are not UTF-8 (as Python decodes them from a Latin-1 terminal), NUL, ESC sequences,
+form feed, U+FFFE...).
 
 Invariants, checked on every case (run in-process with click's CliRunner, so a case costs
 milliseconds unless it converts or validates):
 * the exit code is 0, 1 or 2, never 3 (internal error) nor anything else;
-* no traceback and no "internal error" in the output;
+* no traceback and no "internal error" in the output, and no raw control character (a name from
+  a model or the command line must not reach the terminal as an ESC sequence);
 * the input files (models, their data, the inputs .npz, the op-list file) are unchanged, and
   the FIFO is still a FIFO.
 
-Usage: python bench/cli_fuzz.py [--runs 5000] [--seed 0]  (prints cases/s and the exit codes)
+``signal_fuzz`` runs real processes (the console entry point) and sends SIGINT or SIGTERM at a
+random moment: the process ends 0/1/2 (it finished first), 130 with the one line
+"amp-convert: interrupted" (SIGINT) or by SIGTERM (the documented default after clean-up),
+never with a traceback; the inputs are unchanged; every output that exists loads (the old one
+or the new one), and no temporary file or folder is left.
+
+Usage: python bench/cli_fuzz.py [--runs 5000] [--seed 0] [--signals 40]
+(prints cases/s and the exit codes)
 """
 
 from __future__ import annotations
@@ -22,7 +33,10 @@ import argparse
 import hashlib
 import os
 import random
+import re
+import signal
 import stat
+import subprocess
 import sys
 import time
 from collections import Counter
@@ -46,6 +60,11 @@ NUMBERS = (
 )
 #: share of values drawn from the valid list (the rest are hostile)
 VALID_SHARE = 0.8
+#: text no option can use: a non-UTF-8 byte (surrogate-escaped, as Python decodes argv), NUL,
+#: an ESC sequence, other control characters, a noncharacter
+HOSTILE_TEXT = ["caf\udce9", "\udcff", "a\x00b", "\x1b[2J", "x\x01y", "\x0c", "n\ufffe", "\x7f"]
+#: characters that must never reach the terminal raw (tab and newline are fine)
+_RAW_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f\ufffe]")
 
 
 def pick(rng: random.Random, valid: list[str], hostile: list[str]) -> str:
@@ -60,6 +79,8 @@ class Arena:
     model: Path
     external: Path
     candidate: Path
+    controls: Path
+    nul_location: Path
     npz: Path
     lists: Path
     fifo: Path
@@ -77,16 +98,16 @@ class Arena:
         return stat.S_ISFIFO(os.lstat(self.fifo).st_mode)
 
 
-def _model(width: int = 16) -> onnx.ModelProto:
+def _model(width: int = 16, names: str = "y") -> onnx.ModelProto:
     w = np.random.default_rng(0).standard_normal((width, width)).astype(np.float32)
     graph = helper.make_graph(
         [
             helper.make_node("MatMul", ["x", "w"], ["m"], name="mm"),
-            helper.make_node("Softmax", ["m"], ["y"], name="sm", axis=-1),
+            helper.make_node("Softmax", ["m"], [names], name="sm" + names[1:], axis=-1),
         ],
         "g",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", width])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", width])],
+        [helper.make_tensor_value_info(names, TensorProto.FLOAT, ["batch", width])],
         [numpy_helper.from_array(w, "w")],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
@@ -116,8 +137,19 @@ def make_arena(root: Path) -> Arena:
     fifo = root / "fifo"
     os.mkfifo(fifo)
     (root / "null").symlink_to("/dev/null")
-    protected = [model, external, root / "e.onnx.data", candidate, npz, lists]
-    return Arena(root, model, external, candidate, npz, lists, fifo, protected)
+    controls = root / "ctl.onnx"
+    onnx.save(_model(names="y\x01\x1b[2J\x00\x0c\ufffe"), controls)
+    nul_location = root / "nul.onnx"
+    proto = onnx.load(str(external), load_external_data=False)
+    for t in proto.graph.initializer:
+        for entry in t.external_data:
+            if entry.key == "location":
+                entry.value = "e.onnx\x00.data"
+    onnx.save(proto, nul_location)
+    protected = [model, external, root / "e.onnx.data", candidate, npz, lists, controls,
+                 nul_location]  # fmt: skip
+    return Arena(root, model, external, candidate, controls, nul_location, npz, lists, fifo,
+                 protected)  # fmt: skip
 
 
 def _paths(a: Arena, rng: random.Random, output: bool) -> str:
@@ -132,6 +164,7 @@ def _paths(a: Arena, rng: random.Random, output: bool) -> str:
         str(a.candidate), str(a.fifo), str(r / "null"), str(r / "dir"), str(r / "dir") + "/",
         "", str(r / ("n" * 250)), str(r / "missing" / "x.json"), str(r / "notes.txt"),
         "/dev/null", str(r / "\u00fcn\u00efc\u00f6de.json"),
+        *(str(r / f"o{t}.json") for t in HOSTILE_TEXT[:4]),
     ]  # fmt: skip
     if not output:
         choices += [str(r / "bad.txt"), str(r / "nosuch.npz")]
@@ -147,9 +180,12 @@ def _convert_options(a: Arena, rng: random.Random) -> list[list[str]]:
         ["--level", pick(rng, ["O0", "O1", "O2", "O3", "o2"], ["O4", ""])],
         ["--dtype", pick(rng, ["fp16", "bf16", "float16"], ["fp8", ""])],
         [rng.choice(["--keep-io-types", "--no-keep-io-types"])],
-        ["--fp32-ops", pick(rng, ["Softmax", "Exp,Log"], ["Softmx", "", ",", "\u00b2", "a:X"])],
+        ["--fp32-ops", pick(rng, ["Softmax", "Exp,Log"], ["Softmx", "", ",", "\u00b2", "a:X",
+                                                         *HOSTILE_TEXT])],
         ["--fp16-ops", pick(rng, ["MatMul", "Relu"], ["NoSuchOp", " "])],
-        ["--exclude-nodes", pick(rng, ["mm", ".*", "^s"], ["(a+)+$", "[", r"(\w)\1", "(?=x)"])],
+        ["--exclude-nodes", pick(rng, ["mm", ".*", "^s"], ["(a+)+$", "[", r"(\w)\1", "(?=x)",
+                                                          *HOSTILE_TEXT])],
+        ["--low-io", pick(rng, ["mm", "^s"], HOSTILE_TEXT)],
         ["--cast-optional-params"],
         ["--op-lists", pick(rng, [str(a.lists)], [str(a.root / "bad.txt"), inp()])],
         ["--target", pick(rng, ["ort-cuda", "none"], ["tensorrt", ""])],
@@ -170,7 +206,7 @@ def _validation_options(a: Arena, rng: random.Random) -> list[list[str]]:
         ["--atol", pick(rng, *NUMBERS)], ["--rtol", pick(rng, *NUMBERS)],
         ["--min-cosine", pick(rng, ["0.999", "0.9", "1"], NUMBERS[1])],
         ["--max-nan", pick(rng, ["0", "3", "y:2"], ["-1", "1.5"])],
-        ["--top1", pick(rng, ["y"], ["nosuch", ""])],
+        ["--top1", pick(rng, ["y"], ["nosuch", "", *HOSTILE_TEXT])],
     ]  # fmt: skip
 
 
@@ -178,7 +214,8 @@ def case(a: Arena, seed: int) -> list[str]:
     """The argument list of fuzz case `seed`."""
     rng = random.Random(seed)
     if rng.random() < 0.25:
-        hostile = [str(a.external), str(a.fifo), "/dev/zero", "", str(a.root / "dir")]
+        hostile = [str(a.external), str(a.fifo), "/dev/zero", "", str(a.root / "dir"),
+                   str(a.controls), str(a.nul_location), str(a.root / "m\udce9.onnx")]  # fmt: skip
         args = ["validate", pick(rng, [str(a.model)], hostile),
                 pick(rng, [str(a.candidate)], hostile)]  # fmt: skip
         pool = [*_validation_options(a, rng), ["--report", _paths(a, rng, True)],
@@ -188,7 +225,9 @@ def case(a: Arena, seed: int) -> list[str]:
     else:
         model = pick(rng, [str(a.model), str(a.external)],
                      [str(a.root / "no.onnx"), str(a.fifo), str(a.root / "dir"),
-                      str(a.root / "notes.txt"), "", "validat", "/dev/zero"])  # fmt: skip
+                      str(a.root / "notes.txt"), "", "validat", "/dev/zero", str(a.controls),
+                      str(a.nul_location), str(a.root / "m\udce9.onnx"), "m\x00.onnx",
+                      "\x1b[2J"])  # fmt: skip
         args = [model]
         pool = _convert_options(a, rng)
     chosen = rng.sample(pool, rng.randrange(0, min(6, len(pool)) + 1))
@@ -219,7 +258,7 @@ def named_outputs(args: list[str]) -> set[str]:
     return {
         os.path.realpath(value)
         for flag, value in zip(args, args[1:], strict=False)
-        if flag in OUTPUT_FLAGS and value
+        if flag in OUTPUT_FLAGS and value and "\x00" not in value
     }
 
 
@@ -235,6 +274,8 @@ def run_case(a: Arena, runner: CliRunner, seed: int) -> Outcome:
         problem = f"exit code {code}"
     elif "Traceback" in text or "internal error" in text:
         problem = "traceback or internal error in the output"
+    elif _RAW_CONTROL.search(text):
+        problem = "a raw control character reached the terminal"
     elif result.exception is not None and not isinstance(result.exception, SystemExit):
         problem = f"uncaught {type(result.exception).__name__}: {result.exception}"
     elif a.digest(outputs) != before:
@@ -258,19 +299,136 @@ def fuzz(root: Path, seeds: range) -> tuple[list[Outcome], Counter[int]]:
     return failures, codes
 
 
+# ---------------------------------------------------------------- signals at random moments
+
+
+def _signal_commands(a: Arena, out: Path) -> list[list[str]]:
+    """What a signal case runs, `out` its output (an old pair is there for --force)."""
+    e, m, c = str(a.external), str(a.model), str(a.candidate)
+    return [
+        [e, "-o", str(out), "-q"],
+        [e, "-o", str(out), "--force", "-q", "--report", str(out.with_suffix(".json"))],
+        [e, "-o", str(out), "--force", "--validate", "--provider", "emulate", "--runs", "0",
+         "--junit", str(out.with_suffix(".xml"))],
+        [e, "-o", str(out), "--force", "--auto", "--provider", "emulate", "-q"],
+        ["validate", m, c, "--provider", "emulate", "--runs", "0",
+         "--report", str(out.with_suffix(".json"))],
+    ]  # fmt: skip
+
+
+def _left_behind(folder: Path, temp: Path) -> str | None:
+    """What a case must not leave: temporary files, orphan data files, outputs that do not load."""
+    names = sorted(p.name for p in folder.iterdir())
+    if any(n.startswith(".") for n in names):
+        return f"temporary file left: {names}"
+    if any(p.name.startswith("amp-") for p in temp.iterdir()):
+        return "temporary folder left"
+    referenced: set[str] = set()
+    for p in folder.glob("*.onnx"):
+        try:
+            proto = onnx.load(str(p), load_external_data=False)
+            onnx.checker.check_model(str(p), full_check=False)
+            onnx.load(str(p))  # with its weights: the data file is there and long enough
+        except Exception as err:  # noqa: BLE001 - any failure is the finding
+            return f"{p.name} does not load: {type(err).__name__}: {err}"
+        referenced |= {
+            x.value for t in proto.graph.initializer for x in t.external_data if x.key == "location"
+        }
+    orphans = [n for n in names if n.endswith(".data") and n not in referenced]
+    return f"orphan data file(s) {orphans}" if orphans else None
+
+
+def signal_case(a: Arena, seed: int, old_pair: tuple[Path, Path]) -> Outcome:
+    """One real process, interrupted by SIGINT or SIGTERM after a random delay."""
+    import shutil
+
+    rng = random.Random(seed)
+    folder = a.root / f"sig{seed}"
+    temp = folder.with_name(folder.name + "-tmp")
+    folder.mkdir()
+    temp.mkdir()
+    out = folder / "o.onnx"
+    for p in old_pair:  # an old output pair (o.onnx, o.onnx.data) a --force run replaces
+        shutil.copy(p, folder / p.name)
+    args = rng.choice(_signal_commands(a, out))
+    signum = rng.choice([signal.SIGINT, signal.SIGTERM])
+    delay = rng.uniform(0.0, 3.0)
+    before = a.digest(set())
+    env = {**os.environ, "TMPDIR": str(temp), "PYTHONPATH": str(Path(__file__).parents[1])}
+    code = "import sys\nfrom amp_convert.startup import main\nsys.argv[0] = 'amp-convert'\nmain()\n"
+    child = subprocess.Popen(
+        [sys.executable, "-c", code, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, env=env,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # noqa: PLW1509
+    )  # fmt: skip
+    time.sleep(delay)
+    child.send_signal(signum)
+    try:
+        _, err = child.communicate(timeout=300)
+    finally:
+        child.kill()
+    rc = child.returncode
+    label = [f"{signal.Signals(signum).name}@{delay:.2f}s", *args]
+    problem = None
+    if rc not in (0, 1, 2, 130, -signal.SIGTERM):
+        problem = f"exit code {rc}"
+    elif "Traceback" in err or "internal error" in err:
+        problem = "traceback or internal error"
+    elif rc == 130 and (
+        err.strip().splitlines()[-1:] != ["amp-convert: interrupted"]
+        or err.count("interrupted") != 1
+    ):
+        problem = "130 without the one line"
+    elif rc == -signal.SIGTERM and signum != signal.SIGTERM:
+        problem = "died by SIGTERM it was not sent"
+    elif a.digest(set()) != before:
+        problem = "an input file changed"
+    else:
+        problem = _left_behind(folder, temp)
+    return Outcome(label, rc, err, problem)
+
+
+def signal_fuzz(root: Path, seeds: range) -> tuple[list[Outcome], Counter[int]]:
+    """Run every seed as an interrupted real process (signal_case)."""
+    from amp_convert import convert_file
+
+    arena = make_arena(root)
+    old = root / "old" / "o.onnx"
+    old.parent.mkdir()
+    convert_file(arena.external, old, level="O1")
+    pair = (old, old.with_name("o.onnx.data"))
+    failures: list[Outcome] = []
+    codes: Counter[int] = Counter()
+    for seed in seeds:
+        outcome = signal_case(arena, seed, pair)
+        codes[outcome.code] += 1
+        if outcome.problem:
+            failures.append(outcome)
+    return failures, codes
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=5000)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--signals", type=int, default=0, help="also N interrupted processes")
     args = parser.parse_args()
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="amp-cli-fuzz-") as tmp:
         start = time.perf_counter()
-        failures, codes = fuzz(Path(tmp), range(args.seed, args.seed + args.runs))
+        failures, codes = fuzz(Path(tmp) / "args", range(args.seed, args.seed + args.runs))
         seconds = time.perf_counter() - start
-    print(f"{args.runs} cases in {seconds:.1f} s ({args.runs / seconds:.1f}/s); exit codes "
-          + ", ".join(f"{c}: {n}" for c, n in sorted(codes.items())))  # fmt: skip
+        print(f"{args.runs} cases in {seconds:.1f} s ({args.runs / seconds:.1f}/s); exit "
+              "codes " + ", ".join(f"{c}: {n}" for c, n in sorted(codes.items())))  # fmt: skip
+        if args.signals:
+            start = time.perf_counter()
+            seeds = range(args.seed, args.seed + args.signals)
+            more, codes = signal_fuzz(Path(tmp) / "signals", seeds)
+            seconds = time.perf_counter() - start
+            print(f"{args.signals} interrupted processes in {seconds:.1f} s; exit codes "
+                  + ", ".join(f"{c}: {n}" for c, n in sorted(codes.items())))  # fmt: skip
+            failures += more
     for f in failures[:20]:
         print(f"FAIL {f.problem}: amp-convert {' '.join(repr(x) for x in f.args)}")
         print("  " + f.output.strip().replace("\n", "\n  ")[-2000:])

@@ -2,8 +2,9 @@
 
     python bench/pipelines.py [--layers 2 --hidden 64] [--steps 8] [--json FILE]
 
-Per model (fused ORT graphs, optimum-style decoders and a quantize_static QDQ encoder, all built in
-code under models/; the QDQ one also with ``--opset-upgrade``) and per
+Per model (fused ORT graphs, optimum-style decoders, a quantize_static QDQ encoder (also with
+``--opset-upgrade``), a seq2seq decoder with transformers' causal mask, paddle2onnx-style trained
+weights: all built in code under models/) and per
 tool, side by side in one run: amp-convert ``convert(level="O2")``, ONNX Runtime's
 ``onnxruntime.transformers.float16.convert_float_to_float16(keep_io_types=True)`` and
 onnxconverter-common's ``float16.convert_float_to_float16(keep_io_types=True)``:
@@ -53,6 +54,8 @@ from models.fused import (  # noqa: E402
     ort_optimized_bert,
 )
 from models.qdq import qdq_encoder  # noqa: E402
+from models.seq2seq import seq2seq_decoder  # noqa: E402
+from models.trained_weights import conv_tiny_tail, tiny_bias_linear  # noqa: E402
 
 Tool = Callable[[onnx.ModelProto], tuple[onnx.ModelProto, Any]]
 
@@ -241,6 +244,7 @@ def models(layers: int, hidden: int, heads: int) -> list[tuple[str, onnx.ModelPr
     size = {"layers": layers, "hidden": hidden, "heads": heads}
     gpt2_dims = {"past_sequence_length": 16, "sequence_length": 16}
     llama_dims = {"past_sequence_length": 16, "sequence_length": 16, "total_sequence_length": 32}
+    s2s_dims = {"decoder_sequence_length": 16, "encoder_sequence_length": 16}
     return [
         ("fused_bert", fused_bert(**size, max_positions=128), {}, False),
         ("bert_plain+optimize_model", ort_optimized_bert(**size), {}, False),
@@ -253,6 +257,12 @@ def models(layers: int, hidden: int, heads: int) -> list[tuple[str, onnx.ModelPr
         ("decoder_model_merged", decoder_model_merged(layers=layers, hidden=hidden, heads=heads),
          {}, True),
         ("qdq_encoder (quantize_static)", qdq_encoder(hidden=hidden, ffn=4 * hidden), {}, False),
+        ("seq2seq_decoder (mask fill)", seq2seq_decoder(hidden=hidden, heads=heads), s2s_dims,
+         False),
+        ("seq2seq_decoder merged (If)", seq2seq_decoder(merged=True, hidden=hidden, heads=heads),
+         s2s_dims, False),
+        ("trained: tiny biases", tiny_bias_linear(features=hidden, hidden=4 * hidden), {}, False),
+        ("trained: conv tail", conv_tiny_tail(), {}, False),
     ]  # fmt: skip
 
 

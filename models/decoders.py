@@ -229,9 +229,12 @@ def _decoder_nodes(b: GraphBuilder, cfg: DecoderConfig, with_past: bool) -> list
     return outputs
 
 
-def _declare_io(b: GraphBuilder, cfg: DecoderConfig, *, past: bool, use_cache: bool) -> None:
+def _declare_io(
+    b: GraphBuilder, cfg: DecoderConfig, *, past: bool, use_cache: bool, mask_axis: str = ""
+) -> None:
     b.input("input_ids", INT64, [BATCH, SEQ], value_range=(0, cfg.vocab))
-    b.input("attention_mask", INT64, [BATCH, TOTAL if past else SEQ], value_range=(1, 2))
+    mask = mask_axis or (TOTAL if past else SEQ)
+    b.input("attention_mask", INT64, [BATCH, mask], value_range=(1, 2))
     b.input("position_ids", INT64, [BATCH, SEQ], value_range=(0, cfg.max_positions // 2))
     if past:
         for i in range(cfg.layers):
@@ -270,8 +273,12 @@ def _branch(cfg: DecoderConfig, name: str, with_past: bool) -> tuple[GraphBuilde
     return b, outs
 
 
-def decoder_model_merged(**sizes: int) -> onnx.ModelProto:
+def decoder_model_merged(mask_axis: str = "", **sizes: int) -> onnx.ModelProto:
     """optimum ``decoder_model_merged``: If(use_cache_branch) over with-past and no-past decoders.
+
+    ``mask_axis``: the name of ``attention_mask``'s axis 1 (default ``past_sequence_length +
+    sequence_length``); ``"sequence_length"`` is how some optimum exports misname it, though the
+    with-cache branch needs past + current columns.
 
     Traps: both branches are a full decoder built separately and merged: the weights they share
     live in the outer graph, each branch keeps its own TorchScript value names, so names repeat
@@ -289,7 +296,7 @@ def decoder_model_merged(**sizes: int) -> onnx.ModelProto:
     with_past.initializers, no_past.initializers = [], []
 
     b = GraphBuilder("decoder_model_merged", cfg.seed)
-    _declare_io(b, cfg, past=True, use_cache=True)
+    _declare_io(b, cfg, past=True, use_cache=True, mask_axis=mask_axis)
     b.initializers = list(shared.values())
     node = helper.make_node(
         "If",

@@ -36,6 +36,26 @@ def reduce_sum_overflow(features: int = 32, width: int = 16384, seed: int = 30) 
     return b.model(doc=first_doc_paragraph(reduce_sum_overflow)), ["sum/ReduceSum", "sum/Scale"]
 
 
+def reduce_mean_sum_overflow(features: int = 32, width: int = 4096, seed: int = 37) -> Built:
+    """A mean over 4096 values near 20: ORT CUDA's ReduceMean holds the sum (~8e4) in FP16.
+
+    x [batch, features] -> MatMul [features, width] -> Abs -> Mul 25 -> ReduceMean(-1) -> Sub
+    from the features -> Mul 0.01. Every value is small; only the sum the kernel writes before
+    dividing passes 65504 (targets/ort_cuda_accumulation.json), so only the ReduceMean must
+    stay FP32. 2-D, so it is no spatial mean (run as GlobalAveragePool on ort-cuda).
+    """
+    b = GraphBuilder("reduce_mean_sum_overflow", seed)
+    x = b.input("x", FLOAT, ["batch", features])
+    h = b.op("MatMul", [x, b.weight("proj/weight", [features, width])], "proj/MatMul")
+    a = b.op("Abs", [h], "act/Abs")
+    a = b.op("Mul", [a, b.f32("const/gain", 25.0)], "act/Mul")
+    m = b.op("ReduceMean", [a], "mean/ReduceMean", axes=[-1], keepdims=1)
+    d = b.op("Sub", [a, m], "centre/Sub")
+    y = b.op("Mul", [d, b.f32("const/scale", 0.01)], "out/Mul", outputs=["y"])
+    b.output(y, FLOAT, ["batch", width])
+    return b.model(doc=first_doc_paragraph(reduce_mean_sum_overflow)), ["mean/ReduceMean"]
+
+
 def matmul_overflow(features: int = 32, hidden: int = 4096, seed: int = 31) -> Built:
     """A long MatMul accumulation: Relu features times positive weights sum past 65504.
 

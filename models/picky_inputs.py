@@ -62,22 +62,24 @@ def _const(name: str, arr: np.ndarray, dtype: int) -> onnx.TensorProto:
 
 
 def stride32_pair(
-    dims: tuple = (1, 3, "height", "width"),
+    dims: tuple = (1, 3, "height", "width"), block: int = 32
 ) -> tuple[onnx.ModelProto, onnx.ModelProto]:
     """Detector-style input whose H and W must be multiples of 32: SpaceToDepth(32) → scale → Relu.
 
-    ``dims`` is the input shape; pass ``(1, 3, None, None)`` for unnamed H/W.
+    ``dims`` is the input shape; pass ``(1, 3, None, None)`` for unnamed H/W. ``block`` = 64
+    makes the default image size (224) fail where 640 runs.
     """
 
     def body(sfx: str, dtype: int):
         nodes = [
-            helper.make_node("SpaceToDepth", ["x" + sfx], ["s" + sfx], blocksize=32),
+            helper.make_node("SpaceToDepth", ["x" + sfx], ["s" + sfx], blocksize=block),
             helper.make_node("Mul", ["s" + sfx, "k"], ["m" + sfx]),
             helper.make_node("Relu", ["m" + sfx], ["y" + sfx]),
         ]
         return nodes, [_const("k", np.array(0.5), dtype)]
 
-    return _pair("stride32", [("x", list(dims))], [("y", [dims[0], 3072, "h32", "w32"])], body)
+    out = [dims[0], 3 * block * block, "h32", "w32"]
+    return _pair("stride32", [("x", list(dims))], [("y", out)], body)
 
 
 def reflect_pad_pair(pad: int = 100) -> tuple[onnx.ModelProto, onnx.ModelProto]:

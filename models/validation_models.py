@@ -342,3 +342,47 @@ PAIRS = {
     "low_io_fp16": lambda: low_io_pair(F16),
     "low_io_bf16": lambda: low_io_pair(BF16),
 }
+
+
+def matmul_nbits_pair(
+    k: int = 64, n: int = 16, block: int = 32, seed: int = 6
+) -> tuple[onnx.ModelProto, onnx.ModelProto]:
+    """An int4 linear layer as ORT GenAI's builder writes it (``-p int4``): com.microsoft
+    MatMulNBits, ``accuracy_level=4``, 4-bit weights packed two per byte in blocks of ``block``
+    along K, one scale per block, no zero points (8 implied).
+
+    The reference reads FP32 activations and scales; the candidate casts its input to FP16 and
+    stores the scales in FP16, as the FP16 GenAI model does. ORT's CPU kernel prepacks the weight
+    with its scales, so the scales must be a constant input of the node.
+    """
+    rng = np.random.default_rng(seed)
+    q = rng.integers(0, 16, (n, k), dtype=np.uint8)
+    packed = (q[:, 0::2] | (q[:, 1::2] << 4)).reshape(n, k // block, block // 2)
+    scales = (rng.random((n, k // block)) * 0.05 + 0.01).astype(np.float32).reshape(-1)
+    attrs = {"K": k, "N": n, "bits": 4, "block_size": block, "accuracy_level": 4}
+
+    def model(dtype: int, name: str) -> onnx.ModelProto:
+        low = dtype != F32
+        nodes = [helper.make_node("Cast", ["x"], ["x_low"], to=dtype)] if low else []
+        nodes.append(
+            helper.make_node(
+                "MatMulNBits", ["x_low" if low else "x", "B", "scales"],
+                ["y_low" if low else "y"], name="proj/MatMulNBits", domain="com.microsoft",
+                **attrs,
+            )
+        )  # fmt: skip
+        if low:
+            nodes.append(helper.make_node("Cast", ["y_low"], ["y"], to=F32))
+        inits = [numpy_helper.from_array(packed, "B"), _tensor("scales", scales, dtype)]
+        graph = helper.make_graph(
+            nodes, name, [_vi("x", F32, ["batch", k])], [_vi("y", F32, ["batch", n])], inits
+        )
+        m = helper.make_model(
+            graph,
+            opset_imports=[helper.make_opsetid("", OPSET), helper.make_opsetid("com.microsoft", 1)],
+            ir_version=IR_VERSION,
+        )
+        m.producer_name = "amp-convert-validation-models"
+        return m
+
+    return model(F32, "nbits_fp32"), model(F16, "nbits_fp16")

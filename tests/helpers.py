@@ -89,3 +89,14 @@ def one_line_error(result, *needles: str, code: int = 2) -> str:
     for needle in needles:
         assert needle in lines[0], lines[0]
     return lines[0]
+
+
+def check_onnx(model: onnx.ModelProto) -> None:
+    """ONNX's full check, with ORT's own ai.onnx-domain ops (LayerNormalization below opset 17,
+    SimplifiedLayerNormalization) moved to a domain of their own, as amp-convert's checks do."""
+    from amp_convert.onnx_checks import hide_runtime_ops
+
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    hide_runtime_ops(copy)
+    onnx.checker.check_model(copy, full_check=True)

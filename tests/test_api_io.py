@@ -181,7 +181,7 @@ def test_output_rules(model_file: Path, tmp_path: Path) -> None:
         amp_convert.convert_file(model_file, model_file, force=True)
     with pytest.raises(OutputError, match="does not exist"):
         amp_convert.convert_file(model_file, tmp_path / "no" / "dir" / "o.onnx")
-    with pytest.raises(OutputError, match="does not exist"):
+    with pytest.raises(OutputError, match="is a file, not a folder"):
         amp_convert.convert_file(model_file, model_file / "o.onnx")
 
 

@@ -13,7 +13,7 @@ from amp_convert.passes.plan import ClassInfo, LoweredAs
 from amp_convert.pipeline import build_lists
 from amp_convert.precision import NodeClass
 from amp_convert.reasons import Reason, ReasonKind, render
-from amp_convert.targets import load_target
+from amp_convert.targets import build_target
 from tests.graphs import F32, clip_opset11, model, node, proto_bytes, tensor, weight
 
 K = ReasonKind
@@ -21,8 +21,7 @@ K = ReasonKind
 
 def _classify(m, target: str = "none", **options):
     opts = make_options(target=target, **options)
-    table = load_target(target) if target != "none" else None
-    return classify(m, opts, build_lists(opts), table)
+    return classify(m, opts, build_lists(opts), build_target(target))
 
 
 def _attention_like():

@@ -11,7 +11,7 @@ from onnx import TensorProto, helper, numpy_helper
 import amp_convert
 from amp_convert.passes.norm_match import NoMatch, NormMatch, find_norms, match_norm
 from models.vision import ocr_recogniser, torch_encoder_opset14
-from tests.helpers import casts, op_counts, run
+from tests.helpers import casts, check_onnx, op_counts, run
 
 H = 16
 
@@ -132,7 +132,10 @@ def _feeds(mean: float, std: float) -> dict[str, np.ndarray]:
     [
         (17, "ort-cuda", False, "LayerNormalization"),
         (18, "none", False, "LayerNormalization"),
-        (14, "ort-cuda", False, "InstanceNormalization"),
+        (14, "ort-cuda", False, "LayerNormalization"),  # ORT's ai.onnx LayerNormalization-1
+        (14, "ort-cpu", False, "LayerNormalization"),
+        (14, "ort-cuda", True, "SimplifiedLayerNormalization"),
+        (18, "ort-cuda", True, "SimplifiedLayerNormalization"),
         (23, "ort-cuda", True, "RMSNormalization"),
     ],
 )
@@ -141,7 +144,7 @@ def test_folds_into_the_fused_op_with_the_same_values(opset, target, rms, fused)
     out, report = amp_convert.convert(model, level="O2", target=target, return_report=True)
     counts = op_counts(out)
     assert counts[fused] == 1 and counts["ReduceMean"] == 0 and counts["Sqrt"] == 0
-    onnx.checker.check_model(out, full_check=True)
+    check_onnx(out)
     assert [(r.action, r.into) for r in report.rewrites] == [
         (f"hand-written {'RMSNorm' if rms else 'LayerNorm'}", f"run as {fused}")
     ]
@@ -221,11 +224,13 @@ def test_hand_norm_models_need_only_interface_casts_on_ort_cuda(build, target: s
     model = build()
     interfaces = len(model.graph.input) + len(model.graph.output)
     out, report = amp_convert.convert(model, level="O2", target=target, return_report=True)
-    onnx.checker.check_model(out, full_check=True)
+    check_onnx(out)
     added = casts(out) - casts(model)
     if target == "ort-cuda":
         assert added <= 2 * interfaces, report.summary()
-        assert {r.into for r in report.rewrites} == {"run as InstanceNormalization"}
+        assert {r.into for r in report.rewrites} == {"run as LayerNormalization"}
+        norms = [d for d in report.nodes if d.op_type == "LayerNormalization"]
+        assert norms and all(d.precision == "low" for d in norms)
     else:  # no fused op: the statistics cost up to two Casts per norm (and a kept Softmax two)
         norms = len(report.rewrites)
         kept = sum(1 for d in report.nodes if d.op_type == "Softmax" and d.precision == "fp32")
@@ -248,14 +253,15 @@ def test_the_steps_alone() -> None:
     from amp_convert.passes.infer_dtypes import infer_dtypes
     from amp_convert.precision import UniqueNames
     from amp_convert.reasons import ReasonKind
+    from amp_convert.targets import build_target
 
     m = ir.serde.deserialize_model(_norm_model("div", opset=14))
     _, types = analyse(m)
     infer_dtypes(m, types)
-    result = rewrite_hand_norms(m, UniqueNames.of_model(m), types, "none")
+    result = rewrite_hand_norms(m, UniqueNames.of_model(m), types, build_target("none"))
     assert not result.modified and len(result.pinned) == 5
     options = make_options(level="O2", target="none")
-    classes = classify(m, options, load_builtin(), None)
+    classes = classify(m, options, load_builtin(), build_target("none"))
     assert pin_norm_statistics(classes, result, Level.O3) is classes  # O3: all low
     pinned = pin_norm_statistics(classes, result, Level.O2)
     changed = {n.name for n in pinned if pinned[n] != classes[n]}
@@ -264,7 +270,7 @@ def test_the_steps_alone() -> None:
     folded = ir.serde.deserialize_model(_norm_model("div", opset=17))
     _, types = analyse(folded)
     infer_dtypes(folded, types)
-    result = rewrite_hand_norms(folded, UniqueNames.of_model(folded), types, "none")
+    result = rewrite_hand_norms(folded, UniqueNames.of_model(folded), types, build_target("none"))
     assert result.modified and [n.op_type for n in folded.graph] == ["LayerNormalization"]
 
 
@@ -291,3 +297,78 @@ def test_auto_meets_a_folded_norm() -> None:
     assert amp_convert.validate(
         model, result, provider="emulate", inputs=offset, runs=0, thresholds=limits
     ).passed
+
+
+def _folded_fp32(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The ort-cuda fold with every node kept FP32: the fold's own math, no rounding."""
+    ops = {n.op_type for n in model.graph.node} | {
+        "LayerNormalization", "SimplifiedLayerNormalization", "ConstantOfShape", "Shape",
+    }  # fmt: skip
+    return amp_convert.convert(model, level="O2", target="ort-cuda", fp32_ops=sorted(ops))
+
+
+def test_hand_layer_norm_at_opset_14_costs_no_cast_on_ort_cuda() -> None:
+    """Below opset 17 ORT still registers LayerNormalization in the ai.onnx domain (version 1,
+    with stash_type; FP32 statistics in its CUDA kernel): each hand LayerNorm becomes one low node
+    and the only casts are at the model's input and output."""
+    model = torch_encoder_opset14()
+    out, report = amp_convert.convert(model, level="O2", target="ort-cuda", return_report=True)
+    check_onnx(out)
+    assert casts(out) - casts(model) == 2  # hidden_states in, the output out: none at the norms
+    norms = [d for d in report.nodes if d.op_type == "LayerNormalization"]
+    assert len(norms) == 3 and all(d.precision == "low" for d in norms)
+    fused = [n for n in out.graph.node if n.op_type == "LayerNormalization"]
+    assert all(n.domain == "" for n in fused)
+    assert all(a.i == 1 for n in fused for a in n.attribute if a.name == "stash_type")
+    feeds = {"hidden_states": (3 + 2 * np.random.default_rng(0).standard_normal((2, 16, 32)))}
+    feeds = {k: v.astype(np.float32) for k, v in feeds.items()}
+    np.testing.assert_allclose(
+        run(_folded_fp32(model), feeds)[0], run(model, feeds)[0], rtol=1e-4, atol=1e-4
+    )
+
+
+def test_dynamo_group_norm1_is_placed_like_layer_norm() -> None:
+    """timm MobileViTv2's GroupNorm(1, C) through dynamo: a LayerNorm over the last axis of a
+    (N, 1, -1) reshape whose size is known at run time only. It folds (unit Scale from the
+    shape), the per-channel affine stays after the reshape back: no cast beyond the interface."""
+    from models.norm_exports import dynamo_group_norm1
+
+    model = dynamo_group_norm1()
+    out, report = amp_convert.convert(model, level="O2", target="ort-cuda", return_report=True)
+    check_onnx(out)
+    assert casts(out) - casts(model) <= 2, report.summary()
+    norms = [d for d in report.nodes if d.op_type == "LayerNormalization"]
+    assert len(norms) == 3 and all(d.precision == "low" for d in norms)
+    assert op_counts(out)["ReduceMean"] == 0
+    x = (3 + 2 * np.random.default_rng(0).standard_normal((2, 16, 8, 8))).astype(np.float32)
+    folded = _folded_fp32(model)
+    assert op_counts(folded)["LayerNormalization"] == 3
+    np.testing.assert_allclose(
+        run(folded, {"x": x})[0], run(model, {"x": x})[0], rtol=1e-4, atol=1e-4
+    )
+    result = amp_convert.validate(model, out, provider="emulate", inputs={"x": x}, runs=0)
+    assert result.outputs[0].cosine >= 0.9999 and result.outputs[0].nonfinite == 0
+
+
+def test_llama_hand_rms_norms_run_as_simplified_layer_norm() -> None:
+    """14 layers, 29 hand RMSNorms at opset 17: each becomes ORT's ai.onnx
+    SimplifiedLayerNormalization (FP32 statistics in the CUDA kernel) instead of 2 casts around
+    FP32 statistics; the one cast left is the logits'. --target none keeps the statistics FP32."""
+    from models.norm_exports import llama_hand_rms
+
+    model = llama_hand_rms()
+    out, report = amp_convert.convert(model, level="O2", target="ort-cuda", return_report=True)
+    check_onnx(out)
+    assert op_counts(out)["SimplifiedLayerNormalization"] == 29
+    assert op_counts(out)["ReduceMean"] == 0 and casts(out) - casts(model) <= 1
+    norms = [d for d in report.nodes if d.op_type == "SimplifiedLayerNormalization"]
+    assert all(d.precision == "low" for d in norms)
+    ids = {"input_ids": np.random.default_rng(0).integers(0, 128, (1, 16)).astype(np.int64)}
+    folded = _folded_fp32(model)
+    assert op_counts(folded)["SimplifiedLayerNormalization"] == 29
+    np.testing.assert_allclose(run(folded, ids)[0], run(model, ids)[0], rtol=1e-4, atol=1e-4)
+    result = amp_convert.validate(model, out, provider="emulate", inputs=ids, runs=0)
+    assert result.outputs[0].cosine >= 0.999 and result.outputs[0].nonfinite == 0
+    plain, none = amp_convert.convert(model, level="O2", target="none", return_report=True)
+    assert op_counts(plain)["SimplifiedLayerNormalization"] == 0
+    assert {r.into for r in none.rewrites} == {"statistics FP32"}

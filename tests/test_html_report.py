@@ -42,7 +42,7 @@ def test_auto_page_is_self_contained_and_shows_the_pins(tmp_path) -> None:
     if traffic:  # the converter's estimate, when this build has one
         assert "Memory traffic per inference" in text and "this model" in text
     else:
-        assert "Memory-traffic estimate: not in this report" in text
+        assert "Memory-traffic estimate: not on this page" in text
 
 
 def test_traffic_section_reads_what_the_report_has(tmp_path) -> None:

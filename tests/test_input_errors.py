@@ -58,7 +58,6 @@ def save(proto: onnx.ModelProto, path: Path, external: bool = False) -> Path:
     return path
 
 
-
 # ------------------------------------------------------------------ item 10: no exit 3
 
 
@@ -282,11 +281,42 @@ def test_stale_stamp_is_not_already_converted(tmp_path: Path) -> None:
     assert again.already_converted
 
 
+def test_stamped_model_edited_afterwards_is_converted_again(tmp_path: Path) -> None:
+    """An FP32 MatMul appended to a converted model (stamp kept) was "already converted"."""
+    src = save(matmul(), tmp_path / "m.onnx")
+    first = tmp_path / "m.fp16.onnx"
+    assert invoke(src, "-o", first).exit_code == 0
+    again = invoke(first, "-o", tmp_path / "again.onnx")
+    assert again.exit_code == 0 and "already converted to FP16" in again.output  # unedited
+    edited = onnx.load(first)
+    w2 = np.random.default_rng(1).standard_normal((64, 64)).astype(np.float32)
+    edited.graph.initializer.append(numpy_helper.from_array(w2, "w2"))
+    edited.graph.node.append(helper.make_node("MatMul", ["y", "w2"], ["z"], name="added"))
+    edited.graph.output[0].name = "z"
+    assert any(p.key == "amp_convert" for p in edited.metadata_props)  # the stamp is kept
+    onnx.save(edited, tmp_path / "edited.onnx")
+    result = invoke(tmp_path / "edited.onnx", "-o", tmp_path / "edited.fp16.onnx")
+    assert result.exit_code == 0, result.output
+    assert "already converted" not in result.output
+    assert "its graph changed since it was written" in result.output
+    out = onnx.load(tmp_path / "edited.fp16.onnx")
+    types = {t.name: t.data_type for t in out.graph.initializer}
+    assert types["w2"] == TensorProto.FLOAT16  # the added MatMul was converted
+    x = np.random.default_rng(2).standard_normal((3, 64)).astype(np.float32)
+    (ref,) = run(edited, {"x": x})
+    (got,) = run(out, {"x": x})
+    assert np.abs(got - ref).max() <= 2e-2 * np.abs(ref).max()
+    _, report = amp_convert.convert(out, return_report=True)
+    assert report.already_converted  # and the new output is recognised as converted
+
+
 # ------------------------------------------------------------------ signals
 
 
 _SLOW_CHILD = """
-import sys, time
+import signal, sys, time
+# a child of a background job inherits SIGINT ignored: give it the interpreter's default
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from amp_convert import pipeline
 from amp_convert.cli import main
 real = pipeline.run

@@ -342,8 +342,8 @@ def test_unknown_target() -> None:
     with pytest.raises(TargetError) as e:
         load_target("ort-tensorrt")
     assert str(e.value) == (
-        "unknown target 'ort-tensorrt': use one of ort-cuda, ort-cpu, none, or a kernel table "
-        ".json path"
+        "unknown target 'ort-tensorrt': use one of ort-cuda, ort-cpu, none (a table file: "
+        "load_table)"
     )
 
 
@@ -444,6 +444,8 @@ def test_unreadable_table_files(tmp_path: Path) -> None:
         load_table(path)
     assert str(e.value) == f"{path}: not valid JSON (line 2, column 12): Expecting value"
     with pytest.raises(TargetError, match=r"missing\.json: cannot read kernel table: "):
+        load_table(tmp_path / "missing.json")
+    with pytest.raises(TargetError, match="unknown target"):  # a path is no target name
         load_target(str(tmp_path / "missing.json"))
     path.write_text("[]")
     with pytest.raises(TargetError, match=r"a kernel table must be a JSON object$"):

@@ -17,8 +17,9 @@ from click.testing import CliRunner
 from onnx import TensorProto, helper, numpy_helper
 
 import amp_convert
-from amp_convert import InputError
+from amp_convert import InputError, OptionError
 from amp_convert.cli import cli
+from tests.helpers import one_line_error
 
 
 def invoke(*args: object):
@@ -122,16 +123,30 @@ def short_typed(folder: Path) -> Path:
     return path
 
 
-def out_of_order(folder: Path) -> Path:
+def cycle(folder: Path) -> Path:
+    """Two nodes that read each other's output: no order runs them (sorted ones are accepted:
+    tests/test_ort_loads.py)."""
+    graph = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["x", "w"], ["h"], name="mm"),
+            helper.make_node("Add", ["h", "r"], ["s"], name="add"),
+            helper.make_node("Relu", ["s"], ["r"], name="relu"),
+            helper.make_node("Neg", ["s"], ["y"], name="neg"),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 4])],
+        [weight()],
+    )
     path = folder / "m.onnx"
-    onnx.save(matmul_relu([weight()], order=(1, 0)), path)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
     return path
 
 
-def out_of_order_in_subgraph(folder: Path) -> Path:
-    """An If branch reads a value the outer graph produces only after the If."""
+def dangling_in_subgraph(folder: Path) -> Path:
+    """An If branch reads a value that no scope defines."""
     then = helper.make_graph(
-        [helper.make_node("Relu", ["late"], ["t"], name="body_relu")],
+        [helper.make_node("Relu", ["nowhere"], ["t"], name="body_relu")],
         "then",
         [],
         [helper.make_tensor_value_info("t", TensorProto.FLOAT, [4])],
@@ -143,12 +158,7 @@ def out_of_order_in_subgraph(folder: Path) -> Path:
         [helper.make_tensor_value_info("e", TensorProto.FLOAT, [4])],
     )
     graph = helper.make_graph(
-        [
-            helper.make_node(
-                "If", ["c"], ["y"], name="branch", then_branch=then, else_branch=other
-            ),
-            helper.make_node("Abs", ["x"], ["late"], name="abs"),
-        ],
+        [helper.make_node("If", ["c"], ["y"], name="branch", then_branch=then, else_branch=other)],
         "g",
         [
             helper.make_tensor_value_info("c", TensorProto.BOOL, []),
@@ -158,6 +168,15 @@ def out_of_order_in_subgraph(folder: Path) -> Path:
     )
     path = folder / "m.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+def unknown_external_key(folder: Path) -> Path:
+    (folder / "m.onnx.data").write_bytes(floats(16))
+    w = external_weight("m.onnx.data")
+    w.external_data.add(key="bogus", value="1")
+    path = folder / "m.onnx"
+    onnx.save(matmul_relu([w]), path)
     return path
 
 
@@ -197,14 +216,20 @@ CASES: dict[str, tuple[Callable[[Path], Path], str]] = {
         short_typed,
         "{path}: initializer 'w' holds 5 values in float_data but its dims [4, 4] need 16",
     ),
-    "topological order": (
-        out_of_order,
-        "{path}: node 'relu' (Relu) reads 'h' before node 'mm' (MatMul) produces it: the nodes "
-        "are not in topological order",
+    "cycle": (
+        cycle,
+        "{path}: the nodes form a cycle through node 'add' (Add); no order can run them (ONNX "
+        "Runtime refuses it too)",
     ),
-    "order in a subgraph": (
-        out_of_order_in_subgraph,
-        "{path}: node 'body_relu' (Relu) reads 'late' before node 'abs' (Abs) produces it",
+    "dangling input in a subgraph": (
+        dangling_in_subgraph,
+        "{path}: node 'body_relu' (Relu) reads 'nowhere', which no node, graph input or "
+        "initializer defines; the model is invalid",
+    ),
+    "unknown external-data key": (
+        unknown_external_key,
+        "{path}: initializer 'w': unknown external-data key 'bogus' (ONNX Runtime reads only "
+        "checksum, length, location, offset and refuses the model)",
     ),
 }
 
@@ -235,13 +260,13 @@ def test_api_raises_input_error(tmp_path: Path, case: str) -> None:
     assert not (tmp_path / "o.onnx").exists()
 
 
-def test_in_memory_models_are_checked_too() -> None:
+def test_in_memory_models_are_checked_too(tmp_path: Path) -> None:
     w = weight()
     w.raw_data = w.raw_data[:20]
     with pytest.raises(InputError, match="model: initializer 'w' holds 20 bytes of raw_data"):
         amp_convert.convert(matmul_relu([w]))
-    with pytest.raises(InputError, match="bytes: node 'relu' .* not in topological order"):
-        amp_convert.convert(matmul_relu([weight()], order=(1, 0)).SerializeToString())
+    with pytest.raises(InputError, match="bytes: the nodes form a cycle through node 'add'"):
+        amp_convert.convert(onnx.load(cycle(tmp_path)).SerializeToString())
 
 
 def test_report_into_missing_folder_fails_before_the_model_is_written(tmp_path: Path) -> None:
@@ -293,3 +318,66 @@ def test_strict_check_does_not_depend_on_the_working_directory(tmp_path: Path, m
     assert sorted(os.listdir(tmp_path)) == [
         "elsewhere", "elsewhere.cli.onnx", "elsewhere.onnx", "model", "model.cli.onnx", "model.onnx"
     ]  # fmt: skip
+
+
+# --------------------------------------------- paths that are not what they should be (issue 25)
+# A FIFO, a device or a folder was "no such file", "does not exist" or "is missing".
+
+
+def _special(folder: Path, kind: str) -> Path:
+    """A FIFO, a folder or a character device named in `folder` (a symlink to /dev/null)."""
+    path = folder / f"special.{kind}"
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "folder":
+        path.mkdir()
+    else:
+        path = Path("/dev/null")
+    return path
+
+
+WORDS = {
+    "fifo": "is a FIFO (named pipe), not a file",
+    "folder": "is a folder, not a file",
+    "device": "is a character device, not a file",
+}
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_op_list_file_that_is_no_file_says_what_it_is(tmp_path: Path, kind: str) -> None:
+    src = tmp_path / "m.onnx"
+    onnx.save(matmul_relu([weight()]), src)
+    special = _special(tmp_path, kind)
+    result = invoke(src, "-o", tmp_path / "o.onnx", "--op-lists", special)
+    one_line_error(result, f"op list file {special} {WORDS[kind]}")
+    with pytest.raises(OptionError, match="not a file"):
+        amp_convert.convert(onnx.load(src), op_lists=special)
+    assert not (tmp_path / "o.onnx").exists()
+
+
+@pytest.mark.parametrize("kind", ["fifo", "folder"])
+def test_external_data_that_is_no_file_says_what_it_is(tmp_path: Path, kind: str) -> None:
+    special = _special(tmp_path, kind)
+    src = tmp_path / "m.onnx"
+    onnx.save(matmul_relu([external_weight(special.name)]), src)
+    result = invoke(src, "-o", tmp_path / "o.onnx")
+    one_line_error(result, f"external data file {special.name!r} of initializer 'w' {WORDS[kind]}")
+
+
+def test_output_folder_that_is_a_file_says_so(tmp_path: Path) -> None:
+    src = tmp_path / "m.onnx"
+    onnx.save(matmul_relu([weight()]), src)
+    (tmp_path / "plain").write_text("")
+    result = invoke(src, "-o", tmp_path / "plain" / "o.onnx")
+    one_line_error(result, f"folder {tmp_path / 'plain'} is a file, not a folder")
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_validate_candidate_that_is_no_file_says_what_it_is(tmp_path: Path, kind: str) -> None:
+    src = tmp_path / "m.onnx"
+    onnx.save(matmul_relu([weight()]), src)
+    special = _special(tmp_path, kind)
+    result = invoke("validate", src, special)
+    assert result.exit_code == 2, result.output
+    assert f"candidate {special}: {WORDS[kind]}" in result.output
+    assert "no such file" not in result.output

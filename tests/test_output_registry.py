@@ -75,9 +75,9 @@ def test_every_path_option_is_declared_as_input_or_output() -> None:
                 if isinstance(param.type, OutputPath):
                     outputs.setdefault(name, []).append(max(param.opts, key=len))
     assert sorted(outputs["convert"]) == sorted(
-        ["--output", "--report", "--html", "--validation-report", "--junit"]
+        ["--output", "--report", "--html", "--validation-report", "--junit", "--save-inputs"]
     )
-    assert sorted(outputs["validate"]) == ["--html", "--junit", "--report"]
+    assert sorted(outputs["validate"]) == ["--html", "--junit", "--report", "--save-inputs"]
 
 
 def _output_options() -> list[tuple[str, str, tuple[str, ...]]]:

@@ -59,3 +59,71 @@ def test_cli_verbose_shows_the_steps(tmp_path: Path) -> None:
     assert "step 8: classify" in verbose.stderr and "step 13: verify ->" in verbose.stderr
     quiet = convert("-o", str(tmp_path / "q.onnx"))
     assert quiet.returncode == 0 and "step 8" not in quiet.stderr + quiet.stdout
+
+
+def test_an_escaping_exception_names_its_step(monkeypatch, tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from amp_convert import pipeline
+    from amp_convert.cli import cli
+
+    def broken(*args: object) -> None:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(pipeline, "classify", broken)
+    try:
+        amp_convert.convert(bert_encoder())
+    except RuntimeError as e:
+        assert getattr(e, "__notes__", None) == ["in step 8: classify"]
+    else:
+        raise AssertionError("the broken step did not raise")
+    src = tmp_path / "m.onnx"
+    src.write_bytes(bert_encoder().SerializeToString())
+    result = CliRunner().invoke(cli, [str(src), "-o", str(tmp_path / "o.onnx")])
+    assert result.exit_code == 3 and not (tmp_path / "o.onnx").exists()
+    assert result.output.strip() == (
+        "amp-convert: internal error: RuntimeError: boom (in step 8: classify)"
+    )
+
+
+def test_mypy_checks_the_arguments_of_a_step(tmp_path: Path) -> None:
+    """_step is typed with ParamSpec: two swapped arguments of step 10 are a type error."""
+    snippet = tmp_path / "swap.py"
+    snippet.write_text(
+        "import onnx_ir as ir\n"
+        "from amp_convert.options import ConvertOptions\n"
+        "from amp_convert.passes.assign import assign\n"
+        "from amp_convert.passes.plan import Classes\n"
+        "from amp_convert.pipeline import _step\n"
+        "from amp_convert.traffic import ShapeBook\n"
+        "def f(m: ir.Model, c: Classes, s: ShapeBook, o: ConvertOptions) -> None:\n"
+        "    _step(10, 'assign', assign, m, c, s, o, frozenset())\n"
+        "    _step(10, 'assign', assign, m, c, o, s, frozenset())\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "mypy", "--no-error-summary", "--follow-imports=silent",
+         "--cache-dir", str(tmp_path / "cache"), str(snippet)],
+        cwd=Path(amp_convert.__file__).parent.parent, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    errors = [line for line in result.stdout.splitlines() if ": error:" in line]
+    assert errors and {line.split(":")[1] for line in errors} == {"9"}, result.stdout
+
+
+def test_the_json_report_keeps_structured_reasons_beside_the_text(tmp_path: Path) -> None:
+    import json
+
+    model = bert_encoder()
+    first = next(n.name for n in model.graph.node if n.op_type == "MatMul")
+    _, report = amp_convert.convert(model, level="O2", exclude_nodes=first, return_report=True)
+    report.to_json(tmp_path / "r.json")
+    nodes = {n["name"]: n for n in json.loads((tmp_path / "r.json").read_text())["nodes"]}
+    pinned = nodes[first]
+    assert pinned["reasons"][0] == {
+        "kind": "user", "source": "user", "detail": f"--exclude-nodes {first}"
+    }  # fmt: skip
+    for node in nodes.values():  # the text is the structured reasons rendered, nothing else
+        parts = [f"{r['source']}: {r['detail']}" if r["source"] else r["detail"]
+                 for r in node["reasons"]]  # fmt: skip
+        assert node["reason"] == "; ".join(parts) and node["reasons"]
+    kinds = {r["kind"] for n in nodes.values() for r in n["reasons"]}
+    assert {"user", "list", "no_float"} <= kinds

@@ -60,8 +60,8 @@ def test_default_dims_batch_one_others_128_inputs_only() -> None:
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
     )
     paddle = ir.from_proto(helper.make_model(graph))
-    # Paddle's unnamed -1: the leading axis is a batch, the width takes 128, the user wins
-    assert assumed_dims(paddle, {}) == {"x[0]": 1, "x[3]": 128}
+    # Paddle's unnamed -1: the leading axis is a batch, the width of an image 224, the user wins
+    assert assumed_dims(paddle, {}) == {"x[0]": 1, "x[3]": 224}
     assert assumed_dims(paddle, {"x[3]": 320}) == {"x[0]": 1, "x[3]": 320}
 
 

@@ -173,9 +173,10 @@ def test_numpy_dtypes_are_understood() -> None:
     assert make_options(dtype=np.float16).dtype == "fp16"
 
 
-def test_unknown_user_op_names_warn() -> None:
-    _, report = amp_convert.convert(_pow_model(2.0), fp32_ops="Powr", return_report=True)
-    assert any("--fp32-ops Powr: no ONNX op" in w for w in report.warnings)
+def test_unknown_user_op_names_are_refused() -> None:
+    """As in the CLI: a misspelt op name would silently keep nothing FP32."""
+    with pytest.raises(OptionError, match="--fp32-ops Powr: no ONNX or ONNX Runtime op.*'Pow'"):
+        amp_convert.convert(_pow_model(2.0), fp32_ops="Powr")
 
 
 def test_options_dataclass_has_no_undeclared_cli_field() -> None:

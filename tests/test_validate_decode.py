@@ -65,7 +65,8 @@ def test_o2_decodes_8_steps_with_the_same_tokens(o2, kind: str) -> None:
     assert report.passed, report.summary_line()
     # each step after the first reads one more cached position than the one before
     lengths = [next(o for o in s.outputs if o.name == "present.0.key").shape[2] for s in steps]
-    first = 16 if kind == "merged" else 32  # merged: step 1 without past; with past: 16 + 16
+    # the default dims (dim_defaults): merged: step 1 without past; with past: 128 + 128
+    first = 128 if kind == "merged" else 256
     assert lengths == list(range(first, first + 8))
     assert all(len(s.outputs) == 5 for s in steps)
     assert all(o.cosine is not None and o.cosine >= 0.999 for s in steps for o in s.outputs)
@@ -109,10 +110,15 @@ def test_a_broken_candidate_diverges_and_fails(kind: str) -> None:
 def test_a_step_that_fails_alone_fails_the_report(o2) -> None:
     """Thresholds apply to every step, not only to the single run on the first inputs."""
     ref, cand = o2["with_past"]
-    loose = validate(ref, cand, provider="emulate", decode_steps=3, thresholds={"atol": 1.0})
+    dims = {"sequence_length": 16, "past_sequence_length": 16}
+    loose = validate(
+        ref, cand, provider="emulate", decode_steps=3, thresholds={"atol": 1.0}, dims=dims
+    )
     assert loose.passed
     worst = max(o.max_abs or 0.0 for s in loose.decode.steps for o in s.outputs)  # type: ignore[union-attr]
-    single = max(o.max_abs or 0.0 for o in validate(ref, cand, provider="emulate").outputs)
+    single = max(
+        o.max_abs or 0.0 for o in validate(ref, cand, provider="emulate", dims=dims).outputs
+    )
     assert max(o.max_abs or 0.0 for o in loose.outputs) == max(worst, single)
 
 
@@ -184,4 +190,4 @@ def test_cli_exit_codes(tmp_path: Path, o2) -> None:
     assert len(errors) == 1 and "no past_key_values.* input with a matching present.*" in errors[0]
     assert "Traceback" not in res.output
     res = runner.invoke(validate_command, [paths["ref"], paths["cand"], "--decode-steps", "0"])
-    assert res.exit_code == 2 and "0 is not in the range x>=1" in res.output
+    assert res.exit_code == 2 and "0 is not in the range 1<=x<=10000" in res.output

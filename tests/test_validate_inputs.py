@@ -77,8 +77,9 @@ def test_default_and_user_dims() -> None:
         InputSpec("b", "tensor(float)", ["N", "sequence"]),
     ]
     feeds = random_inputs(specs, ref)
-    assert feeds.shapes == {"a": [1, 16, 1, 4], "b": [1, 16]}
-    assert feeds.dims == {"batch_size": 1, "sequence": 16, "a[2]": 1, "N": 1}
+    # one set of defaults with the cost estimate (dim_defaults): batches 1, any other dim 128
+    assert feeds.shapes == {"a": [1, 128, 128, 4], "b": [1, 128]}
+    assert feeds.dims == {"batch_size": 1, "sequence": 128, "a[2]": 128, "N": 1}
     feeds = random_inputs(specs, ref, dims={"sequence": 3, "a[2]": 5, "N": 2})
     assert feeds.shapes == {"a": [1, 3, 5, 4], "b": [2, 3]}
     with pytest.raises(ValidationError, match=r"dim seq matches no dynamic dimension.*sequence"):
@@ -192,7 +193,7 @@ def test_paddle_style_question_mark_dims_validate_with_user_inputs() -> None:
     assert not report.failed
     # and with generated inputs each '?' axis is set on its own
     gen = validate(ref, cand, provider="emulate", runs=0, dims={"x[3]": 9, "t[1]": 4})
-    assert gen.input_shapes == {"x": [1, 3, 1, 9], "t": [1, 4]}
+    assert gen.input_shapes == {"x": [1, 3, 224, 9], "t": [1, 4]}  # H of an image: 224
 
 
 # ------------------------------------------------- defaults the reference cannot run on (issue 9)
@@ -209,12 +210,13 @@ def test_dims_attempts_grow_each_kind_of_dim_along_its_ladder() -> None:
     attempts = dims_attempts(specs)
     assert attempts[0] == random_inputs(specs, vm.mlp_pair()[0]).dims  # first = the defaults
     col = {k: [a[k] for a in attempts] for k in attempts[0]}
-    assert col["batch"] == [1, 1, 1, 1] and col["nchw[0]"] == [1, 1, 1, 1]
-    assert col["height"] == col["width"] == [16, 224, 640, 640]
-    assert col["nchw[2]"] == col["nchw[3]"] == [1, 224, 640, 640]
-    assert col["h_in"] == col["w_in"] == [16, 224, 640, 640]  # NHWC with 3 channels
-    assert col["seq"] == [16, 64, 256, 1024]
-    assert col["wave[0]"] == [1, 64, 256, 1024]  # rank 1: axis 0 is not a batch
+    assert col["nchw[0]"] == [1, 1, 1]
+    assert col["batch"] == [1, 1, 1]
+    assert col["height"] == col["width"] == [224, 640, 640]
+    assert col["nchw[2]"] == col["nchw[3]"] == [224, 640, 640]  # an image, never 1x1
+    assert col["h_in"] == col["w_in"] == [224, 640, 640]  # NHWC with 3 channels
+    assert col["seq"] == [128, 256, 1024]
+    assert col["wave[0]"] == [128, 256, 1024]  # rank 1: axis 0 is not a batch
     # user dims are never changed; nothing left to grow means one attempt
     fixed = dims_attempts(specs[3:4], {"seq": 8})
     assert fixed == [{"batch": 1, "seq": 8}]
@@ -223,9 +225,9 @@ def test_dims_attempts_grow_each_kind_of_dim_along_its_ladder() -> None:
 @pytest.mark.parametrize(
     ("build", "dims"),
     [
-        (picky.reflect_pad_pair, {"batch": 1, "samples": 256}),
-        (picky.stride32_pair, {"height": 224, "width": 224}),
-        (lambda: picky.stride32_pair((1, 3, None, None)), {"x[2]": 224, "x[3]": 224}),
+        (lambda: picky.reflect_pad_pair(200), {"batch": 1, "samples": 256}),
+        (lambda: picky.stride32_pair(block=64), {"height": 640, "width": 640}),
+        (lambda: picky.stride32_pair((1, 3, None, None), 64), {"x[2]": 640, "x[3]": 640}),
     ],
 )
 def test_reference_that_fails_on_defaults_is_retried_with_larger_dims(build, dims) -> None:
@@ -243,9 +245,9 @@ def test_no_generated_dims_work_is_one_clear_error() -> None:
     with pytest.raises(ValidationError) as err:
         validate(ref, cand, provider="emulate", runs=0)
     assert str(err.value) == (
-        "reference <ModelProto> cannot run on the generated inputs; shapes tried: x[1, 16]; "
-        "x[1, 64]; x[1, 256]; x[1, 1024] (on the first: Reshape: The input tensor cannot be "
-        "reshaped to the requested shape. Input shape:{1,16}, requested shape:{7,13}); set the "
+        "reference <ModelProto> cannot run on the generated inputs; shapes tried: x[1, 128]; "
+        "x[1, 256]; x[1, 1024] (on the first: Reshape: The input tensor cannot be "
+        "reshaped to the requested shape. Input shape:{1,128}, requested shape:{7,13}); set the "
         "dynamic dims with --dim NAME=VALUE (length) or give real inputs with --inputs FILE.npz"
     )
     report = validate(ref, cand, provider="emulate", runs=0, dims={"length": 91})

@@ -180,7 +180,8 @@ def test_junit_report(tmp_path: Path) -> None:
     assert set(cases) == {"logits", "pred", "is_padding"}
     failure = cases["pred"].find("failure")
     mismatches = report.output("pred").mismatches
-    assert f"{mismatches} of 16 elements differ" in failure.get("message")
+    elements = report.output("pred").elements  # batch x the default sequence length
+    assert f"{mismatches} of {elements} elements differ" in failure.get("message")
     assert cases["logits"].find("failure") is None
     assert "max_abs=" in cases["logits"].find("system-out").text
 

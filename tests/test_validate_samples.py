@@ -70,11 +70,12 @@ def test_a_decoder_mask_sized_by_an_expression_runs_on_default_inputs() -> None:
     cand = amp_convert.convert(model, level="O3")
     report = validate(model, cand, provider="emulate", thresholds={"min_cosine": 0.999})
     assert report.passed, report.summary_line()
-    assert report.dims == {"batch_size": 1, "sequence_length": 16, "past_sequence_length": 16}
-    assert report.input_shapes["attention_mask"] == [1, 32]
+    # the default dims (dim_defaults): batch 1, any other dim 128
+    assert report.dims == {"batch_size": 1, "sequence_length": 128, "past_sequence_length": 128}
+    assert report.input_shapes["attention_mask"] == [1, 256]
     assert not any("default dims" in w for w in report.warnings)  # no search was needed
     report = validate(model, cand, provider="emulate", dims={"past_sequence_length": 0})
-    assert report.input_shapes["attention_mask"] == [1, 16]  # an empty cache: 0 + 16
+    assert report.input_shapes["attention_mask"] == [1, 128]  # an empty cache: 0 + 128
     assert report.input_shapes["past"] == [1, 0, 4]
 
 

@@ -87,7 +87,7 @@ def test_auto_and_validate_pages_show_folded_values(tmp_path) -> None:
     assert "the converter&#x27;s value map (in the model)" in vtext
     assert re.search(r"<tr><td>stem\.conv_out</td><td><span class='fate folded'>", vtext)
     assert "kept FP32 by the search" not in vtext and "Nodes kept FP32" not in vtext
-    assert "from the converted model's own types" in vtext
+    assert "Float nodes per op type in the converted model as written" in vtext
 
 
 def test_validate_page_of_a_model_converted_elsewhere_says_how_it_matched(tmp_path) -> None:

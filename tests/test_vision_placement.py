@@ -17,9 +17,10 @@ import pytest
 import amp_convert
 from amp_convert.passes.global_pool import run_as_global_pool
 from amp_convert.passes.infer_dtypes import infer_dtypes
+from amp_convert.targets import build_target
 from amp_convert.targets.accumulation import fp32_accumulating
 from models.vision import ARCHS, PAIRS, se_cnn
-from tests.helpers import casts, op_counts, run
+from tests.helpers import casts, check_onnx, op_counts, run
 
 
 def _convert(model: onnx.ModelProto, level: str = "O2", **kw):
@@ -41,7 +42,7 @@ def test_o2_is_as_lean_as_all_low(arch: str, style: str) -> None:
     model = se_cnn(arch, style)
     interfaces = len(model.graph.input) + len(model.graph.output)
     out, report = _convert(model)
-    onnx.checker.check_model(out, full_check=True)
+    check_onnx(out)  # torchscript's LayerNorms below opset 17 run as ORT's LayerNormalization-1
     # onnxconverter-common with keep_io_types adds one Cast per float interface: + 2 allowed
     assert casts(out) - casts(model) <= interfaces + 2, report.summary()
     _, o3 = _convert(model, "O3")
@@ -88,8 +89,8 @@ def test_spatial_reduce_mean_runs_as_global_average_pool_on_ort_cuda() -> None:
     inferred = onnx.shape_inference.infer_shapes(model).graph.value_info
     types = {vi.name: vi.type for vi in inferred}
     infer_dtypes(m, types)
-    assert run_as_global_pool(m, types, "none").notes == ()  # other targets: untouched
-    assert len(run_as_global_pool(m, types, "ort-cuda").notes) == pools
+    assert run_as_global_pool(m, types, build_target("none")).notes == ()  # others: untouched
+    assert len(run_as_global_pool(m, types, build_target("ort-cuda")).notes) == pools
     rewritten = ir.serde.serialize_model(m)
     assert op_counts(rewritten)["GlobalAveragePool"] == pools
     rng = np.random.default_rng(0)

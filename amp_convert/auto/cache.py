@@ -44,7 +44,12 @@ class ValueCache:
             return
         assert self._tmp is not None
         path = os.path.join(self._tmp.name, f"{sample}_{len(self._files[sample])}.npy")
-        np.save(path, arr, allow_pickle=False)
+        with safe_write.temp_writes("amp-auto-ref-"):
+            try:
+                np.save(path, arr, allow_pickle=False)
+            except BaseException:
+                safe_write.unlink_quietly(path)
+                raise
         self._files[sample][name] = path
 
     def get(self, sample: int, names: Sequence[str]) -> dict[str, Any]:

@@ -6,24 +6,25 @@ Exit codes: 0 thresholds met (model written), 1 not met (nothing written unless 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import click
 
-from amp_convert import html_report, io, output_rules
+from amp_convert import html_report, io, output_rules, safe_write
 from amp_convert.auto.page import auto_page
 from amp_convert.auto.search import auto_convert
 from amp_convert.errors import OptionError
-from amp_convert.validation.command import thresholds_from_options
+from amp_convert.options import ConvertOptions
+from amp_convert.user_text import printable, terminal
+from amp_convert.validation.options import AUTO_REFUSED_PROVIDERS, ValidateOptions
 
 
 def run_auto(
     model: str | Path,
     outputs: Sequence[tuple[str, Path | None]],
-    options: dict[str, Any],
-    validation: Mapping[str, Any],
+    options: ConvertOptions,
+    validation: ValidateOptions,
     *,
     force: bool,
     force_write: bool,
@@ -35,7 +36,7 @@ def run_auto(
     `outputs` are the command's declared outputs by label ("output", "report", "HTML report");
     with the output's data file they are checked together before the search (output_rules).
     """
-    files = validation.get("inputs") or ()
+    files = validation.inputs or ()
     if isinstance(files, str | Path):
         files = (files,)
     inputs_read = output_rules.model_files(Path(model))
@@ -47,38 +48,42 @@ def run_auto(
         *((label, p) for label, p in outputs if label != "output"),
     ]
     read = [inputs_read, *([Path(f)] for f in files), *extra_inputs]
-    provider = validation.get("provider") or "auto"
-    if provider == "cpu":
-        raise OptionError(
-            "--auto needs --provider emulate or cuda (ORT CPU runs FP16 nodes in FP32 and hides "
-            "the errors the search looks for)"
-        )
+    refused = AUTO_REFUSED_PROVIDERS.get(validation.provider)
+    if refused is not None:  # before the outputs are planned
+        raise OptionError(refused)
     with output_rules.plan_outputs(writes, read, force) as plan:
-        dims = dict(options.pop("dims", None) or validation.get("dim") or {})
+        samples = validation.replace(  # one sample per file
+            inputs=[str(f) for f in files] or None, save_inputs=plan.get("inputs file")
+        )
         result, report = auto_convert(
-            model,
-            inputs=[str(f) for f in files] or None,
-            thresholds=thresholds_from_options(validation),
-            provider=provider,
-            dims=dims or None,
-            seed=validation.get("seed") or 0,
-            progress=not quiet,
-            **options,
+            model, options=options, validation=samples, progress=not quiet
         )
         if not quiet:
-            click.echo(report.summary())
-        if plan.get("report") is not None:
-            report.to_json(plan["report"])
-        if plan.get("HTML report") is not None:
-            page = auto_page(report, f"amp-convert --auto: {Path(model).name}")
-            html_report.write(page, plan["HTML report"])
+            click.echo(terminal(report.summary()))
+        # the reports are staged first and committed after the model: one that cannot be
+        # written fails the run before anything is replaced, and a model that cannot be
+        # written leaves no new report behind
+        staged: list[safe_write.StagedFile] = []
+        try:
+            if plan.get("report") is not None:
+                staged.append(safe_write.StagedFile(plan["report"], report.json_bytes()))
+            if plan.get("HTML report") is not None:
+                page = auto_page(report, f"amp-convert --auto: {Path(model).name}")
+                html = html_report.render(page).encode("utf-8")
+                staged.append(safe_write.StagedFile(plan["HTML report"], html))
+            if report.passed or force_write:
+                # an input with external data gives an output with external data (never one
+                # protobuf holding every weight)
+                external = True if len(inputs_read) > 1 else None
+                io.save_model(result, plan["output"], external=external, keep=inputs_read)
+            for s in staged:
+                s.commit()
+        finally:
+            for s in staged:
+                s.discard()
         if report.passed or force_write:
-            # an input with external data gives an output with external data (never one
-            # protobuf holding every weight)
-            external = True if len(inputs_read) > 1 else None
-            io.save_model(result, plan["output"], external=external, keep=inputs_read)
             if not quiet:
-                click.echo(f"wrote {output}")
+                click.echo(printable(f"wrote {output}"))
         else:
             click.echo(
                 "amp-convert: the thresholds cannot be met with these inputs; nothing written "

@@ -9,7 +9,10 @@ a node is kept FP32 when
   would be cast to Inf on the way in;
 * it is a reduction whose accumulated sum would: ReduceMean's sum is |mean| x the reduced count,
   ReduceSumSquare/ReduceL2's is the sum of squares, ReduceLogSumExp's is exp(max input); a kernel
-  that accumulates in the low type overflows there even when the result is in range.
+  that accumulates in the low type overflows there even when the result is in range. Which ops
+  hold their sum in the low type is data (targets/ort_cuda_accumulation.json, ``limit: sum``):
+  ORT CUDA's ReduceMean writes the sum into its FP16 output before dividing (Inf past 65504,
+  measured on an H100), and the hit cites that row.
 
 The margin (default 2) covers inputs a little larger than the calibration data. The inference
 analogue of a training loss-scale overflow check; it needs no run of any candidate.
@@ -24,10 +27,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from amp_convert.auto.graph import GraphFacts
+from amp_convert.targets.accumulation import accumulation_for, held_sum_ops
 
 DEFAULT_MARGIN = 2.0
 LIMITS = {"fp16": 65504.0, "bf16": float(np.finfo(np.float32).max) * (1 - 2**-8)}
-_REDUCE_COUNT = ("ReduceMean",)
+#: the accumulation table the guard follows (the runtime --auto judges for)
+TARGET = "ort-cuda"
 _REDUCE_SQUARES = ("ReduceSumSquare", "ReduceL2")
 
 
@@ -39,12 +44,15 @@ class RangeHit:
     value: str
     max_abs: float
     kind: str  # "output", "input", "accumulator"
+    #: for an accumulator: where the kernel keeps that sum (the accumulation table's source)
+    kernel: str = ""
 
     def describe(self, margin: float, limit: float) -> str:
         what = {"output": "output", "input": "input", "accumulator": "accumulated sum of"}[
             self.kind
         ]
-        return f"{what} {self.value}: max |x| {self.max_abs:.4g} x margin {margin:g} > {limit:g}"
+        text = f"{what} {self.value}: max |x| {self.max_abs:.4g} x margin {margin:g} > {limit:g}"
+        return f"{text} ({self.kernel})" if self.kernel else text
 
 
 def range_hits(
@@ -71,7 +79,9 @@ def range_hits(
         if hit is None and node.outputs:
             acc = _accumulated(facts, node.op_type, node.inputs, node.outputs[0], ref_max)
             if acc is not None and over(acc):
-                hit = RangeHit(node.name, node.inputs[0], acc, "accumulator")
+                row = accumulation_for(TARGET, node.op_type, "", "float16")
+                kernel = f"ORT CUDA holds it in FP16: {row.limit_text}" if row else ""
+                hit = RangeHit(node.name, node.inputs[0], acc, "accumulator", kernel)
         if hit is not None:
             hits[node.name] = hit
     return hits
@@ -82,7 +92,7 @@ def _accumulated(
 ) -> float | None:
     if not inputs:
         return None
-    if op in _REDUCE_COUNT:
+    if ("", op) in held_sum_ops(TARGET):
         count = _reduced_count(facts, inputs[0], out)
         return None if count is None else ref_max.get(out, 0.0) * count
     if op == "ReduceSumSquare":

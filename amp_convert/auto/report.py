@@ -46,6 +46,10 @@ class TracePoint:
     folded_into: str = ""
     #: a body node: the main-graph control-flow node it sits in
     inside: str = ""
+    #: why it is FP32 (the conversion report's reason) or what became of it
+    reason: str = ""
+    #: a nameless Constant: listed only on request, never labelled
+    hidden: bool = False
 
 
 @dataclass
@@ -112,7 +116,7 @@ class AutoReport(Report, tool="amp-convert --auto", schema_version=SCHEMA_VERSIO
             where = f" in {p.inside}" if p.inside else ""
             lines.append(f"  {p.name} [{p.op_type}]{where}{body}: {p.reason}, {p.evidence}")
         for o in self.outputs:
-            mark = "ok " if o.passed else "FAIL"
+            mark = _MARKS.get(o.status, o.status)
             cos = "n/a" if o.cosine is None else f"{o.cosine:.6f}"
             mx = "n/a" if o.max_abs is None else f"{o.max_abs:.3g}"
             lines.append(
@@ -121,6 +125,10 @@ class AutoReport(Report, tool="amp-convert --auto", schema_version=SCHEMA_VERSIO
             )
         lines.extend(f"warning: {w}" for w in self.warnings)
         return "\n".join(lines)
+
+
+#: an output's status as the summary marks it (a skipped output is no failure)
+_MARKS = {"pass": "ok ", "fail": "FAIL", "not_judged": "--  ", "skipped": "n/c "}
 
 
 def _thresholds(t: dict[str, Any]) -> str:

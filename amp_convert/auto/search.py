@@ -8,16 +8,25 @@
    (localise.py) and go back to 2, up to ``max_rounds`` candidates.
 
 A model that meets the thresholds at the level comes back after two sessions.
+
+Weak evidence stops the search rather than mislead it: on random inputs, a reference whose every
+float output is near zero or nearly constant (evidence.py: a detector's map on noise) is refused
+before any candidate, exit 2 naming the output (the cosine would measure rounding noise, and each
+round would pin nodes for it). A round whose worst output is no better than the best candidate's
+ends the search; the best candidate is the result, and the report ends with concrete next steps
+(real ``--inputs``, the per-output threshold it reached, the node that introduces the most
+error, for ``--exclude-nodes``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import onnx
@@ -28,65 +37,82 @@ from amp_convert.api import convert_ir
 from amp_convert.auto.blame import localise, pin_entry, pin_set
 from amp_convert.auto.figures import fill_figures
 from amp_convert.auto.graph import FLOAT, name_nodes
-from amp_convert.auto.localise import ValueStats
+from amp_convert.auto.localise import ValueStats, introduced
 from amp_convert.auto.probe import DEFAULT_BUDGET
 from amp_convert.auto.ranges import DEFAULT_MARGIN, LIMITS, range_hits
 from amp_convert.auto.report import AutoReport, PinnedNode
 from amp_convert.auto.sessions import Sessions
 from amp_convert.auto.staging import stage
-from amp_convert.errors import ValidationError
-from amp_convert.options import ConvertOptions, make_options
+from amp_convert.errors import OptionError, ValidationError
+from amp_convert.options import AUTO_LEVEL, ConvertKwargs, ConvertOptions, resolve
 from amp_convert.report import ConversionReport
+from amp_convert.validation.evidence import save_npz, weak_notes, weak_outputs
 from amp_convert.validation.input_search import RANDOM_CALIBRATION_WARNING, fmt_dims
 from amp_convert.validation.metrics import OutputResult, Thresholds, check_names
+from amp_convert.validation.options import AUTO_REFUSED_PROVIDERS, ValidateOptions
 from amp_convert.validation.progress import PhaseLog
 from amp_convert.validation.runtime import cuda_available, import_ort
 
 DEFAULT_MIN_COSINE = 0.999
+DEGENERATE_REFERENCE = (
+    "--auto: the reference output {name!r} is {why} on random inputs (so is every float output): "
+    "a search would tune the model to rounding noise; give real inputs with --inputs FILE.npz "
+    "(--save-inputs FILE.npz writes the generated ones)"
+)
 NOTHING_TO_COMPARE = (
     "--auto: nothing to compare on these inputs (every reference output is empty, not a tensor, "
     "or has no finite value); choose other --inputs"
 )
-PROVIDERS = ("emulate", "cuda", "auto")
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 
 def auto_convert(
     model: Any,
     *,
+    options: ConvertOptions | None = None,
+    validation: ValidateOptions | None = None,
     inputs: Any = None,
-    level: str = "O3",
-    dtype: str = "fp16",
     thresholds: Thresholds | Mapping[str, Any] | None = None,
     min_cosine: float | None = None,
     atol: float | None = None,
     rtol: float | None = None,
     max_nan: int | None = None,
-    provider: str = "emulate",
+    provider: str | None = None,
+    seed: int | None = None,
     max_rounds: int = 8,
     margin: float = DEFAULT_MARGIN,
-    dims: Mapping[str, int] | None = None,
-    seed: int = 0,
     memory_budget: int = DEFAULT_BUDGET,
     progress: bool = False,
-    **options: Any,
+    **kwargs: Unpack[ConvertKwargs],
 ) -> tuple[Any, AutoReport]:
-    """Convert ``model`` at ``level`` keeping FP32 only the nodes the calibration data needs.
+    """Convert ``model`` at its level keeping FP32 only the nodes the calibration data needs.
 
     ``model``: path, bytes, onnx.ModelProto or onnx_ir.Model (returned as the same kind; a path
-    gives an onnx_ir.Model). ``inputs``: None (seeded random inputs, ``dims`` sets dynamic dims),
-    one ``.npz`` path or dict of arrays, or a list of them (each one sample). Thresholds mean
-    what they mean in ``validate``; with none given, ``min_cosine=0.999`` (and ``max_nan=0``).
-    Every output of every sample must pass. ``provider``: ``emulate`` (CPU, FP16/BF16 rounding
-    reproduced) or ``cuda`` (``auto``: cuda when available). Other keywords are conversion
-    options (``keep_io_types``, ``fp32_ops``, ``exclude_nodes``...). Unnamed nodes are given
+    gives an onnx_ir.Model). Conversion options: ``options`` (a ConvertOptions) and/or its fields
+    as keywords (``level``, ``dtype``, ``exclude_nodes``...; unknown names are an OptionError);
+    the level is ``AUTO_LEVEL`` (O3) unless one is given. Judging: ``validation`` (a
+    ValidateOptions: provider, inputs, seed, thresholds, dims) and/or the keywords ``inputs``
+    (None: seeded random inputs, the options' ``dims`` set dynamic dims; one ``.npz`` path or
+    dict of arrays, or a list of them, each one sample), ``thresholds``, ``min_cosine``, ``atol``,
+    ``rtol``, ``max_nan`` (with none given, ``min_cosine=0.999`` and ``max_nan=0``), ``provider``
+    (``emulate``, the default: CPU with FP16/BF16 rounding reproduced; ``cuda``; ``auto``: cuda
+    when available) and ``seed``. Every output of every sample must pass. Unnamed nodes are given
     unique names. ``progress``: a line per phase and per round on stderr. Returns (model,
     AutoReport); ``report.passed`` says whether the thresholds were met (the model is returned
     either way). Both models are loaded once at ORT's default options in a child process first
     (the result before the verdict): a crash there is a LoadCrashError, never a verdict.
+    ``validation.save_inputs``: write the (first) calibration sample as an ``.npz`` for ``inputs``.
+    On random
+    inputs a reference whose float outputs are all near zero or nearly constant is refused
+    (ValidationError naming it; see the module docstring).
     """
     start = time.perf_counter()
-    if provider not in PROVIDERS:
-        raise ValidationError(f"provider {provider!r}: --auto takes emulate, cuda or auto")
+    if options is None and "level" not in kwargs:
+        kwargs["level"] = AUTO_LEVEL
+    opts = resolve(options, kwargs)  # bad options fail before any work
+    judge = _judging(validation, opts, inputs=inputs, provider=provider, seed=seed)
+    provider = judge.provider
     if provider == "auto":
         provider = "cuda" if cuda_available() else "emulate"
     import_ort()
@@ -94,38 +120,48 @@ def auto_convert(
         raise ValidationError(f"max_rounds must be a positive integer, got {max_rounds!r}")
     if not (isinstance(margin, int | float) and margin >= 1):
         raise ValidationError(f"margin must be a number >= 1, got {margin!r}")
-    limits = _limits(thresholds, min_cosine=min_cosine, atol=atol, rtol=rtol, max_nan=max_nan)
-    if dims:
-        options["dims"] = dims  # sizes the cast-cost estimate too
-    make_options(level=level, dtype=dtype, **options)  # bad options fail before any work
-    user_excludes = list(options.pop("exclude_nodes", ()) or ())
-    if isinstance(user_excludes, str):
-        user_excludes = [user_excludes]
-    dtype = make_options(dtype=dtype).dtype
+    base = judge.thresholds if thresholds is None else thresholds
+    limits = _limits(base, min_cosine=min_cosine, atol=atol, rtol=rtol, max_nan=max_nan)
 
     work = io.load_model(model)
     renamed = name_nodes(work)
-    settings = Settings(
-        make_options(level=level, dtype=dtype, **{**options, "exclude_nodes": user_excludes}),
-        limits, float(margin),
-    )  # fmt: skip
+    settings = Settings(opts, limits, float(margin))
     original = str(model) if isinstance(model, str | os.PathLike) else None
     sessions = Sessions(
         stage(work, "<reference>"), provider=provider, budget=memory_budget, original=original
     )
     search = Search(work, sessions, settings, PhaseLog(progress, task="auto"))
     report = AutoReport(
-        level=str(level).upper(), dtype=dtype, provider=provider, thresholds=limits.to_dict(),
+        level=opts.level.value, dtype=opts.dtype, provider=provider, thresholds=limits.to_dict(),
         margin=float(margin), samples=0,
     )  # fmt: skip
     if renamed:
         report.warnings.append(f"{renamed} unnamed or duplicate node names were made unique")
+    dims = dict(judge.dims) or None
     try:
-        result = search.run(report, inputs, dims, seed, max_rounds)
+        result = search.run(report, judge.inputs, dims, judge.seed, max_rounds, judge.save_inputs)
     finally:
         sessions.close()
     report.seconds = time.perf_counter() - start
     return _as_kind(model, result), report
+
+
+def _judging(
+    validation: ValidateOptions | None, options: ConvertOptions, **given: Any
+) -> ValidateOptions:
+    """What the search judges with: ``validation`` (default: emulate) with the keywords given
+    over it; the conversion's --dim sizes the random inputs unless the validation has its own."""
+    base = validation if validation is not None else ValidateOptions(provider="emulate")
+    if not isinstance(base, ValidateOptions):
+        raise OptionError(f"validation must be a ValidateOptions, not {type(base).__name__}")
+    changes: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
+    if not base.dims and options.dims:
+        changes["dims"] = options.dim_values
+    judge = dataclasses.replace(base, **changes) if changes else base
+    refused = AUTO_REFUSED_PROVIDERS.get(judge.provider)
+    if refused is not None:
+        raise OptionError(refused)
+    return judge
 
 
 def _limits(thresholds: Any, **flat: Any) -> Thresholds:
@@ -196,7 +232,7 @@ class Search:
 
     def run(
         self, report: AutoReport, inputs: Any, dims: Mapping[str, int] | None, seed: int,
-        max_rounds: int,
+        max_rounds: int, save_inputs: str | os.PathLike | None = None,
     ) -> ir.Model:  # fmt: skip
         """Steps 1-3 of the module docstring; the last candidate (the report says if it passed)."""
         sessions = self.sessions
@@ -204,22 +240,41 @@ class Search:
         if not late:
             report.warnings += sessions.check_loads([(sessions.ref_staged, "the original")])
         self.facts = sessions.open_reference(inputs, dims, seed)
+        if save_inputs is not None:
+            save_npz(save_inputs, sessions.samples[0])
         if not sessions.reference_comparable(self.facts.graph_outputs):
             raise ValidationError(NOTHING_TO_COMPARE)
         self._inputs(report, seed)
+        self._evidence(report)
         check_names(self.settings.limits, self.facts.graph_outputs)
         ref_max = sessions.reference_pass()  # 1. range guard: one FP32 pass
         pinned = self._range_guard(ref_max)
         self.log.phase(f"range guard: {len(pinned)} node(s) kept FP32")
         first: Candidate | None = None
+        best: tuple[int, Candidate, dict[str, PinnedNode]] | None = None
         for round_no in range(1, max_rounds + 1):  # 2-3. candidates
             report.rounds = round_no
             cand = self._candidate(pinned)
             first = first or cand
             self._record(report, round_no, len(pinned), cand)
+            if best is not None and not cand.passed and _score(cand) <= _score(best[1]):
+                report.warnings.append(
+                    f"round {round_no} did not improve the worst output ({_worst_text(cand)}, "
+                    f"round {best[0]}: {_worst_text(best[1])}); the search stops with round "
+                    f"{best[0]}'s candidate"
+                )
+                break
+            best = (round_no, cand, dict(pinned))
             if cand.passed or not self._pin_more(report, round_no, max_rounds, pinned):
                 break
-        assert first is not None and self.last is not None
+        assert first is not None and self.last is not None and best is not None
+        if best[1] is not self.last:  # keep the best candidate, not the last one tried
+            self.last = best[1]
+            pinned = best[2]
+            report.outputs, report.conversion = best[1].outputs, best[1].conversion
+            report.passed = best[1].passed
+        if not self.last.passed:
+            report.warnings += self._next_steps(pinned)
         self.log.phase("the result at ONNX Runtime's default options (child process)")
         report.warnings += sessions.check_loads([*late, (sessions.cand_staged, "the result")])
         report.pinned = sorted(pinned.values(), key=lambda p: self.facts.order(p.name))
@@ -245,6 +300,59 @@ class Search:
             f"{len(self.sessions.batches)} batch(es)"
         )
 
+    def _evidence(self, report: AutoReport) -> None:
+        """Refuse a degenerate reference on random inputs; otherwise say which outputs are weak."""
+        outputs = self.facts.graph_outputs
+        refs = [self.sessions.ref_batch(s, outputs) for s in range(len(self.sessions.samples))]
+        weak = weak_outputs(refs)
+        floats = {
+            n for r in refs for n, a in r.items()
+            if isinstance(a, np.ndarray) and a.dtype.kind == "f" and a.size > 1
+        }  # fmt: skip
+        gathered = self.sessions.gathered
+        assert gathered is not None
+        if weak and gathered.random and floats and floats <= set(weak):
+            name = next(n for n in outputs if n in weak)
+            raise ValidationError(DEGENERATE_REFERENCE.format(name=name, why=weak[name]))
+        report.warnings += weak_notes(weak, random=False)
+
+    def _next_steps(self, pinned: Mapping[str, PinnedNode]) -> list[str]:
+        """What the user can do when the thresholds are not met: concrete options."""
+        assert self.last is not None
+        steps = []
+        gathered = self.sessions.gathered
+        if gathered is not None and gathered.random:
+            steps.append("next step: calibrate on real data with --inputs FILE.npz")
+        reached = [
+            f"--min-cosine {o.name}:{math.floor(o.cosine * 1e6) / 1e6:.6f}"
+            for o in self.last.outputs
+            if o.failed and o.cosine is not None and o.cosine > 0
+        ]
+        if reached:
+            steps.append(
+                "next step: if this accuracy is enough for the output, a per-output threshold: "
+                + " ".join(reached)
+            )
+        node = self._worst_node(pinned)
+        if node is not None:
+            steps.append(
+                f"next step: keep FP32 the node that introduces the most error: --exclude-nodes "
+                f"{node}"
+            )
+        return steps
+
+    def _worst_node(self, pinned: Mapping[str, PinnedNode]) -> str | None:
+        assert self.last is not None
+        stats = self.last.stats
+        best, worst = None, 0.0
+        for node in self.facts.nodes:
+            if node.name in pinned:
+                continue
+            gain = introduced(node, stats)[1]
+            if gain > worst:
+                best, worst = node.name, gain
+        return best
+
     def _range_guard(self, ref_max: dict[str, float]) -> dict[str, PinnedNode]:
         """Nodes whose FP32 values would overflow the low type (graph inputs' peaks included)."""
         facts, samples = self.facts, self.sessions.samples
@@ -268,7 +376,7 @@ class Search:
         """The work model converted with ``pins`` kept FP32 (an ir clone; no protobuf trip)."""
         model = self.work.clone()
         options = self.settings.options
-        report = convert_ir(model, dataclasses.replace(options, pinned_nodes=pins))
+        report = convert_ir(model, options.replace(pinned_nodes=pins))
         return model, report
 
     def _candidate(self, pinned: Mapping[str, PinnedNode]) -> Candidate:
@@ -334,6 +442,19 @@ class Search:
         for b in new:
             pinned[b.node] = pin_entry(self.facts, b, round_no, whole.get(b.node))
         return True
+
+
+def _score(c: Candidate) -> tuple[float, float]:
+    """Higher is better: fewer new NaN/Inf, then the worst output's cosine."""
+    floats = [o for o in c.outputs if o.status != "skipped"]
+    nonfinite = sum(o.nonfinite for o in floats)
+    worst = min((o.cosine for o in floats if o.cosine is not None), default=1.0)
+    return (-float(nonfinite), worst)
+
+
+def _worst_text(c: Candidate) -> str:
+    nonfinite, cosine = _score(c)
+    return f"cosine {cosine:.6f}" + (f", {int(-nonfinite)} new NaN/Inf" if nonfinite else "")
 
 
 def _brief(o: OutputResult) -> dict[str, Any]:

@@ -207,8 +207,12 @@ class Sessions:
         self.cand_staged = staged = stage(cand, "<candidate>")
         aliases = carrier_aliases(value_map, values, staged.proto)
         own = list(dict.fromkeys(aliases.values()))
+        # graph outputs are the interface both models share (a STRING output too): compared by
+        # their own names, never looked up in the map (which only carries float values)
+        interface = {o.name for o in staged.proto.graph.output}
+        aliases.update({o: o for o in self.facts.graph_outputs if o in interface})
         if self.provider == "emulate":
-            emulated = build_emulated_model(staged.proto)
+            emulated = build_emulated_model(staged.proto, staged.source.base_dir)
             model = emulated.model
             expose(model, own, {v: FLOAT for v in own})  # the emulated copy computes in FP32
             low_inputs = dict(emulated.low_inputs)

@@ -73,7 +73,8 @@ def stage(model: ir.Model, label: str, *, spill_bytes: int | None = None) -> Sta
     tmp = safe_write.temp_folder("amp-auto-")
     try:
         path = os.path.join(tmp.name, "model.onnx")
-        io.save_model(model, path, external=True)
+        with safe_write.temp_writes("amp-auto-"):
+            io.save_model(model, path, external=True)
         proto = onnx.load(path, load_external_data=False)
     except BaseException:
         tmp.cleanup()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,13 @@ import onnx
 from amp_convert import html_report, proto_walk
 from amp_convert.auto.graph import FLOAT, GraphFacts, graph_facts
 from amp_convert.auto.localise import ValueStats
+from amp_convert.auto.page_facts import (
+    cast_count,
+    folded_by_op,
+    node_names,
+    precision_by_op,
+    weight_bytes,
+)
 from amp_convert.auto.probe import (
     DEFAULT_BUDGET,
     Probe,
@@ -36,11 +44,13 @@ from amp_convert.auto.staging import lean_options
 from amp_convert.dtypes import LOW_TYPES, low_numpy_type
 from amp_convert.html_report import Page
 from amp_convert.validation.emulate import build_emulated_model
+from amp_convert.validation.evidence import weak_notes, weak_outputs
 from amp_convert.validation.input_search import Samples, gather_samples
 from amp_convert.validation.inputs import InputSpec
 from amp_convert.validation.metrics import OutputResult, Thresholds, compare_output
+from amp_convert.validation.report import ValidationReport
 from amp_convert.validation.runtime import ModelSource, cuda_available, load_source
-from amp_convert.value_map import Fate, ValueMap
+from amp_convert.value_map import Fate, ValueMap, read_reasons
 
 _LOW = {int(t) for t in LOW_TYPES}
 
@@ -49,11 +59,19 @@ def candidate_value_map(reference: onnx.ModelProto, candidate: onnx.ModelProto) 
     """The value map the candidate carries, or the by-name fallback (``complete`` False)."""
     result = [n for g in proto_walk.graphs(candidate.graph) for n in _value_names(g)]
     metadata = {p.key: p.value for p in candidate.metadata_props}
-    found = ValueMap.from_metadata(metadata, result)
+    found, problem = ValueMap.read_metadata(metadata, result)
     if found is not None:
         return found
     original = [n for g in proto_walk.graphs(reference.graph) for n in _value_names(g)]
-    return ValueMap.common_names(original, result)
+    by_name = ValueMap.common_names(original, result)
+    if not problem:
+        return by_name
+    note = (
+        f"the converted model carries amp-convert's value map but {problem}: it is not used, "
+        "values are matched by name (a value the conversion folded may be compared with "
+        "different data); the outputs are compared as the exit code judged them"
+    )
+    return ValueMap(by_name.values, {}, complete=False, note=note)
 
 
 def _value_names(graph: onnx.GraphProto) -> Iterator[str]:
@@ -95,12 +113,13 @@ def _precision(outputs: list[str], vm: ValueMap, types: Mapping[str, int]) -> tu
     return "n/a", ""
 
 
-def _samples(ref: Probe, inputs: Any, dims, seed, proto, outputs) -> Samples[None]:
-    """The one input generator (random inputs at dims the reference runs on, or the files)."""
+def _samples(ref: Probe, inputs: Any, dims, seed, proto, outputs) -> Samples[dict[str, Any]]:
+    """The one input generator (random inputs at dims the reference runs on, or the files);
+    each sample keeps the reference's outputs (evidence.py reads them)."""
     specs = [InputSpec(n, t, s) for n, (t, s) in ref.runner.inputs.items()]
 
-    def run(feeds: dict[str, np.ndarray]) -> None:
-        ref.fetch(feeds, outputs)
+    def run(feeds: dict[str, np.ndarray]) -> dict[str, Any]:
+        return ref.fetch(feeds, outputs)
 
     return gather_samples(specs, proto, run, inputs=inputs, dims=dims, seed=seed)
 
@@ -114,7 +133,7 @@ def _candidate_model(
         model.CopyFrom(cand_src.proto)
         expose(model, own, types)
         return model, {}
-    emulated = build_emulated_model(cand_src.proto)
+    emulated = build_emulated_model(cand_src.proto, cand_src.base_dir)
     expose(emulated.model, own, {v: FLOAT for v in own})  # the emulated copy computes in FP32
     return emulated.model, dict(emulated.low_inputs)
 
@@ -148,7 +167,37 @@ def _measure(ref, cand, samples, low_inputs, facts: GraphFacts, values, limits, 
     return stats, [worst(results) for results in per_output.values() if results]
 
 
-def _trace(facts: GraphFacts, vm: ValueMap, types, stats, ref_max) -> list[TracePoint]:
+@dataclass(frozen=True)
+class _Names:
+    """Node names as the reports give them, and why each node of the result is FP32."""
+
+    reference: Mapping[str, str]  # output value -> reference node name
+    candidate: Mapping[str, str]  # output value -> candidate node name
+    reasons: Mapping[str, str]  # candidate node name -> why FP32
+
+    def name(self, node: str, outputs: list[str], op_type: str) -> str:
+        if node:
+            return node
+        return next((self.reference[v] for v in outputs if v in self.reference), op_type)
+
+    def reason(self, label: str, outputs: list[str], vm: ValueMap, node: str) -> str:
+        """Why the node is FP32 (the conversion report), or what became of it (the map)."""
+        if label == "fp32":
+            for v in outputs:
+                carrier = vm.fate(v).carrier
+                found = self.reasons.get(self.candidate.get(carrier or "", ""), "")
+                if found:
+                    return found
+            return ""
+        fate = vm.nodes.get(node)
+        if fate is not None and fate.why:
+            return fate.why
+        return next((w for v in outputs if (w := vm.fate(v).why) and w != "not mapped"), "")
+
+
+def _trace(
+    facts: GraphFacts, vm: ValueMap, types, stats, ref_max, names: _Names
+) -> list[TracePoint]:
     trace = []
     for node in facts.nodes:
         floats = [v for v in node.outputs if facts.types.get(v) == FLOAT]
@@ -156,18 +205,27 @@ def _trace(facts: GraphFacts, vm: ValueMap, types, stats, ref_max) -> list[Trace
             continue
         label, into = _precision(floats, vm, types)
         compared = [v for v in floats if v in stats]
+        name = names.name(node.name, node.outputs, node.op_type)
         trace.append(
             TracePoint(
-                node.name, node.op_type, max((ref_max.get(v, 0.0) for v in floats), default=None),
+                name, node.op_type, max((ref_max.get(v, 0.0) for v in floats), default=None),
                 None, max((stats[v].error for v in compared), default=None), label, into,
+                reason=names.reason(label, floats, vm, name),
+                hidden=not node.name and node.op_type == "Constant",
             )
         )  # fmt: skip
         for inner in node.body_nodes:
             outs = facts.inner[inner].outputs if inner in facts.inner else []
             label, into = _precision(outs, vm, types)
+            op = facts.op_type(inner) if inner in facts.inner else ""
+            inner_name = names.name(inner, outs, op)
             trace.append(
-                TracePoint(inner, facts.op_type(inner), None, None, None, label, into, node.name)
-            )
+                TracePoint(
+                    inner_name, op, None, None, None, label, into, name,
+                    reason=names.reason(label, outs, vm, inner_name),
+                    hidden=not inner and op == "Constant",
+                )
+            )  # fmt: skip
     return trace
 
 
@@ -181,8 +239,14 @@ def validation_page(
     seed: int = 0,
     thresholds: Thresholds | Mapping[str, Any] | None = None,
     budget: int = DEFAULT_BUDGET,
+    report: ValidationReport | None = None,
 ) -> Page:
-    """The HTML page's content for ``candidate`` validated against ``reference``."""
+    """The HTML page's content for ``candidate`` validated against ``reference``.
+
+    ``report``: the validation whose exit code the user sees; its outputs and verdict are the
+    page's (the value map only guides the intermediate values, never the verdict). Without one,
+    the graph outputs are compared here, by their own names in both models.
+    """
     if provider == "auto":
         provider = "cuda" if cuda_available() else "emulate"
     device = "cuda" if provider == "cuda" else "cpu"
@@ -208,6 +272,8 @@ def validation_page(
             facts = graph_facts(ref_src.proto, feeds)
             types = _elem_types(cand_src.proto, graph_facts(cand_src.proto, feeds).types)
             aliases = carrier_aliases(vm, values, cand_src.proto)
+            # graph outputs are the interface both models share: never looked up in the map
+            aliases.update({o: o for o in facts.graph_outputs})
             own = [a for a in dict.fromkeys(aliases.values()) if a in produced_names(
                 cand_src.proto)]  # fmt: skip
             model, low_inputs = _candidate_model(cand_src, emulate, own, types)
@@ -227,26 +293,42 @@ def validation_page(
         ref_src.close()
         cand_src.close()
     ref_max = {k: s.ref_max for k, s in stats.items()}
-    trace = _trace(facts, vm, types, stats, ref_max)
-    return _page(ref_src, cand_src, vm, trace, outputs, limits, emulate, gathered)
+    reasons, problem = read_reasons({p.key: p.value for p in cand_src.proto.metadata_props})
+    names = _Names(node_names(ref_src.proto), node_names(cand_src.proto), reasons)
+    trace = _trace(facts, vm, types, stats, ref_max, names)
+    notes = [vm.note] if vm.note else []
+    if problem:
+        notes.append(f"the converted model carries amp-convert's FP32 reasons but {problem}")
+    if report is None:
+        checked = any(o.status == "pass" for o in outputs)  # ValidationReport.verdict's rule
+        failed = any(o.failed for o in outputs)
+        verdict = "fail" if failed else ("pass" if checked else "not_judged")
+    else:
+        outputs, verdict = list(report.outputs), report.verdict
+    return _page(ref_src, cand_src, vm, trace, outputs, emulate, gathered, verdict, types, notes)
 
 
-def _page(ref_src, cand_src, vm, trace, outputs, limits, emulate, gathered) -> Page:
-    by_op: dict[str, tuple[int, int]] = {}
-    for t in trace:
-        if t.precision in ("low", "fp32"):
-            low, high = by_op.get(t.op_type, (0, 0))
-            by_op[t.op_type] = (low + (t.precision == "low"), high + (t.precision == "fp32"))
-    passed = all(o.passed for o in outputs)
+_VERDICTS = {
+    "pass": "all outputs pass",
+    "fail": "an output fails",
+    "not_judged": "report only (no thresholds set)",
+}
+
+
+def _page(ref_src, cand_src, vm, trace, outputs, emulate, gathered, verdict, types, notes) -> Page:
+    by_op = precision_by_op(cand_src.proto, types)  # the file as it will be shipped
+    folded = folded_by_op(vm) if vm.complete else {}
     low_nodes = sum(lo for lo, _ in by_op.values())
     float_nodes = sum(lo + hi for lo, hi in by_op.values())
     source = "the converter's value map (in the model)" if vm.complete else "names (no value map)"
+    hidden = sum(t.hidden for t in trace)
+    if hidden:
+        notes = [*notes, f"{hidden} nameless Constant node(s) are left off the chart and hidden "
+                 "in the node table (a box above the table shows them)"]  # fmt: skip
     return Page(
         title=f"amp-convert validate: {cand_src.label}",
-        verdict=("all outputs pass" if passed else "an output fails")
-        if limits.active
-        else "report only (no thresholds set)",
-        passed=passed,
+        verdict=_VERDICTS[verdict],
+        passed=verdict != "fail",
         facts=[
             ("reference", ref_src.label),
             ("candidate", cand_src.label),
@@ -254,18 +336,23 @@ def _page(ref_src, cand_src, vm, trace, outputs, limits, emulate, gathered) -> P
             ("inputs", gathered.describe()),
             ("values matched by", source),
             ("float nodes low (converted model)", f"{low_nodes} / {float_nodes}"),
+            ("Cast nodes (converted model)", str(cast_count(cand_src.proto))),
         ],  # fmt: skip
         outputs=outputs,
         trace=trace,
         by_op=by_op,
+        folded_ops=folded,
         sizes=[
-            ("weights before", html_report.bytes_text(_weights(ref_src.proto))),
-            ("weights after", html_report.bytes_text(_weights(cand_src.proto))),
+            ("weights before", html_report.bytes_text(weight_bytes(ref_src.proto))),
+            ("weights after", html_report.bytes_text(weight_bytes(cand_src.proto))),
         ],
         series=("", "converted vs original"),
         searched=False,
-        warnings=list(gathered.warnings),
-        notes=[vm.note] if vm.note else [],
+        warnings=[
+            *gathered.warnings,
+            *weak_notes(weak_outputs(s.result for s in gathered.items), gathered.random),
+        ],
+        notes=notes,
         folded=vm.with_fate(Fate.FOLDED, Fate.REMOVED) if vm.complete else [],
     )
 
@@ -280,22 +367,15 @@ def write_validation_html(
     inputs: Any = None,
     dims: Mapping[str, int] | None = None,
     seed: int = 0,
+    report: ValidationReport | None = None,
 ) -> None:
-    """``validate --html``: per-node trace of ``converted`` vs ``original`` (two more sessions)."""
+    """``validate --html``: per-node trace of ``converted`` vs ``original`` (two more sessions);
+    the outputs table and verdict are ``report``'s, the comparison the exit code came from."""
     files = inputs or None
     if isinstance(files, tuple):
         files = list(files)
     page = validation_page(
         original, converted, provider=provider or "auto", inputs=files, dims=dims or None,
-        seed=seed or 0, thresholds=thresholds,
+        seed=seed or 0, thresholds=thresholds, report=report,
     )  # fmt: skip
     html_report.write(page, path)
-
-
-def _weights(proto: onnx.ModelProto) -> int:
-    total = 0
-    for g in proto_walk.graphs(proto.graph):
-        for t in g.initializer:
-            size = onnx.helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
-            total += size * int(np.prod(t.dims, dtype=np.int64))
-    return total

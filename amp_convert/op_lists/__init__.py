@@ -104,6 +104,8 @@ class OpLists:
     entries: dict[str, tuple[str, str]] = field(default_factory=dict)
     rules: list[Rule] = field(default_factory=list)
     user_keys: set[str] = field(default_factory=set)
+    #: op key -> "FILE:LINE" of its first mention in the user's op-list file (for messages)
+    user_lines: dict[str, str] = field(default_factory=dict)
 
     def lookup(self, key: str) -> tuple[str, str] | None:
         return self.entries.get(key)
@@ -124,7 +126,9 @@ class OpLists:
             del self.entries[key]
 
     def copy(self) -> OpLists:
-        return OpLists(dict(self.entries), list(self.rules), set(self.user_keys))
+        return OpLists(
+            dict(self.entries), list(self.rules), set(self.user_keys), dict(self.user_lines)
+        )
 
 
 def _split_line(line: str) -> list[str]:
@@ -135,8 +139,8 @@ def _parse_entries(text: str, cls: str, where: str, lists: OpLists, user: bool =
     for n, raw in enumerate(text.splitlines(), 1):
         if not _split_line(raw):
             continue
-        op, _, reason = raw.strip().partition(" ")
-        reason = reason.strip() or "listed"
+        op, *rest = raw.strip().split(None, 1)  # op and reason apart by spaces or tabs
+        reason = rest[0].strip() if rest else "listed"
         if op.startswith("-"):
             lists.remove(cls, op[1:])
         elif not (op.isascii() and op.replace(":", "").replace(".", "").replace("_", "").isalnum()):
@@ -161,6 +165,7 @@ def _parse_rule(raw: str, where: str, user: bool = False) -> Rule:
         raise OptionError(f"{where}: unknown class {cls!r} in rule {raw.strip()!r}")
     if not (subject.startswith("@") or (subject.isascii() and subject.isdigit())):
         raise OptionError(f"{where}: subject must be an input index or @attribute: {subject!r}")
+    _check_subject(op, subject, where, raw)
     if test == "==":  # compares text: any value
         return Rule(op, subject, test, values, cls, reason, user)
     try:
@@ -170,6 +175,31 @@ def _parse_rule(raw: str, where: str, user: bool = False) -> Rule:
     if any(math.isnan(b) for b in bounds) or (test == "between" and bounds[0] > bounds[1]):
         raise OptionError(f"{where}: nonsense bounds {' '.join(values)} in rule {raw.strip()!r}")
     return Rule(op, subject, test, values, cls, reason, user)
+
+
+#: any opset: the newest schema of an op (the schema lookups take the newest at or below it)
+_NEWEST = 1 << 30
+
+
+def _check_subject(op: str, subject: str, where: str, raw: str) -> None:
+    """A rule's input index within the op's inputs, its @attribute one the op declares.
+
+    Ops no schema knows (custom ops) are taken on trust: nothing to check them against.
+    """
+    domain, _, name = op.rpartition(":")
+    sig = schema.signature(name, domain, _NEWEST)
+    if sig is None:
+        return
+    if subject.startswith("@"):
+        if not schema.has_attribute(name, domain, _NEWEST, subject[1:]):
+            raise OptionError(
+                f"{where}: {op} has no attribute {subject[1:]!r}: rule {raw.strip()!r}"
+            )
+    elif sig.input_slot(int(subject)) is None:
+        raise OptionError(
+            f"{where}: {op} has inputs 0 to {len(sig.inputs) - 1}; subject {subject} is out of "
+            f"range: rule {raw.strip()!r}"
+        )
 
 
 def load_builtin() -> OpLists:
@@ -193,7 +223,7 @@ def _builtin() -> OpLists:
 def apply_user_file(lists: OpLists, path: str | Path) -> OpLists:
     """Extend/trim `lists` with a user file of [allow]/[infer]/[clear]/[deny]/[rules] sections."""
     try:
-        text = Path(path).read_bytes().decode("utf-8")
+        text = Path(path).read_bytes().decode("utf-8-sig")  # a BOM (Windows editors) is skipped
     except OSError as e:
         raise OptionError(f"cannot read op list file {path}: {e.strerror or e}") from None
     except UnicodeDecodeError as e:
@@ -201,6 +231,7 @@ def apply_user_file(lists: OpLists, path: str | Path) -> OpLists:
     section: str | None = None
     out = lists.copy()
     user_rules: list[Rule] = []
+    classes: dict[str, tuple[str, int]] = {}  # op -> (section, line) of its first entry
     for n, raw in enumerate(text.splitlines(), 1):
         words = _split_line(raw)
         if not words:
@@ -215,10 +246,22 @@ def apply_user_file(lists: OpLists, path: str | Path) -> OpLists:
             raise OptionError(
                 f"{path}:{n}: entry before any [allow]/[infer]/[clear]/[deny] section"
             )
+        where = f"{path}:{n}"
         if section == "rules":
-            user_rules.append(_parse_rule(line, f"{path}:{n}", user=True))
-        else:
-            _parse_entries(line, section, f"{path}:{n}", out, user=True)
+            rule = _parse_rule(line, where, user=True)
+            user_rules.append(rule)
+            out.user_lines.setdefault(rule.op, where)
+            continue
+        op = line.split(None, 1)[0]
+        if not op.startswith("-"):
+            first = classes.setdefault(op, (section, n))
+            if first[0] != section:
+                raise OptionError(
+                    f"{where}: {op} is in [{section}] here and in [{first[0]}] at line "
+                    f"{first[1]}; an op belongs to one class"
+                )
+        out.user_lines.setdefault(op.lstrip("-"), where)
+        _parse_entries(line, section, where, out, user=True)
     # the user's rules come before the built-in ones, in file order: the first match wins
     out.rules[:0] = user_rules
     return out

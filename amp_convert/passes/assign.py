@@ -27,7 +27,7 @@ from amp_convert.reasons import Reason, ReasonKind
 from amp_convert.report import TensorNote
 from amp_convert.tensors import read, release
 from amp_convert.traffic import LAUNCH_BYTES, ShapeBook
-from amp_convert.weight_range import RangeStats, weigh
+from amp_convert.weight_range import RangeStats, check_weight, float_attributes, weigh
 from amp_convert.weight_scan import range_stats
 
 log = logging.getLogger(__name__)
@@ -137,6 +137,21 @@ def _range_limits(
     stats = _weight_stats(drafts, nodes, plan.low)
     for node in nodes:
         d = drafts[node]
+        # judged whatever the node's own class: an FP32 node's output may still reach low readers
+        why = _attribute_refusal(weights, node, plan.low) if float_attributes(node) else None
+        if why is not None:  # its output holds the value: the node and its readers keep FP32
+            if d.info.candidate:
+                d.info = d.info.pinned(Reason(K.RANGE, "range", why))
+            out = node.outputs[0]
+            for use in out.uses():
+                reader = drafts.get(use.node)
+                if (
+                    reader is not None
+                    and reader.info.candidate
+                    and use.idx in reader.info.low_inputs
+                ):
+                    where = f"input {out.name!r}: {node.op_type} {node.name!r}'s {why}"
+                    reader.info = reader.info.pinned(Reason(K.RANGE, "range", where))
         if not d.info.candidate:
             continue
         for i in sorted(d.info.low_inputs):
@@ -251,6 +266,24 @@ def _scale_refusal(
         detail = f"{why}; its readers stay FP32"
         weights.notes.append(TensorNote(value.name or "", "kept FP32", detail))
     return why
+
+
+def _attribute_refusal(weights: _Weights, node: ir.Node, low: ir.DataType) -> str | None:
+    """Why a float attribute of `node` (ConstantOfShape's fill, Pad's value) cannot be low, or
+    None; judged like a weight read by the node's readers, a mask fill saturated (by rewrite,
+    under the name of the node's output)."""
+    out = node.outputs[0]
+    for attr in float_attributes(node):
+        verdict = check_weight(attr.values, low, out.uses(), attr.copied)
+        name = out.name or ""
+        if verdict.action == "saturate":
+            weights.saturate.add(name)
+        elif verdict.action == "keep":
+            what = f"attribute {attr.name!r} of {node.op_type} {node.name!r}"
+            note = f"{what} {verdict.detail}; the node stays FP32"
+            weights.notes.append(TensorNote(name, "kept FP32", note))
+            return f"attribute {attr.name!r} {verdict.detail}"
+    return None
 
 
 def _data_source(drafts: dict[ir.Node, _Draft], value: ir.Value | None) -> ir.Value | None:

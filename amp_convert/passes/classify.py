@@ -7,7 +7,7 @@ BatchNormalization statistics at opset 15) and fixed-type slots (Resize scales, 
 op's mask_index or seqlens_k) keep their original type. Contrib ops (com.microsoft) are classified
 like ONNX ops through ORT's schema table; ops no schema knows, nodes with slots their schema does
 not describe, and control flow keep their precision.
-With a target kernel table, a node whose low types have no kernel keeps FP32 too.
+With a target that checks kernels, a node whose low types have no kernel keeps FP32 too.
 
 Reads the graph only; the result is a frozen `Classes` mapping (node -> ClassInfo).
 """
@@ -32,8 +32,7 @@ from amp_convert.passes.plan import Classes, ClassInfo, LoweredAs
 from amp_convert.precision import CONTROL_FLOW, NodeClass, constant_tensor, has_stash_type
 from amp_convert.qdq_rules import QDQ_OPS
 from amp_convert.reasons import Reason, ReasonKind
-from amp_convert.targets import KernelTable
-from amp_convert.targets.accumulation import fp32_accumulating
+from amp_convert.targets import KernelTable, Target
 
 log = logging.getLogger(__name__)
 
@@ -45,16 +44,14 @@ K = ReasonKind
 class _Context:
     options: ConvertOptions
     lists: OpLists
-    table: KernelTable | None
+    target: Target
     low: ir.DataType
 
 
-def classify(
-    model: ir.Model, options: ConvertOptions, lists: OpLists, table: KernelTable | None
-) -> Classes:
-    """A ClassInfo for every node of `model` (subgraphs included); `table`: the target's kernels
-    (None: schemas only)."""
-    ctx = _Context(options, lists, table, options.low_dtype)
+def classify(model: ir.Model, options: ConvertOptions, lists: OpLists, target: Target) -> Classes:
+    """A ClassInfo for every node of `model` (subgraphs included); `target` says which low types
+    have kernels and which deny-listed ops accumulate in FP32."""
+    ctx = _Context(options, lists, target, options.low_dtype)
     opsets = model.opset_imports
     classes: dict[ir.Node, ClassInfo] = {}
     for node in model.graph.all_nodes():
@@ -172,9 +169,9 @@ def _info_for(node: ir.Node, ctx: _Context, opset: int) -> ClassInfo:
     cls, reason, user = _list_class(node, ctx)
     info = ClassInfo(cls, (reason,), low_in, low_out, any_in, user=user)
     if cls == NodeClass.DENY and not user and default:
-        info = _refine_deny(node, info, has_stash_type(node.op_type, opset), ctx.options.target)
-    if info.candidate and ctx.table is not None:
-        info = _fit_kernels(node, info, sig, ctx, ctx.table, opset)
+        info = _refine_deny(node, info, has_stash_type(node.op_type, opset), ctx.target)
+    if info.candidate and ctx.target.checks_kernels:
+        info = _fit_kernels(node, info, sig, ctx, ctx.target.kernels, opset)
     return info
 
 
@@ -274,15 +271,22 @@ def _is_tanh_gelu_cube(pow_node: ir.Node) -> bool:
     return scale is not None and _only_reader(scale.outputs[0], "Tanh") is not None
 
 
-def _refine_deny(node: ir.Node, info: ClassInfo, has_stash: bool, target: str) -> ClassInfo:
+def _refine_deny(node: ir.Node, info: ClassInfo, has_stash: bool, target: Target) -> ClassInfo:
     """Deny-listed ops whose danger the runtime already handles go low with low I/O.
 
     - Normalizations with `stash_type` keep mean and variance in FP32 whatever the I/O type
       (stash_type = 1 is set explicitly by rewrite).
     - Ops the target accumulates in FP32 with a bounded output (Softmax, LogSoftmax,
-      InstanceNormalization on ORT CUDA: targets/ort_cuda_accumulation.txt cites the kernels):
+      InstanceNormalization on ORT CUDA: the target's accumulation facts cite the kernels):
       between low neighbours the casts around them only move bytes; next to an FP32 neighbour
       they keep FP32 (assign).
+
+    ReduceMean is not refined: ORT CUDA holds its sum in the FP16 output before dividing (the
+    accumulation table; Inf once the sum passes 65504, e.g. a mean of 16 over 4096 values, which
+    a LayerNorm's or a pooling's inputs reach without any outlier), and the converter sees no
+    data. It keeps the deny rule (FP32 at O1/O2; spatial means run as GlobalAveragePool); where
+    it does go low (O3, --fp16-ops, --auto's range guard satisfied) the report names it with
+    that limit (passes/kernel_limits.py) and the emulator reproduces the overflow.
     """
     infer = NodeClass.INFER
     if has_stash:
@@ -294,10 +298,10 @@ def _refine_deny(node: ir.Node, info: ClassInfo, has_stash: bool, target: str) -
             "is exact; low keeps the GELU fusable (FastGelu)"
         )
         return dataclasses.replace(info, op_class=infer, reasons=_why(K.RUNTIME_SAFE, detail))
-    source = fp32_accumulating(target).get(node.op_type)
+    source = target.accumulates_fp32(node.op_type)
     if source is not None:
         detail = (
-            f"FP32 accumulation in the {target} kernel ({source}): low I/O between low "
+            f"FP32 accumulation in the {target.name} kernel ({source}): low I/O between low "
             "neighbours, FP32 next to an FP32 one"
         )
         why = _why(K.RUNTIME_SAFE, detail)

@@ -7,8 +7,8 @@ cudnnPoolingForward, which writes the average (nn/pool.cc), while ReduceMean tak
 reduction path that writes the FP16 *sum* before dividing (reduction_ops.cc, ReduceComputeCore:
 reduce_matrix_columns then UnaryDiv), which overflows once n*|mean| > 65504. Rewriting the node in
 place (same node, same output value) gives both exports the same graph, so the same placement,
-and the pooling kernel, safe in low precision between low neighbours. Only for ``--target
-ort-cuda``: ``none`` keeps the ReduceMean and its range rule.
+and the pooling kernel, safe in low precision between low neighbours. Only for a target that
+wants it (``Rewrite.GLOBAL_POOL``: ORT CUDA); the others keep the ReduceMean and its range rule.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import onnx_ir as ir
 from amp_convert import domains
 from amp_convert.precision import FLOAT, constant_tensor, is_default_domain
 from amp_convert.report import FoldNote
+from amp_convert.targets import Rewrite, Target
 
 DETAIL = (
     "cudnnPoolingForward writes the average (ORT nn/pool.cc); ReduceMean's fast path writes the "
@@ -84,14 +85,14 @@ class PoolResult:
 
 
 def run_as_global_pool(
-    model: ir.Model, inferred: Mapping[str, onnx.TypeProto], target: str
+    model: ir.Model, inferred: Mapping[str, onnx.TypeProto], target: Target
 ) -> PoolResult:
-    """Rewrite spatial-mean ReduceMeans as GlobalAveragePool in place, on ``ort-cuda`` only.
+    """Rewrite spatial-mean ReduceMeans as GlobalAveragePool in place, for a target that wants it.
 
     The node keeps its identity, name and output value: only its op type, attributes and the
     axes input change, so every reader and the value map see the same value.
     """
-    if target != "ort-cuda":
+    if not target.wants(Rewrite.GLOBAL_POOL):
         return PoolResult()
     opset = domains.opset_version(model.opset_imports)
     notes = []

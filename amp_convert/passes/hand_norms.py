@@ -9,18 +9,25 @@ beyond, and each norm costs casts and FP32 traffic (16 casts on two OCR recognis
 - Where the opset has the fused op, the match is folded into it: LayerNormalization (opset >= 17)
   or RMSNormalization (opset >= 23), axis = the first normalised axis, the constant gamma/beta as
   Scale/B, stash_type = 1. Same math (float64 check in the tests), one node, no casts.
-- Below opset 17 on ``--target ort-cuda`` a LayerNorm over trailing axes of static size H runs as
-  ``Reshape(x, [-1, 1, H])`` -> InstanceNormalization(scale [1], bias [0]) -> ``Reshape`` back to
-  ``Shape(x)``: per row the same mean, biased variance and epsilon, and ORT's CUDA InstanceNorm
-  keeps its statistics in FP32 for FP16 I/O (nn/instance_norm.cc, InstanceNorm<MLFloat16>:
-  float stats descriptor and buffers; cuDNN >= 7.5 no longer clamps epsilon to 1e-5).
-- Otherwise (``--target none``, RMSNorm below opset 23, unknown sizes) the statistics nodes (the
-  reductions, the square, + eps, Sqrt, 1/x) are pinned FP32 after classify, with that reason, and
-  everything else is left to placement: the centring Sub, the normalising Div/Mul and the affine
-  part are free to be low, so only the full-size values the statistics read cross a Cast.
+- Below those opsets, for a target that wants it (``Rewrite.RUNTIME_NORMS``: the ORT targets), into
+  ONNX Runtime's own ai.onnx-domain ops, which ORT registers for every opset from 1
+  (contrib_defs.cc, with ``stash_type``) and whose kernels the target's table lists:
+  LayerNormalization-1 for a LayerNorm, SimplifiedLayerNormalization-1 for an RMSNorm (the op
+  onnxruntime-genai's builder and ORT's transformers optimizer write). Their CUDA kernels keep the
+  statistics in FP32 (LayerNorm<MLFloat16, float, ...>: targets/ort_cuda_accumulation.json), so they
+  take low I/O like the opset-17 op. onnx's checker does not know them; our checks hide them in a
+  domain of their own (onnx_checks.hide_runtime_ops), as for any model that already has them.
+- Otherwise (``--target none`` below the fused op's opset, an unknown rank, non-trailing axes) the
+  statistics nodes (the reductions, the square, + eps, Sqrt, 1/x) are pinned FP32 after
+  classify, with that reason, and everything else is left to placement: the centring Sub, the
+  normalising Div/Mul and the affine part are free to be low, so only the full-size values the
+  statistics read cross a Cast.
 
-ORT's own LayerNormalization-1 / SimplifiedLayerNormalization in the ai.onnx domain would fold
-below opset 17 too, but ONNX's checker rejects them there, and every result must pass it.
+A norm written around a reshape to (N, 1, -1), as torch's dynamo exporter writes GroupNorm(1, C)
+(timm MobileViTv2's GroupNorm1), is a LayerNorm over the last axis of the reshaped value: it folds
+the same way, and the per-channel affine after the reshape back stays as it was. Where the
+normalised sizes are known at run time only (that -1 under a dynamic batch), the fused op's Scale
+is ``ConstantOfShape(Shape(x)[axis:], 1)`` and the affine part stays outside.
 """
 
 from __future__ import annotations
@@ -33,17 +40,30 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
-from amp_convert import domains
+from amp_convert import domains, schema
 from amp_convert.options import Level
 from amp_convert.passes.norm_match import NoMatch, NormMatch, find_norms
 from amp_convert.passes.plan import Classes
 from amp_convert.precision import FLOAT, UniqueNames, constant_tensor
 from amp_convert.reasons import Reason, ReasonKind
 from amp_convert.report import FoldNote
+from amp_convert.targets import Rewrite, Target
 from amp_convert.value_map import Carried, Folded, NodeCarried, NodeFolded, ValueRecord
 
 #: fused op and the opset it appears at, per norm kind
 FUSED = {"layer": ("LayerNormalization", 17), "rms": ("RMSNormalization", 23)}
+#: ONNX Runtime's own ai.onnx-domain op for the norm kind, registered from version 1
+RUNTIME_FUSED = {"layer": "LayerNormalization", "rms": "SimplifiedLayerNormalization"}
+
+
+def runtime_fused_op(kind: str, opset: int, target: Target) -> str | None:
+    """The runtime's ai.onnx op a norm of `kind` folds into at `opset` on `target`, or None:
+    only for a target that wants the fold and whose kernel table has the op."""
+    op = RUNTIME_FUSED[kind]
+    if not target.wants(Rewrite.RUNTIME_NORMS) or schema.runtime_schema(op, "", opset) is None:
+        return None
+    fp32 = [FLOAT, FLOAT]
+    return op if target.kernels.accepts(op, "", opset, fp32, [FLOAT]) is None else None
 
 
 def _dims(value: ir.Value, inferred: Mapping[str, onnx.TypeProto]) -> list[int | None] | None:
@@ -60,37 +80,11 @@ def _dims(value: ir.Value, inferred: Mapping[str, onnx.TypeProto]) -> list[int |
     return [d.dim_value if d.HasField("dim_value") else None for d in tp.tensor_type.shape.dim]
 
 
-def _named_dims(value: ir.Value, inferred: Mapping[str, onnx.TypeProto]) -> list[int | str]:
-    """The value's dims as ints or dim names ("" where ONNX knows nothing)."""
-    if value.shape is not None:
-        return [d if isinstance(d, int) else (d.value or "") for d in value.shape]
-    tp = inferred.get(value.name or "")
-    if tp is None or tp.WhichOneof("value") != "tensor_type":
-        return []
-    return [
-        d.dim_value if d.HasField("dim_value") else d.dim_param for d in tp.tensor_type.shape.dim
-    ]
-
-
-def _rows_shape(x: ir.Value, inferred: Mapping[str, onnx.TypeProto], size: int) -> ir.Shape:
-    """The shape of x as rows of `size`: (leading product, 1, size). A symbolic product is
-    written as an expression ("16*batch"), so size estimates see what the reshape holds."""
-    dims = _named_dims(x, inferred)
-    lead = dims[: len(dims) - 1] if dims else []
-    static = int(np.prod([d for d in lead if isinstance(d, int)]))
-    names = [d for d in lead if isinstance(d, str)]
-    if not dims or "" in names:
-        return ir.Shape([None, 1, size])
-    if not names:
-        return ir.Shape([static, 1, size])
-    expr = "*".join(([str(static)] if static != 1 else []) + names)
-    return ir.Shape([expr, 1, size])
-
-
 def _normalised_dims(
     match: NormMatch, inferred: Mapping[str, onnx.TypeProto]
-) -> tuple[int, list[int]] | None:
-    """(first normalised axis as a negative index, static sizes of the normalised dims)."""
+) -> tuple[int, list[int] | None] | None:
+    """(first normalised axis as a negative index, static sizes of the normalised dims or None
+    where a size is not static); None where the rank is unknown or the axes are not trailing."""
     shape = _dims(match.x, inferred)
     if shape is None:
         return None
@@ -100,7 +94,7 @@ def _normalised_dims(
         return None  # LayerNormalization normalises trailing axes only
     dims = [shape[a] for a in axes]
     if any(d is None for d in dims):
-        return None
+        return axes[0] - rank, None
     return axes[0] - rank, [int(d) for d in dims]  # type: ignore[arg-type]
 
 
@@ -147,9 +141,9 @@ def rewrite_hand_norms(
     model: ir.Model,
     names: UniqueNames,
     inferred: Mapping[str, onnx.TypeProto],
-    target: str,
+    target: Target,
 ) -> NormsResult:
-    """Fold hand-written norms where the opset (or ort-cuda) has a fused op; name the statistics
+    """Fold hand-written norms where the opset (or the target) has a fused op; name the statistics
     of the rest. Each graph (subgraphs included) is matched on its own nodes."""
     folder = _Folder(names, inferred, target)
     opset = domains.opset_version(model.opset_imports)
@@ -199,7 +193,7 @@ class _Folder:
     """rewrite_hand_norms' private state: the name registry and the shapes it folds with."""
 
     def __init__(
-        self, names: UniqueNames, inferred: Mapping[str, onnx.TypeProto], target: str
+        self, names: UniqueNames, inferred: Mapping[str, onnx.TypeProto], target: Target
     ) -> None:
         self.names = names
         self.inferred = inferred
@@ -228,23 +222,34 @@ class _Folder:
         if layout is None:
             return ""
         if opset < since:
-            ok = match.kind == "layer" and self.target == "ort-cuda" and opset >= 6
-            return self._as_instance_norm(graph, match, layout[1]) if ok else ""
+            runtime_op = runtime_fused_op(match.kind, opset, self.target)
+            if runtime_op is None:
+                return ""
+            op = runtime_op
         axis, dims = layout
         base = match.stats[0].name or "norm"
         inputs: list[ir.Value | None] = [match.x]
-        last = match.normalised
-        gamma = _param(match.gamma, last, dims)
-        if match.gamma is not None and gamma is None:
-            match.gamma = match.beta = None  # keep a non-constant affine part as it is
-        last = match.gamma.outputs[0] if match.gamma is not None else last
-        beta = _param(match.beta, last, dims) if match.kind == "layer" else None
-        if match.beta is not None and beta is None:
-            match.beta = None
-        scale = (gamma if gamma is not None else np.ones(dims)).astype(np.float32)
-        inputs.append(self._initializer(graph, f"{base}/scale", scale))
-        if beta is not None:
-            inputs.append(self._initializer(graph, f"{base}/bias", beta.astype(np.float32)))
+        made: list[ir.Node] = []
+        if dims is None:  # sizes known at run time only (a reshape to (N, 1, -1)): unit scale
+            match.gamma = match.beta = None  # the affine part stays as it is
+            ones = self._ones_of_shape(graph, match.x, axis, opset, base)
+            if ones is None:
+                return ""
+            made, scale_value = ones
+            inputs.append(scale_value)
+        else:
+            last = match.normalised
+            gamma = _param(match.gamma, last, dims)
+            if match.gamma is not None and gamma is None:
+                match.gamma = match.beta = None  # keep a non-constant affine part as it is
+            last = match.gamma.outputs[0] if match.gamma is not None else last
+            beta = _param(match.beta, last, dims) if match.kind == "layer" else None
+            if match.beta is not None and beta is None:
+                match.beta = None
+            scale = (gamma if gamma is not None else np.ones(dims)).astype(np.float32)
+            inputs.append(self._initializer(graph, f"{base}/scale", scale))
+            if beta is not None:
+                inputs.append(self._initializer(graph, f"{base}/bias", beta.astype(np.float32)))
         out = ir.Value(name=self.names.take(f"{base}/{op}_out"), type=ir.TensorType(FLOAT))
         fused = ir.Node(
             "", op, inputs, outputs=[out], name=_carried_name(match, f"{base}/{op}", self.names),
@@ -254,47 +259,38 @@ class _Folder:
         old = match.nodes
         self._record(match, fused, out)
         ir.convenience.replace_nodes_and_values(
-            graph, match.output.producer() or old[-1], old, [fused], [match.output], [out]
+            graph, match.output.producer() or old[-1], old, [*made, fused], [match.output], [out]
         )
         return op
 
-    def _as_instance_norm(self, graph: ir.Graph, match: NormMatch, dims: list[int]) -> str:
-        """LayerNorm over H trailing elements = InstanceNormalization of rows (N=-1, C=1, H)."""
-        base = match.stats[0].name or "norm"
-        match.gamma = match.beta = None  # the affine part stays as it is, after the Reshape back
-        size = int(np.prod(dims))
+    def _ones_of_shape(
+        self, graph: ir.Graph, x: ir.Value, axis: int, opset: int, base: str
+    ) -> tuple[list[ir.Node], ir.Value] | None:
+        """Nodes computing ones shaped like x's dims from `axis` on (the fused op's Scale where
+        those sizes are not static), and their output; None below opset 10 (Slice by inputs)."""
         take = self.names.take
-        rows_shape = self._initializer(
-            graph, f"{base}/rows_shape", np.array([-1, 1, size], np.int64)
-        )
-        one = self._initializer(graph, f"{base}/in_scale", np.ones(1, np.float32))
-        zero = self._initializer(graph, f"{base}/in_bias", np.zeros(1, np.float32))
-
-        def value(name: str, shape: ir.Shape | None, dtype: ir.DataType = FLOAT) -> ir.Value:
-            return ir.Value(name=take(f"{base}/{name}"), type=ir.TensorType(dtype), shape=shape)
-
-        rank = len(_named_dims(match.x, self.inferred)) or None
-        x_shape = value("x_shape", ir.Shape([rank]) if rank else None, ir.DataType.INT64)
-        shape = ir.Node("", "Shape", [match.x], outputs=[x_shape], name=take(f"{base}/Shape"))
-        row_dims = _rows_shape(match.x, self.inferred, size)
-        rows = ir.Node("", "Reshape", [match.x, rows_shape], outputs=[value("rows", row_dims)],
-                       name=take(f"{base}/Reshape"))  # fmt: skip
-        norm = ir.Node(
-            "", "InstanceNormalization", [rows.outputs[0], one, zero],
-            outputs=[value("normalised_rows", row_dims)],
-            name=_carried_name(match, f"{base}/InstanceNormalization", self.names),
-            attributes=[ir.AttrFloat32("epsilon", match.epsilon)],
-        )  # fmt: skip
-        out = value("normalised", None)
-        back = ir.Node("", "Reshape", [norm.outputs[0], shape.outputs[0]], outputs=[out],
-                       name=take(f"{base}/Reshape_back"))  # fmt: skip
-        old = match.nodes
-        self._record(match, norm, out)
-        ir.convenience.replace_nodes_and_values(
-            graph, match.output.producer() or old[-1], old, [shape, rows, norm, back],
-            [match.output], [out],
-        )  # fmt: skip
-        return "InstanceNormalization"
+        dims = ir.Value(name=take(f"{base}/norm_dims"), type=ir.TensorType(ir.DataType.INT64))
+        if opset >= 15:
+            shape = [ir.Node("", "Shape", [x], [ir.AttrInt64("start", axis)], outputs=[dims],
+                             name=take(f"{base}/Shape"))]  # fmt: skip
+        elif opset >= 10:
+            full = ir.Value(name=take(f"{base}/x_shape"), type=ir.TensorType(ir.DataType.INT64))
+            start = self._initializer(graph, f"{base}/from_axis",
+                                      np.array([axis], np.int64))  # fmt: skip
+            end = self._initializer(graph, f"{base}/to_end",
+                                    np.array([np.iinfo(np.int64).max], np.int64))  # fmt: skip
+            shape = [
+                ir.Node("", "Shape", [x], outputs=[full], name=take(f"{base}/Shape")),
+                ir.Node("", "Slice", [full, start, end], outputs=[dims],
+                        name=take(f"{base}/Slice")),
+            ]  # fmt: skip
+        else:
+            return None
+        ones = ir.Value(name=take(f"{base}/scale"), type=ir.TensorType(FLOAT))
+        one = ir.tensor(np.ones(1, np.float32), name=f"{base}/one")
+        fill = ir.Node("", "ConstantOfShape", [dims], [ir.AttrTensor("value", one)],
+                       outputs=[ones], name=take(f"{base}/ConstantOfShape"))  # fmt: skip
+        return [*shape, fill], ones
 
     def _initializer(self, graph: ir.Graph, name: str, array: np.ndarray) -> ir.Value:
         tensor = ir.Tensor(np.ascontiguousarray(array))

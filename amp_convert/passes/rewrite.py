@@ -81,6 +81,7 @@ class _Rewriter:
         self.cast_optional_params = cast_optional_params
         self.opset = 1
         self._casts: dict[tuple[int, ir.DataType], ir.Value] = {}
+        self._fills: dict[ir.Node, str] = {}  # ConstantOfShape mask fills -> their report name
         self.counts = dict.fromkeys(
             ("values_lowered", "casts_inserted", "weight_copies", "initializers_converted",
              "initializers_kept", "attributes_retargeted"), 0
@@ -91,6 +92,12 @@ class _Rewriter:
 
     def run(self, model: ir.Model) -> RewriteResult:
         self.opset = domains.opset_version(model.opset_imports)
+        # mask fills held in ConstantOfShape attributes, by their output's name before any rename
+        self._fills = {
+            node: node.outputs[0].name or ""
+            for node in (model.graph.all_nodes() if self.plan.saturate else ())
+            if node.op_type == "ConstantOfShape" and node.outputs[0].name in self.plan.saturate
+        }
         homes = [(v, self._home(v)) for v in _float_values(model)]
         for value, home in homes:
             self._connect(value, home)
@@ -98,6 +105,7 @@ class _Rewriter:
             if home == LOW:
                 value.type = ir.TensorType(self.plan.low)  # a new object: clones share types
                 self.counts["values_lowered"] += 1
+        self._drop_replaced_fills()
         self._retarget_attributes(model)
         lowered = [n for n in model.graph.all_nodes() if self._lowered_as(n) == LoweredAs.MIN_MAX]
         for node in lowered:
@@ -125,7 +133,16 @@ class _Rewriter:
         else:  # opset 6-10: float attributes
             for i, (op, attr) in enumerate((("Min", "max"), ("Max", "min"))):
                 if attr in clip.attributes:
-                    data = low_array(np.array(clip.attributes[attr].value, np.float32), low, True)
+                    given = np.array(clip.attributes[attr].value, np.float32)
+                    data = low_array(given, low, True)
+                    if abs(float(given)) > weight_range.LIMITS[low].max:
+                        detail = (
+                            f"Clip bound {attr}={float(given):.4g} stored as "
+                            f"{float(data.astype(np.float32)):g}: nothing a finite "
+                            f"{weight_range.LIMITS[low].name} value exceeds"
+                        )
+                        where = f"{clip.name or 'clip'}/{attr}"
+                        self._note_saturated(where, ir.Tensor(given), detail)
                     value = ir.Value(
                         name=self.names.take(f"{clip.name or 'clip'}/{attr}_{SUFFIX[low]}"),
                         type=ir.TensorType(low),
@@ -199,10 +216,13 @@ class _Rewriter:
         name = value.name or ""
         if name not in self.plan.saturate:
             return False
+        return self._note_saturated(name, tensor)
+
+    def _note_saturated(self, name: str, tensor: ir.TensorProtocol, detail: str = "") -> bool:
+        """Say once that `name` is stored saturated (default words: a mask fill's); True."""
         if name not in self.saturated:
-            self.saturated[name] = TensorNote(
-                name, "saturated", weight_range.saturation_detail(tensor, self.plan.low)
-            )
+            words = detail or weight_range.saturation_detail(tensor, self.plan.low)
+            self.saturated[name] = TensorNote(name, "saturated", words)
         return True
 
     def _connect(self, value: ir.Value, home: Precision) -> None:
@@ -263,15 +283,18 @@ class _Rewriter:
             type=ir.TensorType(target),
             shape=value.shape,
         )
-        node = ir.Node(
-            "",
-            "Cast",
-            [value],
-            [ir.AttrInt64("to", target)],
-            outputs=[out],
-            name=self.names.take(f"{value.name}/cast_{SUFFIX[target]}"),
-        )
         producer = value.producer()
+        if target != FLOAT and producer is not None and producer in self._fills:
+            node = self._low_fill(producer, out, target)  # a Cast would make the fill -inf
+        else:
+            node = ir.Node(
+                "",
+                "Cast",
+                [value],
+                [ir.AttrInt64("to", target)],
+                outputs=[out],
+                name=self.names.take(f"{value.name}/cast_{SUFFIX[target]}"),
+            )
         if producer is not None:
             _graph(producer).insert_after(producer, node)
         else:
@@ -284,6 +307,30 @@ class _Rewriter:
         self._casts[key] = out
         self.counts["casts_inserted"] += 1
         return out
+
+    def _drop_replaced_fills(self) -> None:
+        """An FP32 mask fill whose every reader now reads its low copy leaves the graph."""
+        for fill in list(self._fills):
+            out = fill.outputs[0]
+            copy = self._casts.get((id(out), self.plan.low))
+            if copy is None or out.uses() or out.is_graph_output():
+                continue
+            new = copy.producer()
+            assert new is not None
+            why = f"mask fill {out.name!r} made directly in {SUFFIX[self.plan.low]} (saturated)"
+            self.values.append(NodeCarried(fill, new, why))
+            self.values.append(Carried(out, copy, why))
+            _graph(fill).remove(fill, safe=True)
+            del self._fills[fill]
+
+    def _low_fill(self, fill: ir.Node, out: ir.Value, low: ir.DataType) -> ir.Node:
+        """A second ConstantOfShape making an FP32 mask fill's value in `low`, saturated (and
+        said so): what a stored copy is to an initializer, without a runtime Cast to -inf."""
+        attr = fill.attributes["value"]
+        self._note_saturated(self._fills[fill], attr.as_tensor())
+        value = ir.AttrTensor("value", to_low(attr.as_tensor(), low, False, saturate=True))
+        name = self.names.take(f"{fill.name or 'fill'}_{SUFFIX[low]}")
+        return ir.Node("", "ConstantOfShape", [fill.inputs[0]], [value], outputs=[out], name=name)
 
     def _retarget_attributes(self, model: ir.Model) -> None:
         """Attributes that name a float dtype follow the node's new precision."""
@@ -306,7 +353,10 @@ class _Rewriter:
             elif op == "ConstantOfShape":
                 attr = node.attributes.get("value")
                 base = attr.value if attr is not None else ir.Tensor(np.zeros(1, np.float32))
-                node.attributes["value"] = ir.AttrTensor("value", to_low(base, low, False))
+                saturate = node in self._fills and self._note_saturated(self._fills[node], base)
+                node.attributes["value"] = ir.AttrTensor(
+                    "value", to_low(base, low, False, saturate)
+                )
             else:
                 continue
             self.counts["attributes_retargeted"] += 1

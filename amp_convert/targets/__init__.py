@@ -1,6 +1,7 @@
 """What the target runtime can run: kernel tables per execution provider, and a coverage check.
 
-    table = load_target("ort-cuda")        # or "none": accepts everything
+    target = build_target("ort-cuda")     # the conversion's Target: kernels, accumulation, rewrites
+    table = target.kernels                 # load_target("ort-cuda"); "none" accepts everything
     table.accepts("Clip", "", 11, [FLOAT16, None, None], [FLOAT16])
     # -> "no FP16 kernel in ORT CUDA for Clip-11"
     uncovered_nodes(model, table)          # one line per low-precision node it cannot run
@@ -26,6 +27,13 @@ from amp_convert.targets.kernel_table import (
     table_from_data,
 )
 from amp_convert.targets.table_format import TARGETS, validate_table
+from amp_convert.targets.target import (
+    Rewrite,
+    Target,
+    build_target,
+    register_target,
+    target_names,
+)
 
 __all__ = [
     "TARGETS",
@@ -33,11 +41,16 @@ __all__ = [
     "Constraint",
     "Kernel",
     "KernelTable",
+    "Rewrite",
+    "Target",
+    "build_target",
     "find_uncovered",
     "load_table",
     "load_target",
     "low_precision_nodes",
+    "register_target",
     "table_from_data",
+    "target_names",
     "uncovered_nodes",
     "validate_table",
 ]

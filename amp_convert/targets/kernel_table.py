@@ -409,7 +409,8 @@ def load_target(name: str = "ort-cuda") -> KernelTable:
     "ort-cuda": ONNX Runtime's CUDA provider (package data, see ort_cuda_kernels.json).
     "ort-cpu": ONNX Runtime's CPU provider (the CUDA table's fallback).
     "none": accepts everything (schema-only conversion for other runtimes).
-    A path ending in .json loads that table file.
+    A table file is read with load_table(path); the conversion's whole Target (this table with
+    its accumulation facts and rewrites) comes from targets.build_target.
     """
     return _load_target(name)
 
@@ -423,7 +424,5 @@ def _load_target(name: str) -> KernelTable:
         ref = resources.files("amp_convert.targets").joinpath(file)
         with resources.as_file(ref) as path:
             return load_table(path)
-    if name.endswith(".json"):
-        return load_table(name)
     known = ", ".join(TARGETS)
-    raise TargetError(f"unknown target {name!r}: use one of {known}, or a kernel table .json path")
+    raise TargetError(f"unknown target {name!r}: use one of {known} (a table file: load_table)")

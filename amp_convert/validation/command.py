@@ -36,9 +36,12 @@ from amp_convert.dims import parse_dims
 from amp_convert.errors import AmpConvertError, ValidationError
 from amp_convert.output_rules import check_outputs, model_files, plan_outputs
 from amp_convert.safe_write import Slot, sigterm_cleans_up
+from amp_convert.user_text import printable, terminal
 from amp_convert.validation.core import validate
-from amp_convert.validation.metrics import MATCH_MODES, Thresholds
-from amp_convert.validation.sessions import PROVIDERS
+from amp_convert.validation.decode import MAX_DECODE_STEPS
+from amp_convert.validation.metrics import Thresholds
+from amp_convert.validation.options import PROVIDERS, ValidateOptions, parse_match
+from amp_convert.validation.report import ValidationReport
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -96,25 +99,6 @@ def _dim_callback(ctx: click.Context, param: click.Parameter, value: tuple[str, 
         raise click.BadParameter(str(e), ctx=ctx, param=param) from None
 
 
-def parse_match(items: Any) -> dict[str, str]:
-    """``("boxes:sort",)`` → ``{"boxes": "sort"}`` (the name is everything before the last ':')."""
-    if isinstance(items, Mapping):
-        items = [f"{k}:{v}" for k, v in items.items()]
-    elif isinstance(items, str):
-        items = (items,)
-    out: dict[str, str] = {}
-    for item in items or ():
-        name, sep, mode = str(item).rpartition(":")
-        if not sep or not name or mode not in MATCH_MODES:
-            raise ValidationError(
-                f"--match {item!r}: expected NAME:MODE with MODE one of {', '.join(MATCH_MODES)}"
-            )
-        if out.get(name, mode) != mode:
-            raise ValidationError(f"--match given twice for output {name!r}")
-        out[name] = mode
-    return out
-
-
 def _match_callback(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> dict:
     try:
         return parse_match(value)
@@ -143,10 +127,10 @@ def validation_options(f: F) -> F:
         ),
         click.option(
             "--dim", "dim", multiple=True, metavar="NAME=VALUE", callback=_dim_callback,
-            help="Value of a dynamic dim for random inputs (repeatable). Defaults: batch-like "
-            "names 1, other names 16, unnamed dims (and ?, -1, None) 1, set as INPUT[AXIS]=VALUE; "
-            "larger ones (64/256/1024, 224/640 for image H/W) are tried when the original "
-            "cannot run on them.",
+            help="Value of a dynamic dim for random inputs (repeatable; unnamed dims and ?, -1, "
+            "None as INPUT[AXIS]=VALUE). Defaults, the cost estimate's: batches 1, image H/W 224, "
+            "num_channels 3, others 128; larger ones (256/1024, 640 for image H/W) are tried "
+            "when the original cannot run on them.",
         ),
         click.option(
             "--inputs", type=InputPath(),
@@ -217,6 +201,31 @@ def _or(value: Any, default: Any) -> Any:
     return default if value is None else value
 
 
+def cli_validate_options(
+    values: Mapping[str, Any],
+    decode_steps: int | None = None,
+    save_inputs: str | os.PathLike[str] | None = None,
+) -> ValidateOptions:
+    """ValidateOptions from the values ``validation_options`` parsed (one --dim, one --inputs
+    list: a file is one sample)."""
+    files = values.get("inputs")
+    if isinstance(files, list | tuple):  # repeatable: one sample per file
+        files = list(files) if len(files) > 1 else (files[0] if files else None)
+    return ValidateOptions(
+        provider=values.get("provider") or "auto",
+        inputs=files,
+        dims=values.get("dim") or {},
+        seed=_or(values.get("seed"), 0),
+        runs=values.get("runs"),
+        warmup=_or(values.get("warmup"), 3),
+        thresholds=thresholds_from_options(values),
+        top1=frozenset(values.get("top1") or ()),
+        match=parse_match(values.get("match") or ()),
+        decode_steps=decode_steps,
+        save_inputs=save_inputs,
+    )
+
+
 def _as_list(value: Any) -> list[Any]:
     if value is None:
         return []
@@ -258,52 +267,44 @@ def run_cli_validation(
     force: bool = False,
     quiet: bool = False,
     decode_steps: int | None = None,
+    on_report: Callable[[ValidationReport], None] | None = None,
+    save_inputs: str | os.PathLike | None = None,
     **validation_option_values: Any,
 ) -> int:
     """Validate, print the table (stdout) or errors (stderr), write reports; return exit code.
 
     The report paths are checked before anything runs: never one of the models' files (or the
     inputs file), never each other, an existing file only with `force` (Slots from a command's
-    output plan are checked already). ``decode_steps``: ``validate --decode-steps N``.
+    output plan are checked already). ``decode_steps``: ``validate --decode-steps N``;
+    ``save_inputs``: ``--save-inputs FILE.npz`` (the inputs used, for ``--inputs``).
+    ``on_report`` receives the report the exit code comes from (``--html`` shows its verdict).
     """
     unknown = set(validation_option_values) - set(VALIDATION_OPTION_NAMES)
     if unknown:
         raise TypeError(f"run_cli_validation: unknown option(s) {', '.join(sorted(unknown))}")
-    v = dict(validation_option_values)
-    files = v.get("inputs")
-    if isinstance(files, list | tuple):  # repeatable: one sample per file
-        v["inputs"] = list(files) if len(files) > 1 else (files[0] if files else None)
-    input_files = [Path(f) for f in _as_list(v.get("inputs")) if isinstance(f, str | Path)]
+    files = validation_option_values.get("inputs")
+    input_files = [Path(f) for f in _as_list(files) if isinstance(f, str | Path)]
     try:
         report_path, junit_path = _checked_reports(
             reference_path, candidate_path, input_files, report_path, junit_path, force
         )
-        dims = parse_dims(v.get("dim") or {})
-        report = validate(
-            reference_path,
-            candidate_path,
-            provider=v.get("provider") or "auto",
-            inputs=v.get("inputs"),
-            dims=dims,
-            seed=_or(v.get("seed"), 0),
-            runs=v.get("runs"),
-            warmup=_or(v.get("warmup"), 3),
-            thresholds=thresholds_from_options(v),
-            top1=tuple(v.get("top1") or ()),
-            match=parse_match(v.get("match") or ()),
-            progress=not quiet,
-            decode_steps=decode_steps,
-        )
+        if save_inputs is not None and not isinstance(save_inputs, Slot):
+            read = [model_files(Path(reference_path)), model_files(Path(candidate_path))]
+            check_outputs([("inputs file", Path(save_inputs))], [*read, input_files], force)
+        options = cli_validate_options(validation_option_values, decode_steps, save_inputs)
+        report = validate(reference_path, candidate_path, options=options, progress=not quiet)
     except AmpConvertError as e:
-        click.echo(f"error: {e}", err=True)
+        click.echo(f"error: {printable(e)}", err=True)
         return 2
     except Exception as e:  # a bug: one line (exit 3), never a traceback read as "failed"
-        click.echo(f"internal error: {type(e).__name__}: {e}", err=True)
+        click.echo(f"internal error: {type(e).__name__}: {printable(e)}", err=True)
         return 3
+    if on_report is not None:
+        on_report(report)
     if not quiet:
-        click.echo(report.format_table())
+        click.echo(terminal(report.format_table()))
     elif report.failed:
-        click.echo(report.summary_line(), err=True)
+        click.echo(printable(report.summary_line()), err=True)
     for path, write, what in (
         (report_path, report.to_json, "report"),
         (junit_path, report.to_junit, "JUnit report"),
@@ -313,7 +314,7 @@ def run_cli_validation(
         try:
             write(path)
         except AmpConvertError as e:
-            click.echo(f"error: cannot write {what}: {e}", err=True)
+            click.echo(f"error: cannot write {what}: {printable(e)}", err=True)
             return 2
     return 1 if report.failed else 0
 
@@ -330,11 +331,16 @@ def run_cli_validation(
 @click.option("--html", "html_path", type=OutputPath("HTML report"),
               metavar="FILE.html", help="Write a self-contained HTML report (error along the "
               "graph, precision by op type).")  # fmt: skip
-@click.option("--decode-steps", "decode_steps", type=click.IntRange(min=1), default=None,
-              metavar="N", help="Also run both models as decoders for N greedy steps, each "
+@click.option("--decode-steps", "decode_steps", type=click.IntRange(1, MAX_DECODE_STEPS),
+              default=None, metavar="N", help="Also run both models as decoders for N greedy "
+              f"steps (at most {MAX_DECODE_STEPS}, and as many as the memory budget holds "
+              "the growing KV cache for), each "
               "feeding its own present.* back as past_key_values.* and its own next token "
               "(merged decoders: step 1 without past); reports per-step errors, token agreement "
               "and the first divergence; thresholds apply to every step.")  # fmt: skip
+@click.option("--save-inputs", "save_inputs", type=OutputPath("inputs file"),
+              metavar="FILE.npz", help="Write the inputs both models ran on (the generated ones, "
+              "or the first --inputs sample) as an .npz that --inputs reads back.")  # fmt: skip
 @click.option("-q", "--quiet", is_flag=True, help="No table or progress; failures on stderr.")
 def validate_command(
     original: Path,
@@ -345,6 +351,7 @@ def validate_command(
     quiet: bool,
     html_path: Path | None = None,
     decode_steps: int | None = None,
+    save_inputs: Path | None = None,
     **values: Any,
 ) -> None:
     """Run ORIGINAL (FP32) and CONVERTED on the same inputs and compare every output.
@@ -362,10 +369,12 @@ def validate_command(
         click.echo(f"error: {e}", err=True)
         ctx.exit(2)
     with plan, sigterm_cleans_up():
+        reports: list[ValidationReport] = []
         code = run_cli_validation(
             original, converted, report_path=plan.get("report"),
             junit_path=plan.get("JUnit report"), force=force, quiet=quiet,
-            decode_steps=decode_steps, **values,
+            decode_steps=decode_steps, save_inputs=plan.get("inputs file"),
+            on_report=reports.append, **values,
         )  # fmt: skip
         html = plan.get("HTML report")
         if html is not None and code != 2:
@@ -377,8 +386,12 @@ def validate_command(
                     original, converted, html, thresholds=thresholds_from_options(values),
                     provider=values.get("provider"), inputs=values.get("inputs"),
                     dims=values.get("dim"), seed=values.get("seed") or 0,
+                    report=reports[0] if reports else None,
                 )  # fmt: skip
             except (AmpConvertError, OSError) as e:
                 click.echo(f"error: cannot write HTML report {html_path}: {e}", err=True)
                 code = 2
+            except Exception as e:  # a bug: one line (exit 3), never a traceback
+                click.echo(f"internal error: HTML report: {type(e).__name__}: {e}", err=True)
+                code = 3
     ctx.exit(code)

@@ -9,25 +9,32 @@ output of every sample (``metrics``), time both when asked, and assemble the rep
 from __future__ import annotations
 
 import os
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from contextlib import ExitStack
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from amp_convert.dtypes import low_numpy_type
 from amp_convert.errors import ValidationError
-from amp_convert.validation.decode import DecodeResult, DecoderIO, badness, decoder_io, roll_out
+from amp_convert.validation.decode import (
+    DecodeResult,
+    DecoderIO,
+    badness,
+    decoder_io,
+    roll_out,
+)
+from amp_convert.validation.evidence import (
+    Tolerances,
+    save_npz,
+    weak_flags,
+    weak_notes,
+    weak_outputs,
+)
 from amp_convert.validation.input_search import Samples, gather_samples
 from amp_convert.validation.inputs import InputSpec
-from amp_convert.validation.metrics import (
-    MATCH_MODES,
-    OutputResult,
-    Thresholds,
-    check_names,
-    compare_output,
-)
+from amp_convert.validation.metrics import OutputResult, check_names, compare_output
+from amp_convert.validation.options import ValidateKwargs, ValidateOptions, resolve
 from amp_convert.validation.progress import PhaseLog, progress_bar, progress_wanted
 from amp_convert.validation.report import LatencyStats, ValidationReport
 from amp_convert.validation.runtime import (
@@ -38,7 +45,7 @@ from amp_convert.validation.runtime import (
     run_once,
     time_runs,
 )
-from amp_convert.validation.sessions import PROVIDERS, Sessions, open_sessions
+from amp_convert.validation.sessions import Sessions, open_sessions
 
 #: timed runs when ``runs`` is not given: only a GPU's latency means anything
 DEFAULT_CUDA_RUNS = 20
@@ -47,45 +54,25 @@ ModelArg = str | os.PathLike | bytes | Any  # also onnx.ModelProto and onnx_ir.M
 RefOutputs = dict[str, np.ndarray | None]
 
 if TYPE_CHECKING:  # the emulator loads only when a validation uses it (amp-convert start-up)
+    from typing_extensions import Unpack
+
     from amp_convert.validation.emulate import EmulatedModel
-
-
-@dataclass(frozen=True)
-class Request:
-    """What the caller asked for, checked."""
-
-    provider: str
-    inputs: Any
-    dims: Mapping[str, int] | None
-    seed: int
-    runs: int | None
-    warmup: int
-    limits: Thresholds
-    top1: frozenset[str]
-    match: Mapping[str, str]
-    decode_steps: int | None = None
 
 
 def validate(
     reference: ModelArg,
     candidate: ModelArg,
     *,
-    provider: str = "auto",
-    inputs: Any = None,
-    dims: Mapping[str, int] | None = None,
-    seed: int = 0,
-    runs: int | None = None,
-    warmup: int = 3,
-    thresholds: Thresholds | Mapping[str, Any] | None = None,
-    top1: Collection[str] = (),
-    match: Mapping[str, str] | None = None,
+    options: ValidateOptions | None = None,
     progress: bool = False,
-    decode_steps: int | None = None,
+    **kwargs: Unpack[ValidateKwargs],
 ) -> ValidationReport:
     """Run ``reference`` (FP32) and ``candidate`` (converted) on the same inputs and provider.
 
     Models are paths, bytes, onnx.ModelProto or onnx_ir.Model; pass paths for models with external
-    data. Before anything runs, both are loaded once with ORT's default session options in a child
+    data. Options: a ValidateOptions as ``options`` and/or its fields as keywords (ValidateKwargs,
+    over the object's values; an unknown name is an OptionError). Before anything runs, both are
+    loaded once with ORT's default session options in a child
     process: a crash or load error there raises ``LoadCrashError`` (no verdict on a model users
     cannot load). ``provider``: ``cuda`` (ORT CUDA; an error if it cannot start), ``cpu`` (ORT
     CPU as is; errors understated), ``emulate`` (CPU, FP16/BF16 rounding reproduced), ``auto`` =
@@ -99,35 +86,19 @@ def validate(
     runs on cuda and none under emulate/cpu (CPU latency says nothing about a GPU).
     ``progress``: one line per phase on stderr. ``decode_steps``: also run both models as
     decoders for that many greedy steps, each on its own KV cache and tokens (see decode.py);
-    the report's ``decode`` holds every step, and every step is judged.
+    the report's ``decode`` holds every step, and every step is judged. ``save_inputs``: write
+    the (first sample's) inputs as an ``.npz`` that ``inputs`` reads back. The report's
+    ``weak_evidence`` flags random inputs and reference outputs near zero or nearly constant;
+    on FAIL a warning gives the smallest thresholds that would pass (evidence.py).
     """
+    req = resolve(options, kwargs)
     ort = import_ort()
-    if provider not in PROVIDERS:
-        raise ValidationError(f"provider {provider!r}: expected one of {', '.join(PROVIDERS)}")
-    for name, value in (("runs", runs), ("warmup", warmup), ("seed", seed)):
-        if name == "runs" and value is None:
-            continue
-        if not isinstance(value, int | np.integer) or value < 0:
-            raise ValidationError(f"{name} must be a non-negative integer, got {value!r}")
-    if decode_steps is not None and (
-        isinstance(decode_steps, bool)
-        or not isinstance(decode_steps, int | np.integer)
-        or decode_steps < 1
-    ):
-        raise ValidationError(f"decode steps must be an integer >= 1, got {decode_steps!r}")
-    bad = sorted({m for m in (match or {}).values() if m not in MATCH_MODES})
-    if bad:
-        raise ValidationError(f"match {bad[0]!r}: expected one of {', '.join(MATCH_MODES)}")
-    req = Request(
-        provider, inputs, dims, int(seed), None if runs is None else int(runs), int(warmup),
-        Thresholds.coerce(thresholds), frozenset((top1,) if isinstance(top1, str) else top1),
-        dict(match or {}), None if decode_steps is None else int(decode_steps),
-    )  # fmt: skip
     log = PhaseLog(progress)
     # sources close last: the runners' sessions may map their temporary files
     with ExitStack() as stack:
         ref_src = stack.enter_context(load_source(reference, "reference"))
         cand_src = stack.enter_context(load_source(candidate, "candidate"))
+        check_order(ref_src, cand_src)
         return _validate(ort, ref_src, cand_src, req, log, stack)
 
 
@@ -135,7 +106,7 @@ def _validate(
     ort: Any,
     ref_src: ModelSource,
     cand_src: ModelSource,
-    req: Request,
+    req: ValidateOptions,
     log: PhaseLog,
     stack: ExitStack,
 ) -> ValidationReport:
@@ -155,14 +126,20 @@ def _validate(
         what=f"reference {ref_src.label}",
     )  # fmt: skip
     warnings += samples.warnings
+    if req.save_inputs is not None:
+        save_npz(req.save_inputs, samples.first.arrays)
+    weak = weak_outputs(s.result for s in samples.items)
+    warnings += weak_notes(weak, random=False)
     log.phase(f"running the candidate on {samples.describe()}")
-    results, cand_feeds = _compare_samples(sessions, samples, req, cand_src.label)
+    needs = Tolerances()
+    results, cand_feeds = _compare_samples(sessions, samples, req, cand_src.label, needs)
     decode = None
     if io is not None and req.decode_steps is not None:
         log.phase(f"decoding {req.decode_steps} steps with each model's own tokens and cache")
-        decode = _decode(sessions, io, samples, req, cand_src.label)
+        decode = _decode(sessions, io, samples, req, cand_src.label, needs)
         results = _worst_of(results, decode)
     warnings += _result_warnings(results, req)
+    warnings += needs.lines(results, req.thresholds)
     runs = req.runs
     if runs is None:
         runs = DEFAULT_CUDA_RUNS if sessions.mode == "cuda" else 0
@@ -173,11 +150,34 @@ def _validate(
     report = _report(ort, ref_src, cand_src, sessions, samples, req, results, runs, latency)
     report.warnings.extend(warnings)
     report.decode = decode
+    report.weak_evidence = weak_flags(weak, samples.random)
     log.phase(report.result_line())
     return report
 
 
-def _check_interface(sessions: Sessions, req: Request, warnings: list[str]) -> None:
+def check_order(ref_src: ModelSource, cand_src: ModelSource) -> None:
+    """Refuse swapped arguments: a reference amp-convert converted (its stamp, low-precision
+    values) against a candidate with no low-precision value would "pass" with the roles reversed,
+    and a CI gate would go green on the FP32 file."""
+    from amp_convert.pipeline import STAMP_KEY  # on use: the converter is not needed to validate
+    from amp_convert.validation.emulate import low_dtype_names
+
+    def stamped(src: ModelSource) -> bool:
+        return any(p.key == STAMP_KEY for p in src.proto.metadata_props)
+
+    if not stamped(ref_src) or stamped(cand_src):
+        return
+    ref_low = low_dtype_names(ref_src.proto)
+    if not ref_low or low_dtype_names(cand_src.proto):
+        return
+    raise ValidationError(
+        f"the arguments look swapped: the reference {ref_src.label} was converted by amp-convert "
+        f"(it holds {', '.join(ref_low)} values) and the candidate {cand_src.label} holds no "
+        "low-precision value; pass the original FP32 model first, then the converted one"
+    )
+
+
+def _check_interface(sessions: Sessions, req: ValidateOptions, warnings: list[str]) -> None:
     """Same inputs, the reference's outputs present; options name real outputs."""
     ref, cand = sessions.reference, sessions.candidate
     if set(ref.inputs) != set(cand.inputs):
@@ -200,7 +200,7 @@ def _check_interface(sessions: Sessions, req: Request, warnings: list[str]) -> N
     extra = sorted(cand_out - set(ref_out))
     if extra:
         warnings.append(f"candidate-only outputs not compared: {', '.join(extra)}")
-    check_names(req.limits, ref_out)
+    check_names(req.thresholds, ref_out)
     for what, names in (("top1", req.top1), ("match", set(req.match))):
         unknown = sorted(set(names) - set(ref_out))
         if unknown:
@@ -221,7 +221,11 @@ def _candidate_feeds(feeds: dict[str, np.ndarray], emulated: EmulatedModel | Non
 
 
 def _compare_samples(
-    sessions: Sessions, samples: Samples[RefOutputs], req: Request, label: str
+    sessions: Sessions,
+    samples: Samples[RefOutputs],
+    req: ValidateOptions,
+    label: str,
+    needs: Tolerances,
 ) -> tuple[list[OutputResult], dict[str, np.ndarray]]:
     """Per output, the worst result over the samples (a failure first, then the lowest cosine).
 
@@ -238,9 +242,11 @@ def _compare_samples(
         cand_out = run_once(sessions.candidate, cand_feeds, f"candidate {label}")
         for n in names:
             r = compare_output(
-                n, sample.result[n], cand_out[n], req.limits.for_output(n),
+                n, sample.result[n], cand_out[n], req.thresholds.for_output(n),
                 top1=True if n in req.top1 else None, match=req.match.get(n, "position"),
             )  # fmt: skip
+            if r.failed:  # a run that passes needs nothing looser (evidence.py)
+                needs.see(n, sample.result[n], cand_out[n], req.thresholds, r.match)
             if several:
                 r.sample = i
             if n not in worst or _badness(r) > _badness(worst[n]):
@@ -259,20 +265,32 @@ def _first_step_dims(io: DecoderIO | None, dims: Mapping[str, int] | None) -> An
 
 
 def _decode(
-    sessions: Sessions, io: DecoderIO, samples: Samples[RefOutputs], req: Request, label: str
+    sessions: Sessions,
+    io: DecoderIO,
+    samples: Samples[RefOutputs],
+    req: ValidateOptions,
+    label: str,
+    needs: Tolerances,
 ) -> DecodeResult:
     """Roll both models out from the first sample (decode.py), every output judged per step."""
     ref, cand = sessions.reference, sessions.candidate
+
+    def compare(n: str, r: np.ndarray | None, c: np.ndarray | None) -> OutputResult:
+        result = compare_output(
+            n, r, c, req.thresholds.for_output(n), top1=True if n in req.top1 else None,
+            match=req.match.get(n, "position"),
+        )  # fmt: skip
+        if result.failed:
+            needs.see(n, r, c, req.thresholds, result.match)
+        return result
+
     return roll_out(
         io, samples.first.arrays, req.decode_steps or 0,
         lambda feeds: run_once(ref, feeds, "reference (decoding)"),
         lambda feeds: run_once(
             cand, _candidate_feeds(feeds, sessions.emulated), f"candidate {label} (decoding)"
         ),
-        lambda n, r, c: compare_output(
-            n, r, c, req.limits.for_output(n), top1=True if n in req.top1 else None,
-            match=req.match.get(n, "position"),
-        ),
+        compare,
         ref.output_names,
     )  # fmt: skip
 
@@ -286,7 +304,7 @@ def _worst_of(results: list[OutputResult], decode: DecodeResult) -> list[OutputR
     ]
 
 
-def _result_warnings(results: list[OutputResult], req: Request) -> list[str]:
+def _result_warnings(results: list[OutputResult], req: ValidateOptions) -> list[str]:
     warnings = []
     skipped = [r.name for r in results if r.kind == "skipped" and r.reference_dtype == "non-tensor"]
     if skipped:
@@ -323,7 +341,7 @@ def _report(
     cand_src: ModelSource,
     sessions: Sessions,
     samples: Samples[RefOutputs],
-    req: Request,
+    req: ValidateOptions,
     results: list[OutputResult],
     runs: int,
     latency: tuple[LatencyStats, LatencyStats] | None,
@@ -342,7 +360,7 @@ def _report(
         dims=first.dims,
         input_shapes=first.shapes,
         input_dtypes=first.dtypes,
-        thresholds=req.limits.to_dict(),
+        thresholds=req.thresholds.to_dict(),
         outputs=results,
         warmup=req.warmup,
         runs=runs,

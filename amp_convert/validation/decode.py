@@ -8,8 +8,17 @@ Each model runs on its OWN state: after a step, its ``present.X`` outputs become
 ``past_key_values.X`` inputs, its greedy token (argmax of the last position of the logits) its
 ``input_ids``, ``attention_mask`` grows by a column of ones and ``position_ids`` moves one position
 on, where the model has them. A merged decoder (input ``use_cache_branch``) starts without past
-(the flag False, an empty cache) and then runs with it (True). Every step's outputs are compared
-with the same thresholds as a single run.
+(the flag False, an empty cache) and then runs with it (True). An encoder-decoder's merged
+decoder (optimum's Whisper, T5) computes its cross-attention cache on step 1 and returns an empty
+placeholder for it afterwards: an empty ``present`` never replaces a cache that was not empty.
+Every step's outputs are compared with the same thresholds as a single run.
+
+Bounded twice, because each step costs a run of both models and the cache grows by a position
+each step: at most MAX_DECODE_STEPS steps (10,000: a divergence shows in the first hundreds,
+and 20,000 session runs already take minutes to hours; ``--decode-steps 1000000000`` ran until
+killed), and after step 2, when the cache's growth per step is measured, a roll-out whose
+cache would outgrow the memory budget at its last step (each model's past and present: four
+copies) is refused with the number of steps that fits.
 """
 
 from __future__ import annotations
@@ -21,7 +30,9 @@ from typing import Any
 
 import numpy as np
 
+from amp_convert.budget import memory_budget
 from amp_convert.errors import ValidationError
+from amp_convert.validation.decoder_inputs import is_cross_cache
 from amp_convert.validation.metrics import OutputResult
 
 #: input name -> output name pairs: past_key_values.X / past.X / past_X (ORT's GPT-2) in,
@@ -29,6 +40,8 @@ from amp_convert.validation.metrics import OutputResult
 _PAST = re.compile(r"^(?:past_key_values|past)[._](.+)$")
 _PRESENT = re.compile(r"^(?:present_key_values|present)[._](.+)$")
 USE_CACHE = "use_cache_branch"
+#: most decode steps a validation runs (see the module's docstring)
+MAX_DECODE_STEPS = 10_000
 
 Outputs = Mapping[str, np.ndarray | None]
 Run = Callable[[dict[str, np.ndarray]], Outputs]
@@ -68,8 +81,12 @@ def decoder_io(inputs: Mapping[str, tuple[str, list]], outputs: Sequence[str]) -
     if not logits:
         raise ValidationError("--decode-steps needs a logits output besides the present.* ones")
     token_dims = {d for d in inputs["input_ids"][1] if isinstance(d, str)}
-    past_dims = {
-        d for name, _ in kv for d in inputs[name][1] if isinstance(d, str) and d not in token_dims
+    past_dims = {  # a cross-attention cache's length is the encoder's, never 0
+        d
+        for name, _ in kv
+        if not is_cross_cache(name)
+        for d in inputs[name][1]
+        if isinstance(d, str) and d not in token_dims
     }
     return DecoderIO(
         kv, logits, USE_CACHE in inputs, "attention_mask" in inputs, "position_ids" in inputs,
@@ -202,6 +219,8 @@ def next_feeds(
         value = outputs[present]
         if value is None:
             raise ValidationError(f"--decode-steps: output {present} is not a tensor")
+        if value.size == 0 and np.asarray(feeds[past]).size:
+            continue  # a merged decoder's placeholder (optimum's cross-attention cache): keep
         nxt[past] = value
     if io.has_mask:
         mask = np.asarray(feeds["attention_mask"])
@@ -237,9 +256,14 @@ def roll_out(
     """Run both models ``steps`` steps from ``feeds``, each on its own tokens and cache."""
     ref_feeds = cand_feeds = first_feeds(io, feeds)
     done: list[DecodeStep] = []
+    sizes: list[int] = []
     for step in range(1, steps + 1):
         ref_out = run_reference(ref_feeds)
         cand_out = run_candidate(cand_feeds)
+        if step <= 2:
+            sizes.append(cache_bytes(io, ref_out))
+            if step == 2:
+                check_cache_growth(sizes[0], sizes[1] - sizes[0], steps)
         ref_tok, cand_tok = greedy(io, ref_out, "reference"), greedy(io, cand_out, "candidate")
         results = [compare(n, ref_out[n], cand_out[n]) for n in output_names]
         done.append(DecodeStep(step, ref_tok.tolist(), cand_tok.tolist(), results))
@@ -247,3 +271,32 @@ def roll_out(
             ref_feeds = next_feeds(io, ref_feeds, ref_out, ref_tok)
             cand_feeds = next_feeds(io, cand_feeds, cand_out, cand_tok)
     return DecodeResult(done, io.merged, len(io.kv))
+
+
+def cache_bytes(io: DecoderIO, outputs: Outputs) -> int:
+    """Bytes of one model's present.* outputs (its cache after a step)."""
+    return sum(
+        np.asarray(value).nbytes
+        for _, present in io.kv
+        if (value := outputs.get(present)) is not None
+    )
+
+
+def check_cache_growth(first: int, growth: int, steps: int) -> None:
+    """Refuse a roll-out whose cache (4 copies) would outgrow the memory budget by its end."""
+    if growth <= 0 or steps <= 2:
+        return
+    budget = memory_budget()
+    last = 4 * (first + (steps - 1) * growth)
+    if last <= budget:
+        return
+    fits = max(2, (budget // 4 - first) // growth + 1)
+    raise ValidationError(
+        f"--decode-steps {steps}: the KV cache grows by {growth} bytes a step and would take "
+        f"{_mib(last)} at step {steps} (each model's past and present), more than the memory "
+        f"budget of {_mib(budget)} (AMP_CONVERT_MEMORY_BUDGET); at most {fits} steps fit"
+    )
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:,.1f} MiB"

@@ -8,8 +8,10 @@ produced, so rounding and overflow show up exactly where they would on a GPU, on
 
 What that models: a kernel with low-precision I/O that computes in FP32 and rounds its outputs
 once. That is what ORT's CUDA kernels do for FP16 I/O (Conv/MatMul accumulate in FP32, Softmax,
-LayerNormalization with ``stash_type=1`` and the reductions keep their statistics in FP32), so the
-emulated error of ``Softmax(fp16)`` equals that of ``Cast→Softmax(fp32)→Cast``.
+LayerNormalization with ``stash_type=1`` keep their statistics in FP32), so the emulated error of
+``Softmax(fp16)`` equals that of ``Cast→Softmax(fp32)→Cast``. Where the accumulation table
+(targets/ort_cuda_accumulation.json) says a kernel holds a sum in the low type (ReduceMean writes
+its sum into the FP16 output before dividing), that sum is rounded too (validation/held_sums.py).
 
 The copy is an onnx-ir model built by the converter's own layer: ``InferDtypesPass`` (ONNX
 inference on a weight-free serialisation, then schema propagation with ONNX Runtime's contrib
@@ -44,7 +46,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
-from amp_convert import proto_walk
+from amp_convert import load_repairs, proto_walk
 from amp_convert.dtypes import onnx_name
 from amp_convert.onnx_checks import analyse
 from amp_convert.passes.infer_dtypes import InferDtypesPass
@@ -55,6 +57,7 @@ from amp_convert.precision import (
     UniqueNames,
     is_default_domain,
 )
+from amp_convert.validation import held_sums
 from amp_convert.validation.sparse import densified
 
 #: element type → the name the report and the input feeder use ("float16", "bfloat16")
@@ -88,6 +91,8 @@ class EmulatedModel:
     retargeted_attributes: int = 0
     #: node outputs whose element type stayed unknown (not rounded even if they were low)
     unknown_types: list[str] = field(default_factory=list)
+    #: low nodes whose kernel holds a sum in the low type, emulated so (held_sums.py)
+    held_sums: list[str] = field(default_factory=list)
 
     def summary(self) -> dict:
         """JSON-ready description for the report."""
@@ -97,16 +102,21 @@ class EmulatedModel:
             "upcast_initializers": self.upcast_initializers,
             "retargeted_attributes": self.retargeted_attributes,
             "unknown_types": list(self.unknown_types),
+            "held_sums": list(self.held_sums),
         }
 
 
-def build_emulated_model(model: onnx.ModelProto) -> EmulatedModel:
+def build_emulated_model(model: onnx.ModelProto, base_dir: str | None = None) -> EmulatedModel:
     """Return the FP32-with-rounding copy of ``model`` (``model`` itself is not changed).
 
     Initializers stored as external data keep their references (only their names change) and are
-    never read, so the copy must be run with the original model's folder as external-data folder.
+    not read (but the few a kernel reads as constants, ``CONSTANT_INPUT_OPS``, which are stored
+    as FP32 in the copy: ``base_dir`` is the folder their data is relative to), so the copy must
+    be run with the original model's folder as external-data folder.
     """
     clone = ir.serde.deserialize_model(densified(model))  # wraps the weights, copies nothing
+    if base_dir:
+        ir.external_data.set_base_dir(clone.graph, base_dir)
     # the clone's tensors are views of `model`'s TensorProtos, and renaming an initializer renames
     # the proto it wraps: put the names back once the copy is serialised
     names = [
@@ -116,6 +126,9 @@ def build_emulated_model(model: onnx.ModelProto) -> EmulatedModel:
         if v.const_value is not None
     ]
     try:
+        # ORT sorts a graph's nodes when it loads it (its own FP16 converter appends the I/O
+        # Casts last): the copy is sorted the same way, never refused for it
+        load_repairs.sort_nodes(clone, "candidate")
         untyped = [v for node in clone.graph.all_nodes() for v in node.outputs if v.type is None]
         _, inferred = analyse(clone)
         InferDtypesPass(inferred)(clone)
@@ -165,6 +178,35 @@ def _retype(value: ir.Value) -> None:
     new = _as_float(value.type)
     if new is not None:
         value.type = new
+
+
+#: contrib ops whose kernels read their low-precision side inputs (scales, bias, zero points) as
+#: constants, prepacked with the quantized weight: fed by a Cast node instead, ORT's CPU
+#: MatMulNBits (accuracy_level 4) computes with scales it never received and returns zeros
+CONSTANT_INPUT_OPS = frozenset(
+    {
+        "MatMulNBits", "MatMulNBitsMlp", "MatMulNBitsQkv", "MatMulNBitsQLoRA", "MatMulBnb4",
+        "MatMulFpQ4", "GatherBlockQuantized", "QMoE",
+    }
+)  # fmt: skip
+
+
+def _read_as_constant(value: ir.Value) -> bool:
+    """Whether a kernel in ``CONSTANT_INPUT_OPS`` reads initializer ``value`` directly."""
+    return any(
+        node.domain == "com.microsoft" and node.op_type in CONSTANT_INPUT_OPS
+        for node, _ in value.uses()
+    )
+
+
+def _store_as_float(value: ir.Value) -> None:
+    """Make low initializer ``value`` an FP32 initializer holding the same numbers (exact): it
+    stays a constant for kernels that prepack it, and the emulated copy computes in FP32."""
+    tensor = value.const_value
+    assert tensor is not None
+    exact = np.asarray(tensor.numpy(), dtype=np.float32)  # FP16/BF16 ⊂ FP32
+    value.const_value = ir.tensor(exact, name=value.name)
+    value.type = ir.TensorType(FLOAT)
 
 
 def _cast(value: ir.Value, to: ir.DataType, out: ir.Value, name: str) -> ir.Node:
@@ -224,6 +266,10 @@ class EmulatePass(ir.passes.InPlacePass):
         dtype = value.const_value.dtype if value.const_value is not None else value.dtype
         if dtype not in LOW_TYPES:
             return None
+        if value.const_value is not None and _read_as_constant(value):
+            _store_as_float(value)
+            self.result.upcast_initializers += 1
+            return None
         name = value.name
         up = ir.Value(name=name, type=ir.TensorType(FLOAT), shape=value.shape)
         ir.convenience.replace_all_uses_with(value, up, replace_graph_outputs=True)
@@ -252,8 +298,14 @@ class EmulatePass(ir.passes.InPlacePass):
         low = ir.Value(
             name=self.names.take(f"{name}__emu_low"), type=ir.TensorType(dtype), shape=value.shape
         )
+        held: list[ir.Node] = []
+        source = value
+        if held_sums.holds_sum(node):  # ReduceMean: the kernel writes the sum in the low type
+            held, source = held_sums.held_sum_nodes(node, value, dtype, self.names)
+            self.result.held_sums.append(str(node.name or name))
         return [
-            _cast(value, dtype, low, self.names.take(f"{name}__emu_round")),
+            *held,
+            _cast(source, dtype, low, self.names.take(f"{name}__emu_round")),
             _cast(low, FLOAT, up, self.names.take(f"{name}__emu_up")),
         ]
 

@@ -3,21 +3,23 @@
 ``validate``, ``--auto``, the HTML probes and ``--decode-steps`` all size random inputs here.
 
 * A named dim (``dim_param``) is one value shared by every axis that names it; an unnamed dim, or
-  one whose name only says "unknown" (``?``, ``-1``, ``None`` or empty, as Paddle and other
-  exporters write), is its own value, keyed ``<input>[<axis>]``.
+  one whose name only says "unknown" (``?``, ``-1``, ``None``, ``unk`` or empty, as Paddle and
+  other exporters write), is its own value, keyed ``<input>[<axis>]``.
 * A dim written as an expression over other dims (``past_sequence_length + sequence_length``,
   ``2*s0``) is computed from them (``amp_convert.dims.DimExpr``, no ``eval``), when every name
   it uses is a dim of its own somewhere in the inputs or given by the user; otherwise the text
-  is just a name. Names with a fixed meaning by convention count as such expressions:
-  ``total_sequence_length`` (ORT GenAI's builder, for the attention mask) is
-  ``past_sequence_length + sequence_length`` when the model has both and the user did not set it.
-* Defaults: 1 for batch-like names (``batch``, ``batch_size``, ``N``, ``B``, ``bs``) and for the
-  first axis of an unnamed rank >= 2 input; 16 for any other name; 1 for other unnamed axes.
-* Larger attempts (``DimPlan.attempts``): models often cannot run on the defaults (reflect padding
-  longer than the signal, H/W that must be multiples of 32). Each further attempt takes every
-  default dim not set by the user one step along its ladder: image H/W (axes 2-3 of a rank-4
-  NCHW float input with 1-4 channels, axes 1-2 of NHWC, or names containing ``height``/``width``)
-  224 → 640; other non-batch dims 64 → 256 → 1024. Batch-like dims stay 1.
+  is just a name.
+* A decoder's inputs are recognised once (``decoder_inputs``): the attention mask spans past +
+  current tokens whatever its axis is named, every KV cache shares one past length, a
+  cross-attention cache spans the encoder states, the head size is the model's own.
+* Defaults: ``amp_convert.dim_defaults``, the rules the cast-cost estimate uses too: 1 for a
+  batch (batch-like names such as ``batch_size``, ``N``, and the leading axis of a rank >= 2
+  input not named otherwise, Paddle's ``p2o.DynamicDimension.0`` included), 224 for image H/W,
+  3 for channels named so, 128 for any other dim.
+* Larger attempts (``DimPlan.attempts``): models often cannot run on the defaults (H/W that must
+  be multiples of 32, windows longer than the signal). Each further attempt takes every default
+  dim not set by the user one step along its ladder: image H/W 640; other dims 256 → 1024.
+  Batches and channels stay; a KV cache is never grown as an image.
 """
 
 from __future__ import annotations
@@ -26,34 +28,29 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from amp_convert.dim_defaults import (
+    BATCH_DIM,
+    OTHER_DIM,
+    UNKNOWN_DIM_NAMES,
+    Dim,
+    axis_defaults,
+    is_batch_like,
+    is_named,
+    named_default,
+)
 from amp_convert.dims import DimExpr, parse_dim_expression
 from amp_convert.errors import ValidationError
+from amp_convert.validation.decoder_inputs import FLOAT_TYPES, DecoderInputs, recognise
 
-BATCH_DIM = 1
-OTHER_DIM = 16
-UNNAMED_DIM = 1
-_BATCH_NAMES = {"n", "b", "bs", "batch", "batch_size", "batchsize", "nbatch"}
-#: dim_param strings that exporters write for "unknown": each such axis is its own dim
-UNKNOWN_DIM_NAMES = frozenset({"", "?", "-1", "none"})
-IMAGE_LADDER = (224, 640)
-SEQUENCE_LADDER = (64, 256, 1024)
-_IMAGE_NAMES = ("height", "width")
-_FLOAT_TYPES = ("tensor(float)", "tensor(float16)", "tensor(bfloat16)", "tensor(double)")
-
-Dim = int | str | None
-#: dim names whose size exporters define by convention (see the module docstring)
-CONVENTIONS = {"total_sequence_length": "past_sequence_length + sequence_length"}
-
-
-def is_batch_like(name: str) -> bool:
-    """Symbolic dim names that conventionally mean the batch size."""
-    low = name.lower()
-    return low in _BATCH_NAMES or "batch" in low
-
-
-def is_named(d: Dim) -> bool:
-    """A dim_param that names a shared dim (not one of the "unknown" spellings)."""
-    return isinstance(d, str) and d.strip().lower() not in UNKNOWN_DIM_NAMES
+__all__ = [
+    "BATCH_DIM", "OTHER_DIM", "UNKNOWN_DIM_NAMES", "Dim", "DimPlan", "axis_key", "is_batch_like",
+    "is_named", "is_static",
+]  # fmt: skip
+IMAGE_LADDER = (640,)
+SEQUENCE_LADDER = (256, 1024)
+_LADDERS: dict[str, tuple[int, ...]] = {
+    "batch": (), "channels": (), "image": IMAGE_LADDER, "other": SEQUENCE_LADDER,
+}  # fmt: skip
 
 
 def is_static(d: Dim) -> bool:
@@ -68,23 +65,6 @@ def axis_key(name: str, shape: Sequence[Dim], axis: int) -> str | None:
     if is_named(d):
         return str(d)
     return f"{name}[{axis}]"
-
-
-def _unnamed_batch_axis(shape: Sequence[Dim], axis: int) -> bool:
-    return axis == 0 and len(shape) >= 2
-
-
-def _is_image_axis(type_str: str, shape: Sequence[Dim], axis: int) -> bool:
-    """H or W of an image input: NCHW / NHWC with 1-4 static channels, or named so."""
-    d = shape[axis]
-    if is_named(d) and any(n in str(d).lower() for n in _IMAGE_NAMES):
-        return True
-    if len(shape) != 4 or type_str not in _FLOAT_TYPES:
-        return False
-    channels = {1, 2, 3, 4}
-    if axis in (2, 3) and shape[1] in channels:
-        return True
-    return axis in (1, 2) and shape[3] in channels
 
 
 class InputShape(Protocol):
@@ -105,35 +85,44 @@ class DimPlan:
     defaults: dict[str, int] = field(default_factory=dict)
     ladders: dict[str, tuple[int, ...]] = field(default_factory=dict)
     exprs: dict[str, DimExpr] = field(default_factory=dict)
+    #: (input, axis) sized by an expression whatever the axis's own key (a decoder's mask, caches)
+    links: dict[tuple[str, int], DimExpr] = field(default_factory=dict)
+    decoder: DecoderInputs = field(default_factory=DecoderInputs)
 
     @classmethod
-    def of(cls, specs: Sequence[InputShape], user: Mapping[str, int] | None = None) -> DimPlan:
-        """Read the specs; ``user`` dims count as free dims that expressions may use."""
+    def of(
+        cls,
+        specs: Sequence[InputShape],
+        user: Mapping[str, int] | None = None,
+        outputs: Mapping[str, Sequence[Dim]] | None = None,
+    ) -> DimPlan:
+        """Read the specs; ``user`` dims count as free dims that expressions may use;
+        ``outputs`` (the model's declared output shapes) tell a cache's head size."""
         user = user or {}
+        decoder = recognise(specs, outputs, user)
         exprs = _expressions(specs, user)
-        defaults: dict[str, int] = {}
-        ladders: dict[str, tuple[int, ...]] = {}
+        links = dict(decoder.links)
+        keys: list[tuple[str, int, str]] = []
         for spec in specs:
-            for axis, d in enumerate(spec.shape):
+            for axis in range(len(spec.shape)):
                 key = axis_key(spec.name, spec.shape, axis)
                 if key is None:
                     continue
-                if key in exprs:
-                    for name in exprs[key].names:
-                        defaults.setdefault(name, _named_default(name))
-                        ladders.setdefault(name, () if is_batch_like(name) else SEQUENCE_LADDER)
-                    continue
-                defaults.setdefault(key, _axis_default(spec.shape, axis))
-                named = is_named(d)
-                if (named and is_batch_like(str(d))) or (
-                    not named and _unnamed_batch_axis(spec.shape, axis)
-                ):
-                    ladders.setdefault(key, ())
-                elif _is_image_axis(spec.type_str, spec.shape, axis):
-                    ladders[key] = IMAGE_LADDER  # image wins if any use of the key looks like one
-                else:
-                    ladders.setdefault(key, SEQUENCE_LADDER)
-        return cls(defaults, ladders, exprs)
+                if (spec.name, axis) in links or key in exprs:
+                    continue  # computed: a key used only by computed axes is no free dim
+                keys.append((spec.name, axis, key))
+        inputs = [(s.name, s.type_str in FLOAT_TYPES, s.shape) for s in specs]
+        roles = axis_defaults(inputs, keys)
+        defaults: dict[str, int] = {}
+        ladders: dict[str, tuple[int, ...]] = {}
+        for key, (value, role) in roles.items():
+            defaults[key] = decoder.fixed.get(key, value)
+            ladders[key] = () if key in decoder.fixed else _LADDERS[role]
+        names = {n for e in (*exprs.values(), *links.values()) for n in e.names}
+        for name in sorted(names - set(defaults)):
+            defaults[name] = named_default(name)
+            ladders[name] = () if is_batch_like(name) else SEQUENCE_LADDER
+        return cls(defaults, ladders, exprs, links, decoder)
 
     @property
     def keys(self) -> set[str]:
@@ -180,11 +169,12 @@ class DimPlan:
         shape: list[int] = []
         for axis, d in enumerate(spec.shape):
             key = axis_key(spec.name, spec.shape, axis)
+            expr = self.links.get((spec.name, axis))
             if key is None:
                 shape.append(int(d))  # type: ignore[arg-type]
-            elif key in self.exprs:
+            elif expr is not None or key in self.exprs:
                 try:
-                    shape.append(self.exprs[key].evaluate(full))
+                    shape.append((expr or self.exprs[key]).evaluate(full))
                 except ValueError as e:
                     raise ValidationError(
                         f"input {spec.name!r} axis {axis}: {e} (dims {_fmt(full)})"
@@ -194,28 +184,12 @@ class DimPlan:
         return shape
 
 
-def _named_default(name: str) -> int:
-    return BATCH_DIM if is_batch_like(name) else OTHER_DIM
-
-
-def _axis_default(shape: Sequence[Dim], axis: int) -> int:
-    d = shape[axis]
-    if is_named(d):
-        return _named_default(str(d))
-    return BATCH_DIM if _unnamed_batch_axis(shape, axis) else UNNAMED_DIM
-
-
 def _expressions(specs: Sequence[InputShape], user: Mapping[str, int]) -> dict[str, DimExpr]:
     """dim_param texts that are expressions over dims that exist on their own (or are given)."""
     texts = {str(d) for s in specs for d in s.shape if is_named(d)}
     parsed = {t: parse_dim_expression(t) for t in texts}
     plain = {t for t, e in parsed.items() if e is None} | set(user)
-    exprs = {t: e for t, e in parsed.items() if e is not None and e.names <= plain}
-    for name, text in CONVENTIONS.items():
-        meant = parse_dim_expression(text)
-        if name in texts and name not in user and meant is not None and meant.names <= plain:
-            exprs[name] = meant
-    return exprs
+    return {t: e for t, e in parsed.items() if e is not None and e.names <= plain}
 
 
 def _fmt(dims: Mapping[str, int]) -> str:

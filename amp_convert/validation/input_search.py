@@ -20,8 +20,16 @@ import numpy as np
 import onnx
 
 from amp_convert.errors import ValidationError
-from amp_convert.validation.input_dims import DimPlan
-from amp_convert.validation.inputs import Inputs, InputSpec, load_inputs, random_inputs
+from amp_convert.validation.input_dims import Dim, DimPlan
+from amp_convert.validation.inputs import (
+    SAMPLE_RATES,
+    Inputs,
+    InputSpec,
+    load_inputs,
+    random_inputs,
+    random_scalars,
+    sample_rate_inputs,
+)
 from amp_convert.validation.runtime import RunError
 
 T = TypeVar("T")
@@ -120,33 +128,79 @@ def find_runnable(
     none runs.
     """
     dims = dict(dims or {})
-    plan = DimPlan.of(specs, dims)
+    plan = DimPlan.of(specs, dims, output_shapes(model))
     plan.check_user(dims)
+    rates = sample_rate_inputs(specs)
+    choices = [dict.fromkeys(rates, r) for r in SAMPLE_RATES] if rates else [{}]
     tried: list[tuple[Inputs, str]] = []
-    for attempt in plan.attempts(dims):
-        feeds = random_inputs(specs, model, dims=attempt, seed=seed, plan=plan)
-        try:
-            result = run(feeds.arrays)
-        except RunError as e:
-            tried.append((feeds, ort_status(e.detail)))
-            continue
-        warnings = []
-        if tried:
-            warnings.append(
-                f"the reference cannot run on the default dims {fmt_dims(tried[0][0].dims)} "
-                f"({tried[0][1]}); these dims worked: {fmt_dims(feeds.dims)} "
-                "(set them with --dim to skip the search)"
-            )
-        return feeds, result, warnings
+    for scalars in choices:
+        for attempt in plan.attempts(dims):
+            feeds = random_inputs(specs, model, dims=attempt, seed=seed, plan=plan, scalars=scalars)
+            try:
+                result = run(feeds.arrays)
+            except RunError as e:
+                tried.append((feeds, ort_status(e.detail)))
+                continue
+            return feeds, result, _found_warnings(tried, feeds, scalars)
     shapes = "; ".join(
-        ", ".join(f"{n}{list(a.shape)}" for n, a in f.arrays.items()) for f, _ in tried
+        dict.fromkeys(
+            ", ".join(f"{n}{list(a.shape)}" for n, a in f.arrays.items()) for f, _ in tried
+        )
     )
     keys = sorted(plan.keys)
     how = f"set the dynamic dims with --dim NAME=VALUE ({', '.join(keys)}) or " if keys else ""
+    values = ""
+    if rates:
+        values = (
+            f"; sample-rate input {', '.join(repr(r) for r in rates)} tried at "
+            f"{', '.join(map(str, SAMPLE_RATES))}"
+        )
+    scalars_left = random_scalars(specs, model)
+    if scalars_left:
+        values += (
+            "; integer scalar input "
+            + ", ".join(
+                f"{n!r} took the random value {tried[0][0].arrays[n].reshape(-1)[0]}"
+                for n in scalars_left
+            )
+            + " (its value may be what the model refuses)"
+        )
     raise ValidationError(
         f"{what} cannot run on the generated inputs; shapes tried: {shapes} "
-        f"(on the first: {tried[0][1]}); {how}give real inputs with --inputs FILE.npz"
+        f"(on the first: {tried[0][1]}){values}; {how}give real inputs with --inputs FILE.npz"
     )
+
+
+def _found_warnings(
+    tried: list[tuple[Inputs, str]], feeds: Inputs, scalars: Mapping[str, int]
+) -> list[str]:
+    warnings = []
+    if tried:
+        warnings.append(
+            f"the reference cannot run on the default dims {fmt_dims(tried[0][0].dims)} "
+            f"({tried[0][1]}); these dims worked: {fmt_dims(feeds.dims)} "
+            "(set them with --dim to skip the search)"
+        )
+    if scalars:
+        warnings.append(
+            "sample-rate input "
+            + ", ".join(f"{n!r} set to {v}" for n, v in scalars.items())
+            + " (a conventional rate; give the real one with --inputs)"
+        )
+    return warnings
+
+
+def output_shapes(model: onnx.ModelProto) -> dict[str, list[Dim]]:
+    """The model's declared output shapes (a KV cache's head size is read from them)."""
+    out: dict[str, list[Dim]] = {}
+    for o in model.graph.output:
+        t = o.type.tensor_type
+        if not t.HasField("shape"):
+            continue
+        out[o.name] = [
+            d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in t.shape.dim
+        ]
+    return out
 
 
 def ort_status(detail: str) -> str:

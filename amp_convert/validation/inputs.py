@@ -10,7 +10,10 @@ Random values are dtype-aware so that models with ids and masks run as intended:
      test-model builders and honoured by anyone who sets it),
   2. names containing ``mask`` → all ones; ``token_type`` / ``segment`` → all zeros;
      ``position`` → 0, 1, 2, ... along the last axis,
-  3. otherwise uniform in [0, 100), narrowed to [0, rows) when the input directly indexes a
+  3. a scalar whose name says it is a sample rate (``sr``, ``sample_rate``, ``sampling_rate``)
+     takes a conventional rate (``SAMPLE_RATES``: 16000 first; ``input_search`` tries the others
+     when the model cannot run on it),
+  4. otherwise uniform in [0, 100), narrowed to [0, rows) when the input directly indexes a
      Gather on an initializer with fewer rows (an embedding table), so ids are always valid.
 
 Dynamic dims (their names, defaults, expressions and the larger sizes tried) follow the rules of
@@ -20,6 +23,7 @@ Dynamic dims (their names, defaults, expressions and the larger sizes tried) fol
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +41,9 @@ INPUT_RANGE_KEY = "input_range:"
 DEFAULT_INT_RANGE = (0, 100)
 #: the words random string inputs are drawn from
 WORDS = ("monday", "Tuesday", "amp", "convert", "ONNX", "model", "half", "precision")
+#: scalar inputs named like a sample rate, and the conventional rates, the most common first
+SAMPLE_RATE_NAMES = re.compile(r"^(sr|fs|sample_?rate|sampling_?rate|audio_?sr)$", re.I)
+SAMPLE_RATES = (16000, 8000, 22050, 44100, 48000)
 
 
 @dataclass
@@ -108,6 +115,40 @@ def _gather_bounds(model: onnx.ModelProto) -> dict[str, int]:
     return bounds
 
 
+def _is_scalar(spec: InputSpec) -> bool:
+    """One value whatever the dims: rank 0, or every axis static 1."""
+    return all(d == 1 for d in spec.shape)
+
+
+def sample_rate_inputs(specs: list[InputSpec]) -> list[str]:
+    """Integer or float scalar inputs named like a sample rate (their value matters)."""
+    return [
+        s.name
+        for s in specs
+        if _is_scalar(s)
+        and s.type_str != "tensor(bool)"
+        and s.type_str != "tensor(string)"
+        and SAMPLE_RATE_NAMES.match(s.name)
+    ]
+
+
+def random_scalars(specs: list[InputSpec], model: onnx.ModelProto) -> list[str]:
+    """Integer scalar inputs that get a random value (no range, no meaning known by name): the
+    ones to name when the model cannot run, their value may be what it refuses."""
+    ranges = _metadata_ranges(model)
+    rates = set(sample_rate_inputs(specs))
+    known = ("mask", "token_type", "segment", "position")
+    return [
+        s.name
+        for s in specs
+        if _is_scalar(s)
+        and s.type_str.startswith("tensor(int")
+        and s.name not in ranges
+        and s.name not in rates
+        and not any(k in s.name.lower() for k in known)
+    ]
+
+
 def random_inputs(
     specs: list[InputSpec],
     model: onnx.ModelProto,
@@ -115,12 +156,17 @@ def random_inputs(
     dims: Mapping[str, int] | None = None,
     seed: int = 0,
     plan: DimPlan | None = None,
+    scalars: Mapping[str, int | float] | None = None,
 ) -> Inputs:
     """Seeded random arrays for every spec (see the module docstring for the rules).
 
     ``dims`` sets free dynamic dims (the rest take their defaults, expression dims are computed);
-    ``plan`` is ``DimPlan.of(specs, dims)`` when the caller already has it.
+    ``plan`` is ``DimPlan.of(specs, dims)`` when the caller already has it; ``scalars`` sets the
+    value of scalar inputs (a sample rate), by default the first of ``SAMPLE_RATES`` for those
+    named like a sample rate.
     """
+    fixed: dict[str, int | float] = {n: SAMPLE_RATES[0] for n in sample_rate_inputs(specs)}
+    fixed.update(scalars or {})
     dims = dict(dims or {})
     plan = plan or DimPlan.of(specs, dims)
     plan.check_user(dims)
@@ -132,6 +178,10 @@ def random_inputs(
     bounds = _gather_bounds(model)
     arrays: dict[str, np.ndarray] = {}
     for spec in specs:
+        if spec.name in fixed:
+            value = np.full(shapes[spec.name], fixed[spec.name]).astype(spec.dtype)
+            arrays[spec.name] = value
+            continue
         arrays[spec.name] = _values(spec, shapes[spec.name], rng, ranges, bounds)
     return Inputs(arrays, "random", values)
 
@@ -165,7 +215,7 @@ def _values(
         lo, hi = DEFAULT_INT_RANGE
         hi = min(hi, bounds.get(spec.name, hi))
         arr = rng.integers(lo, hi, size=shape)
-    return np.ascontiguousarray(arr.astype(dtype))
+    return np.ascontiguousarray(arr.astype(dtype)).reshape(shape)  # a scalar stays rank 0
 
 
 def load_inputs(
@@ -177,19 +227,9 @@ def load_inputs(
     across inputs (ORT does not require it, and exporters name axes inconsistently); where one
     name takes two sizes the first is recorded and ``Inputs.notes`` says so.
     """
-    arrays, label, where = _read_arrays(source)
     expected = [s.name for s in specs]
-    missing = [n for n in expected if n not in arrays]
-    extra = sorted(set(arrays) - set(expected))
-    if missing or extra:
-        parts = []
-        if missing:
-            parts.append("missing " + ", ".join(repr(n) for n in missing))
-        if extra:
-            parts.append("unexpected " + ", ".join(repr(n) for n in extra))
-        raise ValidationError(
-            f"{where}: {'; '.join(parts)} (model inputs: {', '.join(expected) or 'none'})"
-        )
+    arrays, label, where = _read_arrays(source, expected)
+    _check_names(where, arrays, expected)
     dims: dict[str, int] = {}
     notes: list[str] = []
     for spec in specs:
@@ -208,14 +248,33 @@ def load_inputs(
     return Inputs({s.name: arrays[s.name] for s in specs}, label, dims, notes)
 
 
+def _check_names(where: str, arrays: Mapping[str, object], expected: list[str]) -> None:
+    """Every model input given, nothing else (`arrays`: only their names are read)."""
+    missing = [n for n in expected if n not in arrays]
+    extra = sorted(set(arrays) - set(expected))
+    if missing or extra:
+        parts = []
+        if missing:
+            parts.append("missing " + ", ".join(repr(n) for n in missing))
+        if extra:
+            parts.append("unexpected " + ", ".join(repr(n) for n in extra))
+        raise ValidationError(
+            f"{where}: {'; '.join(parts)} (model inputs: {', '.join(expected) or 'none'})"
+        )
+
+
 def _read_arrays(
-    source: str | os.PathLike | Mapping[str, np.ndarray],
+    source: str | os.PathLike | Mapping[str, np.ndarray], expected: list[str] | None = None
 ) -> tuple[dict[str, np.ndarray], str, str]:
     if isinstance(source, str | os.PathLike):
         path = Path(source)
         if not path.is_file():
             raise ValidationError(f"inputs {path}: no such file")
-        npz_members(path)  # sizes from the headers, within the budget, before anything loads
+        # sizes and names from the headers, before anything loads: a member the model does
+        # not take is refused by name, never read (a 2 GiB one was loaded whole first)
+        members = npz_members(path)
+        if expected is not None:
+            _check_names(f"inputs {path}", {m.name: None for m in members}, expected)
         try:
             with np.load(path, allow_pickle=False) as npz:
                 arrays = {k: npz[k] for k in npz.files}

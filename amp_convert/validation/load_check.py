@@ -21,6 +21,7 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from amp_convert import safe_write
 from amp_convert.errors import ValidationError
 from amp_convert.validation.runtime import NO_KERNEL_HINT, is_missing_kernel
 
@@ -180,10 +181,14 @@ class ModelFile:
         if isinstance(ort_input, str):
             self.path = ort_input
         else:
-            self._tmp = tempfile.TemporaryDirectory(prefix="amp-loadcheck-")
+            self._tmp = safe_write.temp_folder("amp-loadcheck-")
             self.path = os.path.join(self._tmp.name, "model.onnx")
-            with open(self.path, "wb") as f:
-                f.write(ort_input)
+            try:
+                with safe_write.temp_writes("amp-loadcheck-"), open(self.path, "wb") as f:
+                    f.write(ort_input)
+            except BaseException:
+                self._tmp.cleanup()
+                raise
 
     def __enter__(self) -> ModelFile:
         return self

@@ -26,7 +26,9 @@ the strings ``"inf"``, ``"-inf"`` and ``"nan"`` so the file is strict JSON. Top-
 * ``decode``: null, or with ``--decode-steps N`` ``{steps, token_agreement, first_divergence,
   merged, kv_pairs, notes}``, ``steps`` one ``{step, reference_tokens, candidate_tokens,
   same_token, status, outputs}`` per step (``outputs`` as above); each top-level output is then
-  its worst of the single run and every step.
+  its worst of the single run and every step;
+* ``weak_evidence``: what makes the verdict weak, as short flags (``random inputs``,
+  ``reference 'maps' near zero``, ``... nearly constant``; see evidence.py); empty when none.
 
 Each output also says ``match``: ``position`` or ``sort`` (compared after sorting along its last
 axis, ``--match NAME:sort``).
@@ -49,6 +51,7 @@ import numpy as np
 
 from amp_convert import safe_write
 from amp_convert.report_base import Report, json_ready
+from amp_convert.user_text import printable
 from amp_convert.validation.decode import DecodeResult
 from amp_convert.validation.metrics import OutputResult
 
@@ -112,6 +115,8 @@ class ValidationReport(Report, tool="amp-convert validate", schema_version=SCHEM
     warnings: list[str] = field(default_factory=list)
     samples: list[dict[str, Any]] = field(default_factory=list)
     decode: DecodeResult | None = None
+    #: short flags for the result line and JSON (evidence.py): random inputs, weak references
+    weak_evidence: list[str] = field(default_factory=list)
 
     @property
     def verdict(self) -> str:
@@ -188,6 +193,7 @@ class ValidationReport(Report, tool="amp-convert validate", schema_version=SCHEM
             "warnings": list(self.warnings),
             "samples": [dict(s) for s in self.samples],
             "decode": None if self.decode is None else self.decode.to_dict(),
+            "weak_evidence": list(self.weak_evidence),
         }
         return json_ready(d)
 
@@ -213,18 +219,19 @@ class ValidationReport(Report, tool="amp-convert validate", schema_version=SCHEM
             ("dims", _fmt_dims(self.dims)),
             ("speedup", "" if self.speedup is None else f"{self.speedup:.3f}"),
         ):
-            ET.SubElement(props, "property", name=k, value=str(v))
+            ET.SubElement(props, "property", name=k, value=printable(v))
         for o in self.outputs:
+            name = printable(o.name)
             case = ET.SubElement(
-                suite, "testcase", classname="amp_convert.validate", name=o.name, time="0"
+                suite, "testcase", classname="amp_convert.validate", name=name, time="0"
             )
-            numbers = _numbers_line(o)
+            numbers = printable(_numbers_line(o))
             if o.status == "skipped":
                 ET.SubElement(case, "skipped", message="non-tensor output, not compared")
             elif o.status == "not_judged":
                 ET.SubElement(case, "skipped", message="no thresholds: not judged")
             elif o.failed:
-                fail = ET.SubElement(case, "failure", message="; ".join(o.failures))
+                fail = ET.SubElement(case, "failure", message=printable("; ".join(o.failures)))
                 fail.text = numbers
             out = ET.SubElement(case, "system-out")
             out.text = numbers
@@ -323,14 +330,21 @@ class ValidationReport(Report, tool="amp-convert validate", schema_version=SCHEM
         outs = f"{n} output{'' if n == 1 else 's'}"
         failed = self.failed_outputs
         checked = sum(o.status == "pass" for o in self.outputs)
+        weak = f"; weak evidence: {', '.join(self.weak_evidence)}" if self.weak_evidence else ""
         if failed:
-            return f"result: FAIL ({len(failed)} of {outs}: {', '.join(failed)})"
+            return f"result: FAIL ({len(failed)} of {outs}: {', '.join(failed)}){weak}"
         if checked:
-            return f"result: PASS ({checked} of {outs} checked)"
+            return f"result: PASS ({checked} of {outs} checked){weak}"
+        if _any_set(self.thresholds):
+            return f"result: NOT JUDGED ({self._nothing_to_judge()}; {outs}){weak}"
         return (
             f"result: NOT JUDGED (report only: no thresholds set, nothing failed; {outs}; "
-            "set --atol/--rtol/--min-cosine/--max-nan to judge)"
+            f"set --atol/--rtol/--min-cosine/--max-nan to judge){weak}"
         )
+
+    def _nothing_to_judge(self) -> str:
+        """Thresholds were set, yet no output had values they apply to (all empty, say)."""
+        return "thresholds set, but no output had values to judge them on, nothing failed"
 
     def notes(self) -> list[str]:
         """What the numbers alone hide: a scale change (norms > 1% apart), empty outputs."""
@@ -352,10 +366,11 @@ class ValidationReport(Report, tool="amp-convert validate", schema_version=SCHEM
         if self.passed:
             return f"validation passed ({len(self.outputs)} outputs, {self.provider}){notes}"
         if not self.failed:
-            return (
-                f"validation not judged: no thresholds set, nothing failed "
-                f"({len(self.outputs)} outputs, {self.provider}){notes}"
-            )
+            why = "no thresholds set, nothing failed"
+            if _any_set(self.thresholds):
+                why = self._nothing_to_judge()
+            n = len(self.outputs)
+            return f"validation not judged: {why} ({n} outputs, {self.provider}){notes}"
         parts = [f"{o.name}: {'; '.join(o.failures)}" for o in self.outputs if o.failed]
         return f"validation FAILED ({self.provider}): " + " | ".join(parts) + notes
 
@@ -363,6 +378,15 @@ class ValidationReport(Report, tool="amp-convert validate", schema_version=SCHEM
 #: norms of reference and candidate further apart than this are called out
 NORM_TOLERANCE = 0.01
 _STATUS_CELL = {"pass": "PASS", "fail": "FAIL", "not_judged": "-", "skipped": "skip"}
+
+
+def _any_set(thresholds: Any) -> bool:
+    """Whether any threshold (at any depth: per output too) has a value."""
+    if isinstance(thresholds, dict):
+        return any(_any_set(v) for v in thresholds.values())
+    if isinstance(thresholds, list | tuple):
+        return any(_any_set(v) for v in thresholds)
+    return thresholds is not None
 
 
 def _fmt_dims(dims: dict[str, int]) -> str:

@@ -6,6 +6,7 @@ onnxruntime is imported only here and only when validation runs, so conversion n
 from __future__ import annotations
 
 import ctypes
+import importlib.util
 import os
 import tempfile
 import time
@@ -19,7 +20,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto
 
-from amp_convert import proto_walk, safe_write
+from amp_convert import file_kinds, proto_walk, safe_write
 from amp_convert.errors import ValidationError
 
 
@@ -74,12 +75,23 @@ def is_missing_kernel(message: str) -> bool:
     return "NOT_IMPLEMENTED" in message or "Could not find an implementation" in message
 
 
+def _installed(name: str) -> bool:
+    """Whether a top-level package is installed (found on the path; nothing is imported)."""
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):  # a half-imported module in sys.modules: it is there
+        return True
+
+
 def import_ort() -> Any:
     """Import onnxruntime or raise the one clear error that says how to get it."""
     try:
         import onnxruntime
-    except ImportError:
-        raise ValidationError(MISSING_ORT) from None
+    except ImportError as e:
+        if not _installed("onnxruntime"):
+            raise ValidationError(MISSING_ORT) from None
+        # installed but broken (or left half-imported): never "not installed"
+        raise ValidationError(f"ONNX Runtime is installed but does not import: {e}") from None
     return onnxruntime
 
 
@@ -136,13 +148,17 @@ def load_source(model: Any, role: str) -> ModelSource:
     """Path, bytes, onnx.ModelProto or onnx_ir.Model → ModelSource (errors name the role)."""
     if isinstance(model, str | os.PathLike):
         path = Path(model)
-        if not path.is_file():
-            raise ValidationError(f"{role} {path}: no such file")
+        if why := file_kinds.not_a_file(path):
+            raise ValidationError(
+                f"{role} {path}: " + ("no such file" if why == "does not exist" else why)
+            )
         try:
             proto = onnx.load(str(path), load_external_data=False)
         except Exception as e:
             raise ValidationError(f"{role} {path}: not a readable ONNX model ({e})") from None
-        return ModelSource(str(path), str(path), proto, str(path.resolve().parent))
+        # the folder of the path as given, never the symlink's target: ONNX Runtime reads the
+        # data files next to the link (a Hugging Face cache links both files into blobs/)
+        return ModelSource(str(path), str(path), proto, os.path.dirname(os.path.abspath(path)))
     if isinstance(model, bytes | bytearray | memoryview):
         data = bytes(model)
         try:
@@ -183,7 +199,8 @@ def serialize_for_ort(src: ModelSource) -> str | bytes:
     path = os.path.join(tmp.name, "model.onnx")
     proto = onnx.ModelProto()
     proto.CopyFrom(src.proto)  # saving as external data rewrites the proto it is given
-    onnx.save_model(proto, path, save_as_external_data=True, location="model.onnx.data")
+    with safe_write.temp_writes("amp-validate-"):
+        onnx.save_model(proto, path, save_as_external_data=True, location="model.onnx.data")
     src.base_dir = tmp.name
     return path
 
@@ -247,11 +264,13 @@ def make_session(
     owned: ModelSource | None = None
     if model_override is not None:
         if model_override.ByteSize() < _PROTO_LIMIT:
-            model_input = model_override.SerializeToString()
-            if src.base_dir:
+            folder = src.base_dir
+            if folder:
+                model_override, folder = linked_data(model_override, folder)
                 so.add_session_config_entry(
-                    "session.model_external_initializers_file_folder_path", src.base_dir
+                    "session.model_external_initializers_file_folder_path", folder
                 )
+            model_input = model_override.SerializeToString()
         else:
             owned = ModelSource(src.label, b"", model_override)
             model_input = serialize_for_ort(owned)
@@ -290,6 +309,37 @@ def make_session(
     return Runner(session, device, inputs, outputs, owned_source=owned)
 
 
+def linked_data(proto: onnx.ModelProto, folder: str) -> tuple[onnx.ModelProto, str]:
+    """``proto`` (a rewritten copy of a model in ``folder``) and the folder its data is read from.
+
+    Why: ONNX Runtime follows a symlinked data file when it loads the model by path, but a copy
+    handed over as bytes may only read files that resolve inside the folder it is given, and a
+    Hugging Face cache links every file into ``blobs/``. Where a data file resolves elsewhere,
+    the copy's locations name the very files the link leads to, relative to their common folder:
+    the same bytes ONNX Runtime reads for the model itself, never the files next to a link target.
+    """
+    real = os.path.realpath(folder)
+    external = [
+        t for t in _all_initializers(proto.graph) if t.data_location == TensorProto.EXTERNAL
+    ]
+    places: dict[str, str] = {}
+    for t in external:
+        location = next((e.value for e in t.external_data if e.key == "location"), "")
+        places[location] = os.path.realpath(os.path.join(folder, location))
+    if all(os.path.commonpath([real, p]) == real for p in places.values()):
+        return proto, folder
+    common = os.path.commonpath([os.path.dirname(p) for p in places.values()])
+    copy = onnx.ModelProto()
+    copy.CopyFrom(proto)
+    for t in _all_initializers(copy.graph):
+        if t.data_location != TensorProto.EXTERNAL:
+            continue
+        for e in t.external_data:
+            if e.key == "location":
+                e.value = os.path.relpath(places[e.value], common)
+    return copy, common
+
+
 def _ort_ep_fail_type(ort: Any) -> type[BaseException] | None:
     """ORT's exception type for an execution-provider failure (None if this build has none)."""
     state = getattr(getattr(ort, "capi", None), "onnxruntime_pybind11_state", None)
@@ -308,7 +358,7 @@ def first_line(e: BaseException) -> str:
 def to_ortvalue(arr: np.ndarray, type_str: str, device: str = "cpu") -> Any:
     """numpy → OrtValue of the session's declared type (BF16 goes through its bit pattern)."""
     ort = import_ort()
-    arr = np.ascontiguousarray(arr)
+    arr = np.ascontiguousarray(arr).reshape(np.shape(arr))  # a scalar stays rank 0
     dev_args = ("cuda", 0) if device == "cuda" else ("cpu", 0)
     if type_str == "tensor(bfloat16)":
         bits = np.ascontiguousarray(arr.astype(ml_dtypes.bfloat16).view(np.uint16))

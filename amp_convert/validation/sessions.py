@@ -18,6 +18,7 @@ from amp_convert.validation.load_check import (
     ModelToCheck,
     check_default_load,
 )
+from amp_convert.validation.options import PROVIDERS as PROVIDERS  # re-exported: the one list
 from amp_convert.validation.runtime import (
     CPU_EP,
     CUDA_EP,
@@ -28,8 +29,6 @@ from amp_convert.validation.runtime import (
     import_ort,
     make_session,
 )
-
-PROVIDERS = ("auto", "cuda", "cpu", "emulate")
 
 CPU_WARNING = (
     "provider cpu: ONNX Runtime runs FP16 nodes in FP32 on CPU and removes the casts between "
@@ -149,7 +148,7 @@ def _open(
     if mode == "emulate":
         from amp_convert.validation.emulate import build_emulated_model
 
-        emulated = build_emulated_model(cand_src.proto)
+        emulated = build_emulated_model(cand_src.proto, cand_src.base_dir)
         ref = session(ref_src, "reference", "cpu", True)
         cand = session(cand_src, "candidate", "cpu", True, model_override=emulated.model)
         return ref, cand, emulated

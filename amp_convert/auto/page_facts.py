@@ -1,0 +1,104 @@
+"""What the validate page reads from the converted file itself: precision by op type, weights,
+node names and why a node is FP32.
+
+Why: the page must describe the model the user will ship. Op types counted on the original's
+graph list ops the conversion folded away (BatchNormalization "35 low" in a model with none
+left), and weights held in Constant nodes are weights too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+
+import numpy as np
+import onnx
+
+from amp_convert import proto_walk
+from amp_convert.dtypes import LOW_TYPES
+from amp_convert.value_map import Fate, ValueMap
+
+_LOW = {int(t) for t in LOW_TYPES}
+_FLOAT = int(onnx.TensorProto.FLOAT)
+
+
+def all_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
+    """Every node, a node's body nodes right after it (onnx-ir's ``all_nodes`` order, which
+    numbers the conversion report's nameless nodes)."""
+    for node in graph.node:
+        yield node
+        for sub in proto_walk.subgraphs(node):
+            yield from all_nodes(sub)
+
+
+def node_names(proto: onnx.ModelProto) -> dict[str, str]:
+    """Output value name -> the node's name as reports give it (``Op_<index>`` when nameless)."""
+    out: dict[str, str] = {}
+    for i, node in enumerate(all_nodes(proto.graph)):
+        name = node.name or f"{node.op_type}_{i}"
+        for value in node.output:
+            if value:
+                out.setdefault(value, name)
+    return out
+
+
+def precision_by_op(proto: onnx.ModelProto, types: Mapping[str, int]) -> dict[str, tuple[int, int]]:
+    """op type -> (low, FP32) nodes of the converted graph, by the element types of their float
+    outputs (any low output: low). Casts (the conversion's own boundaries) and Constants (weights,
+    counted with them) are not counted."""
+    by_op: dict[str, tuple[int, int]] = {}
+    for node in all_nodes(proto.graph):
+        if node.op_type in ("Cast", "Constant") and node.domain in ("", "ai.onnx"):
+            continue
+        out_types = {types.get(v) for v in node.output if v}
+        if out_types & _LOW:
+            low, high = 1, 0
+        elif _FLOAT in out_types:
+            low, high = 0, 1
+        else:
+            continue  # no float data path
+        a, b = by_op.get(node.op_type, (0, 0))
+        by_op[node.op_type] = (a + low, b + high)
+    return by_op
+
+
+def folded_by_op(vm: ValueMap) -> dict[str, int]:
+    """op type -> original nodes the conversion folded into another (from the value map)."""
+    out: dict[str, int] = {}
+    for fate in vm.nodes.values():
+        if fate.fate == Fate.FOLDED and fate.op_type:
+            out[fate.op_type] = out.get(fate.op_type, 0) + 1
+    return out
+
+
+def cast_count(proto: onnx.ModelProto) -> int:
+    return sum(
+        1 for n in all_nodes(proto.graph) if n.op_type == "Cast" and n.domain in ("", "ai.onnx")
+    )
+
+
+def weight_bytes(proto: onnx.ModelProto) -> int:
+    """Bytes of every weight: initializers and the tensors of Constant nodes (exporters such as
+    TorchScript hold weights there), in every graph."""
+    total = 0
+    for g in proto_walk.graphs(proto.graph):
+        for t in g.initializer:
+            total += _tensor_bytes(t)
+        for node in g.node:
+            if node.op_type != "Constant" or node.domain not in ("", "ai.onnx"):
+                continue
+            for attr in node.attribute:
+                if attr.name == "value" and attr.type == onnx.AttributeProto.TENSOR:
+                    total += _tensor_bytes(attr.t)
+                elif attr.name == "sparse_value":
+                    total += _tensor_bytes(attr.sparse_tensor.values)
+    return total
+
+
+def _tensor_bytes(t: onnx.TensorProto) -> int:
+    try:
+        size = onnx.helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
+    except (KeyError, ValueError, TypeError):
+        return 0  # an unknown or string type: no weight bytes to speak of
+    if t.data_type in (onnx.TensorProto.STRING, onnx.TensorProto.UNDEFINED):
+        return 0
+    return int(size * int(np.prod(t.dims, dtype=np.int64)))

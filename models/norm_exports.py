@@ -1,0 +1,121 @@
+"""Norms as exporters write them out, for the hand-norm folds (passes/hand_norms.py).
+
+- `dynamo_group_norm1`: timm MobileViTv2's GroupNorm1 (``nn.GroupNorm(1, C)``) through torch's
+  dynamo exporter at opset 18: ``native_group_norm`` decomposed by ``var_mean`` over a reshape to
+  ``(N, 1, -1)`` (the target built from ``Shape(x)`` for a dynamic batch), ``Sub``, ``Mul(d, d)``,
+  ``ReduceMean``, ``+ eps``, ``Sqrt``, ``Reciprocal``, ``Mul``, a reshape back to ``Shape(x)``,
+  then the per-channel affine ``Mul``/``Add`` with ``(C, 1, 1)`` weights; conv + SiLU around it.
+- `llama_hand_rms`: a Llama-shaped decoder (embedding, pre-norm attention with a causal mask,
+  SiLU-gated MLP, final norm, LM head) whose RMSNorms are hand-written as TorchScript writes
+  HF ``LlamaRMSNorm``: ``Pow(x, 2)``, ``ReduceMean(-1)``, ``+ eps``, ``Sqrt``, ``Div(1, ·)``,
+  ``Mul(x, ·)``, ``Mul(weight, ·)``; opset 17. Rotary embeddings are left out (the norms are
+  what it is for).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+
+from models._graph import FLOAT, GraphBuilder, first_doc_paragraph
+
+
+def dynamo_group_norm1(
+    blocks: int = 3, channels: int = 16, size: int = 8, seed: int = 70
+) -> onnx.ModelProto:
+    """Conv -> GroupNorm(1, C) as dynamo decomposes it -> SiLU, `blocks` times; batch dynamic."""
+    b = GraphBuilder("dynamo_group_norm1", seed)
+    x = b.input("x", FLOAT, ["batch", channels, size, size])
+    axes = b.i64("val_axes_2", [2])
+    for i in range(blocks):
+        s = f"stages.{i}.norm"
+        c = b.op("Conv", [x, b.weight(f"stages.{i}.conv.weight", [channels, channels, 3, 3])],
+                 f"node_conv2d_{i}", pads=[1, 1, 1, 1])  # fmt: skip
+        shape = b.op("Shape", [c], f"{s}/node_Shape")
+        n = b.op("Slice", [shape, b.i64("val_0", [0]), b.i64("val_1", [1])], f"{s}/node_Slice")
+        target = b.op("Concat", [n, b.i64("val_1_neg1", [1, -1])], f"{s}/node_Concat", axis=0)
+        r = b.op("Reshape", [c, target], f"{s}/node_Reshape")
+        mean = b.op("ReduceMean", [r, axes], f"{s}/node_ReduceMean", keepdims=1)
+        d = b.op("Sub", [r, mean], f"{s}/node_Sub")
+        sq = b.op("Mul", [d, d], f"{s}/node_Mul")
+        var = b.op("ReduceMean", [sq, axes], f"{s}/node_ReduceMean_1", keepdims=1)
+        ve = b.op("Add", [var, b.f32("val_eps", 1e-5)], f"{s}/node_Add")
+        rstd = b.op("Reciprocal", [b.op("Sqrt", [ve], f"{s}/node_Sqrt")], f"{s}/node_Reciprocal")
+        normed = b.op("Mul", [d, rstd], f"{s}/node_Mul_1")
+        back = b.op("Reshape", [normed, b.op("Shape", [c], f"{s}/node_Shape_1")],
+                    f"{s}/node_Reshape_1")  # fmt: skip
+        w = b.initializer(
+            f"{s}.weight",
+            (1 + (0.1 * b.rng.standard_normal((channels, 1, 1))).astype(np.float32)).astype(
+                np.float32
+            ),
+        )
+        bias = b.initializer(
+            f"{s}.bias", (0.1 * b.rng.standard_normal((channels, 1, 1))).astype(np.float32)
+        )
+        aff = b.op("Add", [b.op("Mul", [back, w], f"{s}/node_Mul_2"), bias], f"{s}/node_Add_1")
+        x = str(b.op("Mul", [aff, b.op("Sigmoid", [aff], f"act_{i}/node_Sigmoid")],
+                     f"act_{i}/node_Mul"))  # fmt: skip
+    b.op("Identity", [x], "output", outputs=["y"])
+    b.output("y", FLOAT, ["batch", channels, size, size])
+    return b.model(opset=18, doc=first_doc_paragraph(dynamo_group_norm1))
+
+
+def llama_hand_rms(
+    layers: int = 14, hidden: int = 64, heads: int = 4, seq: int = 16, vocab: int = 128,
+    seed: int = 71,
+) -> onnx.ModelProto:  # fmt: skip
+    """A Llama-shaped decoder whose 2 * layers + 1 RMSNorms are written out by hand."""
+    b = GraphBuilder("llama_hand_rms", seed)
+    ids = b.input("input_ids", np.int64, [1, seq], value_range=(0, vocab))
+    x = b.op("Gather", [b.weight("model.embed_tokens.weight", [vocab, hidden], std=1.0), ids],
+             "/model/embed_tokens/Gather")  # fmt: skip
+    dh = hidden // heads
+    causal = np.triu(np.full((seq, seq), -1e4, np.float32), 1)[None, None]
+    mask = b.initializer("causal_mask", causal)
+
+    def rms(v: str, scope: str) -> str:
+        p = b.op("Pow", [v, b.f32("two", 2.0)], f"{scope}/Pow")
+        m = b.op("ReduceMean", [p], f"{scope}/ReduceMean", axes=[-1], keepdims=1)
+        m = b.op("Add", [m, b.f32("eps", 1e-6)], f"{scope}/Add")
+        inv = b.op("Div", [b.f32("one", 1.0), b.op("Sqrt", [m], f"{scope}/Sqrt")], f"{scope}/Div")
+        v = b.op("Mul", [v, inv], f"{scope}/Mul")
+        w = b.initializer(
+            f"{scope}.weight", (1 + 0.1 * b.rng.standard_normal(hidden)).astype(np.float32)
+        )
+        return str(b.op("Mul", [w, v], f"{scope}/Mul_1"))
+
+    def linear(v: str, name: str, n_in: int, n_out: int) -> str:
+        w = b.weight(f"{name}.weight", [n_in, n_out])
+        return str(b.op("MatMul", [v, w], f"/{name}/MatMul"))
+
+    def heads_of(v: str, scope: str) -> str:
+        v = b.op("Reshape", [v, b.i64("split_shape", [1, seq, heads, dh])], f"{scope}/Reshape")
+        return str(b.op("Transpose", [v], f"{scope}/Transpose", perm=[0, 2, 1, 3]))
+
+    for i in range(layers):
+        s = f"model.layers.{i}"
+        h = rms(x, f"/{s}/input_layernorm")
+        q, k, v = (heads_of(linear(h, f"{s}.self_attn.{n}_proj", hidden, hidden), f"/{s}/{n}")
+                   for n in "qkv")  # fmt: skip
+        kt = b.op("Transpose", [k], f"/{s}/kt", perm=[0, 1, 3, 2])
+        sc = b.op("Mul", [b.op("MatMul", [q, kt], f"/{s}/scores"),
+                          b.f32("scale", 1 / np.sqrt(dh))], f"/{s}/scaled")  # fmt: skip
+        sc = b.op("Add", [sc, mask], f"/{s}/masked")
+        a = b.op("MatMul", [b.op("Softmax", [sc], f"/{s}/Softmax", axis=-1), v], f"/{s}/context")
+        a = b.op("Transpose", [a], f"/{s}/merge/Transpose", perm=[0, 2, 1, 3])
+        a = b.op("Reshape", [a, b.i64("merge_shape", [1, seq, hidden])], f"/{s}/merge/Reshape")
+        x = str(b.op("Add", [x, linear(a, f"{s}.self_attn.o_proj", hidden, hidden)],
+                     f"/{s}/Add"))  # fmt: skip
+        h = rms(x, f"/{s}/post_attention_layernorm")
+        gate = linear(h, f"{s}.mlp.gate_proj", hidden, 2 * hidden)
+        silu = b.op("Mul", [gate, b.op("Sigmoid", [gate], f"/{s}/mlp/Sigmoid")], f"/{s}/mlp/silu")
+        up = linear(h, f"{s}.mlp.up_proj", hidden, 2 * hidden)
+        h = b.op("Mul", [silu, up], f"/{s}/mlp/Mul")
+        x = str(b.op("Add", [x, linear(h, f"{s}.mlp.down_proj", 2 * hidden, hidden)],
+                     f"/{s}/Add_1"))  # fmt: skip
+    h = rms(x, "/model/norm")
+    b.op("MatMul", [h, b.weight("lm_head.weight", [hidden, vocab])], "/lm_head/MatMul",
+         outputs=["logits"])  # fmt: skip
+    b.output("logits", FLOAT, [1, seq, vocab])
+    return b.model(opset=17, doc=first_doc_paragraph(llama_hand_rms))

@@ -1,0 +1,167 @@
+"""Options are made once: ConvertOptions / ValidateOptions check themselves, every entry point takes
+them (an object and/or typed keywords), and an unknown name is an error everywhere."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from click.testing import CliRunner
+from onnx import helper, numpy_helper
+
+import amp_convert
+from amp_convert import ConvertOptions, OptionError, ValidationError
+from amp_convert.auto import auto_convert
+from amp_convert.cli import cli
+from amp_convert.validation.options import ValidateOptions
+from tests.helpers import one_line_error
+
+F32 = onnx.TensorProto.FLOAT
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _blocks() -> onnx.ModelProto:
+    """attn_q -> ffn_act -> ffn_out: names that share letters with "attn" but do not contain it."""
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((8, 8)).astype(np.float32) * 0.1, "w")
+    graph = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["x", "w"], ["q"], name="attn_q"),
+            helper.make_node("Relu", ["q"], ["a"], name="ffn_act"),
+            helper.make_node("MatMul", ["a", "w"], ["y"], name="ffn_out"),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", F32, [2, 8])],
+        [helper.make_tensor_value_info("y", F32, [2, 8])],
+        [w],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def _fp32(report: amp_convert.ConversionReport) -> set[str]:
+    return {n.name for n in report.nodes if n.precision == "fp32"}
+
+
+def test_auto_and_convert_keep_the_same_excluded_nodes() -> None:
+    """A string is one pattern everywhere (auto_convert split "attn" into a, t, t, n)."""
+    model = _blocks()
+    _, converted = amp_convert.convert(model, level="O3", exclude_nodes="attn", return_report=True)
+    feeds = {"x": np.random.default_rng(1).standard_normal((2, 8)).astype(np.float32)}
+    _, auto = auto_convert(model, inputs=feeds, exclude_nodes="attn")
+    assert auto.passed and auto.conversion is not None
+    assert _fp32(converted) == _fp32(auto.conversion) == {"attn_q"}
+    reasons = {n.reason for n in auto.conversion.nodes if n.name == "attn_q"}
+    assert reasons == {"user: --exclude-nodes attn"}
+
+
+def test_an_options_object_and_keywords_combine() -> None:
+    base = ConvertOptions(level="o1", exclude_nodes="attn", dims={"batch": 2})
+    assert base.level == amp_convert.Level.O1 and base.exclude_nodes == ("attn",)
+    assert base == ConvertOptions.from_kwargs(level="O1", exclude_nodes=["attn"], dims=["batch=2"])
+    _, report = amp_convert.convert(_blocks(), options=base, dtype="bf16", return_report=True)
+    assert (report.level, report.dtype) == ("O1", "bf16")
+    assert base.replace(level="O2").exclude_patterns[0].pattern == "attn"  # derived again
+    with pytest.raises(OptionError, match="unknown level"):
+        base.replace(level="O9")
+    with pytest.raises(OptionError, match="must be a ConvertOptions"):
+        amp_convert.convert(_blocks(), options={"level": "O1"})  # type: ignore[arg-type]
+
+
+def test_unknown_option_names_are_errors_at_every_entry_point(tmp_path: Path) -> None:
+    model = _blocks()
+    src = tmp_path / "m.onnx"
+    onnx.save(model, src)
+    entry_points = [
+        lambda: amp_convert.convert(model, levle="O2"),
+        lambda: amp_convert.convert_file(src, tmp_path / "out.onnx", levle="O2"),
+        lambda: auto_convert(model, levle="O2"),
+        lambda: amp_convert.validate(src, src, provder="emulate"),
+        lambda: ConvertOptions.from_kwargs(levle="O2"),
+        lambda: ValidateOptions.from_kwargs(provder="emulate"),
+    ]
+    for call in entry_points:
+        with pytest.raises(OptionError, match="did you mean 'level'|unknown validation option"):
+            call()  # type: ignore[call-arg]
+    assert not (tmp_path / "out.onnx").exists()
+    one_line_error(CliRunner().invoke(cli, [str(src), "--levle", "O2"]), "--levle")
+
+
+def test_mypy_checks_option_names(tmp_path: Path) -> None:
+    """The keywords are a TypedDict: a misspelt option is a type error before anything runs."""
+    pytest.importorskip("mypy")
+    snippet = tmp_path / "use.py"
+    snippet.write_text(
+        "import amp_convert\n"
+        "from amp_convert.auto import auto_convert\n"
+        "amp_convert.convert(b'', level='O2', exclude_nodes='attn')\n"
+        "amp_convert.convert(b'', levle='O2')\n"
+        "auto_convert(b'', exclude_node='attn')\n"
+        "amp_convert.validate('a', 'b', provder='cpu')\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "mypy", "--no-error-summary", "--follow-imports=silent",
+         "--cache-dir", str(tmp_path / "cache"), str(snippet)],
+        cwd=REPO, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    errors = [line for line in result.stdout.splitlines() if ": error:" in line]
+    assert sorted({line.split(":")[1] for line in errors}) == ["4", "5", "6"], result.stdout
+    for word in ('"levle"', '"exclude_node"', '"provder"'):
+        assert any(f"Unexpected keyword argument {word}" in line for line in errors), word
+
+
+def test_validate_options_check_themselves() -> None:
+    opts = ValidateOptions(provider="emulate", dims=["batch=2"], match=["boxes:sort"], top1="y")
+    assert (opts.dims, opts.match, opts.top1) == ({"batch": 2}, {"boxes": "sort"}, {"y"})
+    for bad, message in (
+        ({"provider": "gpu"}, "expected one of auto, cuda, cpu, emulate"),
+        ({"runs": -1}, "runs must be a non-negative integer"),
+        ({"decode_steps": 0}, "decode steps must be an integer >= 1"),
+        ({"match": {"y": "shuffle"}}, "expected one of"),
+    ):
+        with pytest.raises(ValidationError, match=message):
+            ValidateOptions.from_kwargs(**bad)  # type: ignore[arg-type]
+
+
+def test_auto_refuses_the_cpu_provider_with_one_reason_everywhere(tmp_path: Path) -> None:
+    with pytest.raises(OptionError, match="--auto needs --provider emulate or cuda"):
+        auto_convert(_blocks(), provider="cpu")
+    with pytest.raises(OptionError, match="--auto needs --provider emulate or cuda"):
+        auto_convert(_blocks(), validation=ValidateOptions(provider="cpu"))
+    src = tmp_path / "m.onnx"
+    onnx.save(_blocks(), src)
+    result = CliRunner().invoke(cli, [str(src), "--auto", "--provider", "cpu"])
+    one_line_error(result, "--auto needs --provider emulate or cuda")
+
+
+def test_auto_starts_from_o3_unless_told(tmp_path: Path) -> None:
+    feeds = {"x": np.ones((2, 8), np.float32)}
+    _, default = auto_convert(_blocks(), inputs=feeds)
+    _, told = auto_convert(_blocks(), inputs=feeds, level="O1")
+    _, given = auto_convert(_blocks(), inputs=feeds, options=ConvertOptions(level="O2"))
+    assert (default.level, told.level, given.level) == ("O3", "O1", "O2")
+
+
+def test_one_dim_sizes_the_cost_estimate_and_the_calibration_inputs(tmp_path: Path) -> None:
+    """--dim is parsed once and reaches both users (a guard: it used to be popped and put back)."""
+    w = numpy_helper.from_array(np.eye(8, dtype=np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")],
+        "g",
+        [helper.make_tensor_value_info("x", F32, ["batch", 8])],
+        [helper.make_tensor_value_info("y", F32, ["batch", 8])],
+        [w],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    src, out, report = tmp_path / "m.onnx", tmp_path / "o.onnx", tmp_path / "r.json"
+    onnx.save(model, src)
+    args = [str(src), "--auto", "--dim", "batch=3", "--report", str(report), "-o", str(out), "-q"]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    data = json.loads(report.read_text())
+    assert data["level"] == "O3" and data["conversion"]["traffic_dims"] == {"batch": 3}
+    assert any("dims (batch=3)" in w for w in data["warnings"])

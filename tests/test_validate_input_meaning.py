@@ -1,0 +1,185 @@
+"""Random inputs that mean what the model's inputs mean (issue 23): images sized as images,
+exporters' batch names, decoders fed consistently, sample rates at their real values."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import pytest
+from click.testing import CliRunner
+
+from models import input_meaning as im
+from models.decoders import decoder_with_past
+from models.encdec_merged import seq2seq_decoder_merged
+
+pytest.importorskip("onnxruntime")
+
+import onnxruntime as ort  # noqa: E402
+
+import amp_convert  # noqa: E402
+from amp_convert.errors import ValidationError  # noqa: E402
+from amp_convert.shapes import assumed_dims  # noqa: E402
+from amp_convert.validation import validate  # noqa: E402
+from amp_convert.validation.command import validate_command  # noqa: E402
+from amp_convert.validation.decode import decoder_io, next_feeds  # noqa: E402
+from amp_convert.validation.input_dims import IMAGE_LADDER, SEQUENCE_LADDER, DimPlan  # noqa: E402
+from amp_convert.validation.inputs import InputSpec  # noqa: E402
+
+STRICT = {"min_cosine": 0.999}
+
+
+def _specs(model: onnx.ModelProto) -> list[InputSpec]:
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return [InputSpec(i.name, i.type, list(i.shape)) for i in sess.get_inputs()]
+
+
+def _pair(model: onnx.ModelProto) -> tuple[onnx.ModelProto, onnx.ModelProto]:
+    return model, amp_convert.convert(model, level="O2")
+
+
+def _save(tmp_path: Path, model: onnx.ModelProto, name: str) -> tuple[str, str]:
+    ref, cand = _pair(model)
+    paths = (tmp_path / f"{name}.onnx", tmp_path / f"{name}.fp16.onnx")
+    onnx.save(ref, paths[0])
+    onnx.save(cand, paths[1])
+    return str(paths[0]), str(paths[1])
+
+
+def test_unnamed_image_dims_are_image_sized_and_the_cost_estimate_agrees() -> None:
+    """A CNN with [?, 3, ?, ?] input ran on a 1x1 image; now 224x224, the estimate's size too."""
+    model = im.unnamed_hw_cnn()
+    report = validate(*_pair(model), provider="emulate", runs=0, thresholds=STRICT)
+    assert report.input_shapes == {"x": [1, 3, 224, 224]}
+    assert not any("default dims" in w for w in report.warnings)  # ran on the first attempt
+    assert report.passed
+    assert assumed_dims(ir.from_proto(model), {}) == report.dims == {
+        "x[0]": 1, "x[2]": 224, "x[3]": 224,
+    }  # fmt: skip
+
+
+def test_paddle_dynamic_dimension_names_are_a_batch_and_an_image() -> None:
+    model = im.paddle_text_detector()
+    plan = DimPlan.of(_specs(model))
+    p2o = "p2o.DynamicDimension.{}".format
+    assert plan.defaults == {p2o(0): 1, p2o(1): 224, p2o(2): 224}
+    assert plan.ladders[p2o(0)] == () and plan.ladders[p2o(1)] == IMAGE_LADDER  # never batch 64
+    assert assumed_dims(ir.from_proto(model), {}) == plan.defaults  # one set of defaults
+
+
+def test_num_channels_is_three_and_a_kv_cache_is_never_an_image() -> None:
+    specs = [
+        InputSpec("pixel_values", "tensor(float)", ["batch_size", "num_channels", "height", "w"]),
+        InputSpec("past_key_values.0.key", "tensor(float)", ["batch_size", 4, "past", 8]),
+    ]
+    plan = DimPlan.of(specs)
+    assert plan.defaults["num_channels"] == 3 and plan.ladders["num_channels"] == ()
+    assert plan.defaults["height"] == plan.defaults["w"] == 224
+    # four heads look like four channels: still a sequence, grown as one
+    assert plan.defaults["past"] == 128 and plan.ladders["past"] == SEQUENCE_LADDER
+
+
+def test_merged_decoder_whose_mask_axis_is_named_sequence_length_validates(tmp_path) -> None:
+    """optimum's merged decoder: the mask spans past + current whatever its axis is named."""
+    ref, cand = _save(tmp_path, im.merged_decoder_misnamed_mask(), "merged")
+    res = CliRunner().invoke(validate_command, [ref, cand, "--provider", "emulate",
+                                                "--min-cosine", "0.999"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert "result: PASS" in res.output
+    assert "attention_mask[1, 256]" in res.output  # past 128 + current 128
+    assert "past_key_values.0.key[1, 4, 128, 8]" in res.output  # never grown as an image
+
+
+def test_genai_decoder_with_kv_cache_dim_validates_without_dim(tmp_path) -> None:
+    ref, cand = _save(tmp_path, im.genai_kv_cache_dim_decoder(), "genai")
+    res = CliRunner().invoke(validate_command, [ref, cand, "--provider", "emulate",
+                                                "--min-cosine", "0.999"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert "kv_cache_dim=128" in res.output and "attention_mask[1, 256]" in res.output
+
+
+def test_head_size_comes_from_the_models_present_outputs() -> None:
+    model = decoder_with_past()
+    for value in model.graph.input:
+        if value.name.startswith("past_key_values"):
+            value.type.tensor_type.shape.dim[3].dim_param = "head_size"
+    outputs = {"present.0.key": ["batch_size", 4, "total", 8]}
+    plan = DimPlan.of(_specs(model), outputs=outputs)
+    assert plan.defaults["head_size"] == 8 and plan.ladders["head_size"] == ()
+
+
+def _roll_out(model: onnx.ModelProto, feeds: dict, steps: int) -> list[int]:
+    """A generation loop done by hand: the cross-attention cache computed once and kept."""
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    names = [o.name for o in sess.get_outputs()]
+    feeds = {**feeds, "use_cache_branch": np.array([False])}
+    tokens = []
+    for _ in range(steps):
+        out = dict(zip(names, sess.run(None, feeds), strict=True))
+        tok = int(np.argmax(out["logits"][0, -1]))
+        tokens.append(tok)
+        feeds = dict(feeds)
+        feeds["input_ids"] = np.array([[tok]], np.int64)
+        for n in names[1:]:
+            if "encoder" in n and feeds["use_cache_branch"][0]:
+                continue
+            feeds[n.replace("present", "past_key_values")] = out[n]
+        feeds["use_cache_branch"] = np.array([True])
+    return tokens
+
+
+def test_encoder_decoder_merged_decoder_decodes_8_steps(tmp_path) -> None:
+    """Whisper/T5 merged decoders return an empty cross-attention placeholder on the cached
+    branch: it is never fed back, and the encoder states span the cross cache's length."""
+    model = seq2seq_decoder_merged()
+    ref, cand = _save(tmp_path, model, "s2s")
+    report = validate(ref, cand, provider="emulate", decode_steps=8, thresholds=STRICT)
+    assert report.passed and report.decode is not None
+    assert report.decode.token_agreement == 1.0
+    assert report.input_shapes["encoder_hidden_states"][1] == 128
+    assert report.input_shapes["past_key_values.0.encoder.key"][2] == 128
+    # the tokens are those of a generation loop that keeps the cross-attention cache
+    from amp_convert.validation.inputs import random_inputs
+
+    specs = _specs(model)
+    first = random_inputs(specs, model, dims={"past_decoder_sequence_length": 0})
+    expected = _roll_out(model, first.arrays, 8)
+    assert [s.reference_tokens[0] for s in report.decode.steps] == expected
+    args = [ref, cand, "--provider", "emulate", "--decode-steps", "8", "--min-cosine", "0.999"]
+    res = CliRunner().invoke(validate_command, args)
+    assert res.exit_code == 0, res.output
+
+
+def test_an_empty_present_never_replaces_a_cache() -> None:
+    model = seq2seq_decoder_merged()
+    specs = _specs(model)
+    io = decoder_io(
+        {s.name: (s.type_str, s.shape) for s in specs}, [o.name for o in model.graph.output]
+    )
+    cache = np.ones((1, 4, 5, 8), np.float32)
+    feeds = {"input_ids": np.zeros((1, 1), np.int64), "use_cache_branch": np.array([True])}
+    feeds.update({f"past_key_values.0.{kind}.{kv}": cache for kind in ("encoder", "decoder")
+                  for kv in ("key", "value")})  # fmt: skip
+    empty = np.zeros((1, 4, 0, 8), np.float32)
+    grown = np.ones((1, 4, 6, 8), np.float32)
+    outputs = {"present.0.encoder.key": empty, "present.0.encoder.value": empty,
+               "present.0.decoder.key": grown, "present.0.decoder.value": grown}  # fmt: skip
+    nxt = next_feeds(io, feeds, outputs, np.array([3]))
+    assert nxt["past_key_values.0.encoder.key"] is cache
+    assert nxt["past_key_values.0.decoder.key"] is grown
+
+
+@pytest.mark.parametrize(("rate", "samples"), [(16000, 1024), (8000, 256)])
+def test_a_sample_rate_input_is_fed_a_real_rate(rate: int, samples: int) -> None:
+    report = validate(*_pair(im.vad_model(rate)), provider="emulate", runs=0, thresholds=STRICT)
+    assert report.passed and report.input_shapes["input"] == [1, samples]
+    assert any(f"'sr' set to {rate}" in w for w in report.warnings)
+
+
+def test_a_sample_rate_no_convention_fits_is_named_in_the_error() -> None:
+    with pytest.raises(ValidationError) as err:
+        validate(*_pair(im.vad_model(11025)), provider="emulate", runs=0)
+    assert "sample-rate input 'sr' tried at 16000, 8000, 22050, 44100, 48000" in str(err.value)
+    assert "--inputs FILE.npz" in str(err.value)
