@@ -53,12 +53,12 @@ def write_blocks(folder: Path, wanted: Callable[[str], bool]) -> list[tuple[str,
     return out
 
 
-def write_big(path: Path, target_bytes: int) -> tuple[Path, str]:
+def write_big(path: Path, target_bytes: int, width: int = 1024) -> tuple[Path, str]:
     """Write the generated external-data model (models/big.py); its path and a line saying what."""
     from models.big import write_big_model
 
     start = time.perf_counter()
-    info = write_big_model(path, target_bytes=target_bytes)
+    info = write_big_model(path, target_bytes=target_bytes, width=width)
     what = (
         f"wrote {info.path.name} + {info.data_path.name}: {info.layers} x MatMul "
         f"{info.width}x{info.width} + Add + Relu, {info.data_bytes / GB:.2f} GB external data, "

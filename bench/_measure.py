@@ -93,15 +93,17 @@ class RssSampler(threading.Thread):
 
 
 def _timed(work: Callable[[], Any]) -> tuple[dict[str, Any], Any]:
-    """Seconds of `work()`, the RSS before it and the peak after it; and what `work` returned.
+    """Seconds of `work()` (wall and CPU), the RSS before it and the peak after; what it returned.
 
     That value is freed by the caller, after the clock stopped: no tool pays for freeing its model.
     """
     base = rss_now()
+    cpu = time.process_time()
     start = time.perf_counter()
     kept = work()
     seconds = time.perf_counter() - start
-    return {"seconds": seconds, "base_rss": base, "peak_rss": peak_rss()}, kept
+    cpu = time.process_time() - cpu  # every thread's user + system time
+    return {"seconds": seconds, "cpu": cpu, "base_rss": base, "peak_rss": peak_rss()}, kept
 
 
 def _save(model: Any, dst: str, external: bool) -> Any:

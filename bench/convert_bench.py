@@ -9,20 +9,25 @@ For each model, each measurement runs in a FRESH subprocess (bench/_measure.py),
   * conversion: ``amp_convert.convert_file(src, dst, level, dtype, force=True)``;
   * I/O floor:  ``onnx.load(src)`` (external data included) + ``onnx.save`` of the same model
     (``save_as_external_data=True`` for an external-data model).
-The two are interleaved (conv, floor, floor, conv, ...) ``--repeat`` times; times are medians,
-peak RSS the maximum over the repeats. While a child runs, the parent also samples
-/proc/PID/status, splitting the peak into anonymous memory (heap, copies) and file-backed pages
-(memory-mapped weights, which the kernel can drop) - sampled, so a lower bound.
+  * dd floor (the generated big model only): ``dd`` reading the input model's files to /dev/null
+    plus ``dd`` writing as many bytes as the conversion's output, timed here: the disk's own
+    read+write time, against which conversion time is given as a ratio (issue 24: within 1.3x).
+The runs are interleaved (conv, floor, floor, conv, ...; dd after conv, before floor) ``--repeat``
+times; times are medians, peak RSS the maximum over the repeats. While a child runs, the parent
+also samples /proc/PID/status, splitting the peak into anonymous memory (heap, copies) and
+file-backed pages (memory-mapped weights, which the kernel can drop) - sampled, so a lower bound.
 
 Run from the repository root:
     PYTHONPATH=. python bench/convert_bench.py [--repeat 3] [--level O2] [--dtype fp16]
         [--big-bytes 2200000000 | --no-big] [--only REGEX] [--markdown] [--json PATH]
+        [--no-floor]  (big model: conversion and dd only; onnx.load holds the whole model)
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import shutil
@@ -58,6 +63,10 @@ BIG_ENOUGH = 10**7  # below this, peak RSS is the interpreter's, and RSS/size me
 # ----------------------------------------------------------------------------------------------
 # one measurement in a child process
 # ----------------------------------------------------------------------------------------------
+#: dd counts bytes, says nothing
+DD_QUIET = ("iflag=count_bytes", "status=none")
+
+
 def run_child(args: list[str], timeout: float) -> dict:
     """Run `python -m bench._measure ARGS` in a fresh interpreter; its JSON result + samples."""
     env = dict(os.environ)
@@ -100,16 +109,19 @@ class Target:
     size: int  # bytes on disk, external data included
     conv: list[dict] = field(default_factory=list)
     floor: list[dict] = field(default_factory=list)
+    dd: list[dict] = field(default_factory=list)
 
     @property
     def error(self) -> str | None:
-        for r in self.conv + self.floor:
+        for r in self.conv + self.floor + self.dd:
             if "error" in r:
                 return r["error"]
         return None
 
 
-def collect_targets(workdir: Path, wanted: Callable[[str], bool], big_bytes: int | None) -> list:
+def collect_targets(
+    workdir: Path, wanted: Callable[[str], bool], big_bytes: int | None, big_width: int = 1024
+) -> list:
     """The blocks and the wheel's light models `wanted` by name; the generated big model too."""
     blocks = corpus.write_blocks(workdir, wanted)
     targets = [Target(n, "block", p, corpus.disk_size(p)) for n, p in blocks]
@@ -126,7 +138,7 @@ def collect_targets(workdir: Path, wanted: Callable[[str], bool], big_bytes: int
                 f"# SKIPPED big model: {size_text(free)} free in {workdir}, need {size_text(need)}"
             )
         else:
-            path, what = corpus.write_big(workdir / "big.onnx", big_bytes)
+            path, what = corpus.write_big(workdir / "big.onnx", big_bytes, big_width)
             print(f"# {what}", flush=True)
             size = corpus.disk_size(path)
             targets.append(Target(f"big_external_{size / GB:.1f}GB", "big", path, size))
@@ -136,10 +148,35 @@ def collect_targets(workdir: Path, wanted: Callable[[str], bool], big_bytes: int
 # ----------------------------------------------------------------------------------------------
 # measuring
 # ----------------------------------------------------------------------------------------------
+def measure_dd(src: Path, out: Path, out_bytes: int) -> dict:
+    """dd reading the model's files to /dev/null, then dd writing `out_bytes` to `out`: seconds."""
+    files = [src, *(src.parent / loc for loc in corpus.external_data_files(src))]
+    start = time.perf_counter()
+    for f in files:
+        subprocess.run(["dd", f"if={f}", "of=/dev/null", "bs=16M", "status=none"], check=True)
+    read = time.perf_counter() - start
+    subprocess.run(
+        ["dd", "if=/dev/zero", f"of={out}", "bs=16M", f"count={out_bytes}", *DD_QUIET],
+        check=True,
+    )
+    write = time.perf_counter() - start - read
+    return {"seconds": read + write, "read": read, "write": write, "bytes_read": t_size(files)}
+
+
+def t_size(files: list[Path]) -> int:
+    return sum(f.stat().st_size for f in files)
+
+
 def measure(t: Target, args: argparse.Namespace, outdir: Path) -> None:
-    """Interleave conversion and floor `repeat` times (ABBA order); outputs removed each time."""
+    """Interleave conversion and floor `repeat` times (ABBA order); outputs removed each time.
+
+    The big model also gets the dd floor, after a conversion has said how big the output is."""
     for i in range(args.repeat):
-        order = ("conv", "floor") if i % 2 == 0 else ("floor", "conv")
+        order = ["conv", "floor"] if i % 2 == 0 else ["floor", "conv"]
+        if t.group == "big":
+            order.insert(1, "dd")
+            if args.no_floor:
+                order.remove("floor")
         for kind in order:
             out = outdir / f"{kind}_{i}"
             out.mkdir()
@@ -147,6 +184,9 @@ def measure(t: Target, args: argparse.Namespace, outdir: Path) -> None:
             if kind == "conv":
                 res = run_child(["convert", str(t.path), dst, args.level, args.dtype], args.timeout)
                 t.conv.append(res)
+            elif kind == "dd":
+                res = measure_dd(t.path, out / "dd.out", t.conv[0]["size_after"])
+                t.dd.append(res)
             else:
                 external = "1" if corpus.external_data_files(t.path) else "0"
                 res = run_child(["floor", str(t.path), dst, external], args.timeout)
@@ -155,11 +195,13 @@ def measure(t: Target, args: argparse.Namespace, outdir: Path) -> None:
             if "error" in res:
                 return
         if args.verbose:
-            c, f = t.conv[-1], t.floor[-1]
+            c = t.conv[-1]
+            f = t.floor[-1] if t.floor else {"seconds": 0.0, "peak_rss": 0}
             print(
                 f"#   {t.name} rep {i + 1}: conv {c['seconds']:.3f} s "
                 f"{c['peak_rss'] / MiB:.0f} MiB, floor {f['seconds']:.3f} s "
-                f"{f['peak_rss'] / MiB:.0f} MiB",
+                f"{f['peak_rss'] / MiB:.0f} MiB"
+                + (f", dd {t.dd[-1]['seconds']:.3f} s" if t.dd else ""),
                 file=sys.stderr,
                 flush=True,
             )
@@ -197,9 +239,10 @@ def row(t: Target) -> list[str]:
     if t.error:
         error = Wide(f"ERROR: {t.error}")
         return [t.name, t.group, size_text(t.size), error] + [""] * (len(COLUMNS) - 4)
-    c, f = t.conv, t.floor
+    c, f = t.conv, t.floor or [{"seconds": math.nan, "peak_rss": math.nan}]
     conv_s, floor_s = _median(c, "seconds"), _median(f, "seconds")
     peak = _max(c, "peak_rss")
+    skipped = not t.floor  # --no-floor
     return [
         t.name,
         t.group,
@@ -209,12 +252,12 @@ def row(t: Target) -> list[str]:
         str(c[0]["nodes_low"]),
         str(c[0]["nodes_fp32"]),
         secs_text(conv_s),
-        secs_text(floor_s),
-        f"{conv_s / floor_s:.2f}x",
+        "-" if skipped else secs_text(floor_s),
+        "-" if skipped else f"{conv_s / floor_s:.2f}x",
         f"{peak / MiB:.0f}",
         f"{_max(c, 'anon_peak') / MiB:.0f}/{_max(c, 'file_peak') / MiB:.0f}",
         f"{max(r['peak_rss'] - r['base_rss'] for r in c) / MiB:.0f}",
-        f"{_max(f, 'peak_rss') / MiB:.0f}",
+        "-" if skipped else f"{_max(f, 'peak_rss') / MiB:.0f}",
         f"{100 * peak / t.size:.0f}%" if t.size >= BIG_ENOUGH else "-",
     ]
 
@@ -226,7 +269,7 @@ def target_lines(targets: list[Target]) -> list[str]:
             continue
         label = ">2 GB model" if t.size > 2**31 else f"big model ({size_text(t.size)})"
         peak = _max(t.conv, "peak_rss")
-        conv_s, floor_s = _median(t.conv, "seconds"), _median(t.floor, "seconds")
+        conv_s = _median(t.conv, "seconds")
         lines.append(
             f"{label}: peak RSS {peak / MiB:.0f} MiB = {100 * peak / t.size:.1f}% of model "
             f"size ({size_text(t.size)}); anonymous {_max(t.conv, 'anon_peak') / MiB:.0f} MiB, "
@@ -237,10 +280,27 @@ def target_lines(targets: list[Target]) -> list[str]:
                 f"{label}: NOTE the converted model was written as a single "
                 f"{size_text(t.conv[0]['size_after'])} protobuf, without external data"
             )
-        lines.append(
-            f"{label}: conversion {conv_s:.2f} s = {conv_s / floor_s:.2f}x the I/O floor "
-            f"({floor_s:.2f} s, peak RSS {_max(t.floor, 'peak_rss') / MiB:.0f} MiB)"
-        )
+        if t.floor:
+            floor_s = _median(t.floor, "seconds")
+            lines.append(
+                f"{label}: conversion {conv_s:.2f} s = {conv_s / floor_s:.2f}x the I/O floor "
+                f"({floor_s:.2f} s, peak RSS {_max(t.floor, 'peak_rss') / MiB:.0f} MiB)"
+            )
+        if t.dd:
+            dd_s, d = _median(t.dd, "seconds"), t.dd[0]
+            lines.append(
+                f"{label}: conversion {conv_s:.2f} s = {conv_s / dd_s:.2f}x dd's read+write "
+                f"({dd_s:.2f} s: read {_median(t.dd, 'read'):.2f} s of "
+                f"{size_text(d['bytes_read'])}, write {_median(t.dd, 'write'):.2f} s of "
+                f"{size_text(t.conv[0]['size_after'])}); peak RSS {peak / MiB:.0f} MiB"
+            )
+            cpu = _median(t.conv, "cpu")
+            lines.append(
+                f"{label}: conversion CPU {cpu:.2f} s (user + system, all threads) = "
+                f"{cpu / conv_s:.2f} cores busy on average, {cpu / (t.size / GB):.2f} CPU s per "
+                f"GB of input; {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} "
+                f"(other processes included)"
+            )
     return lines
 
 
@@ -257,6 +317,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="weight bytes of the generated external-data model (default 2.2e9)",
     )
     p.add_argument("--no-big", action="store_true", help="skip the generated > 2 GB model")
+    p.add_argument(
+        "--no-floor",
+        action="store_true",
+        help="big model: skip the onnx.load+onnx.save floor (conversion and dd only)",
+    )
+    p.add_argument(
+        "--big-width", type=int, default=1024, help="width of the big model's square weights"
+    )
     p.add_argument("--only", help="measure only models whose name matches this regex")
     p.add_argument("--markdown", action="store_true", help="print a Markdown table")
     p.add_argument("--json", type=Path, help="also write every raw measurement to this file")
@@ -297,7 +365,7 @@ def main(argv: list[str] | None = None) -> int:
             return only is None or bool(only.search(name))
 
         big = None if args.no_big else int(args.big_bytes)
-        targets = collect_targets(workdir, wanted, big)
+        targets = collect_targets(workdir, wanted, big, args.big_width)
 
         outdir = workdir / "out"
         outdir.mkdir()

@@ -20,7 +20,6 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-import onnx_ir as ir
 import pytest
 from click.testing import CliRunner
 from onnx import TensorProto, helper
@@ -28,8 +27,8 @@ from onnx import TensorProto, helper
 import amp_convert
 from amp_convert import OutputError
 from amp_convert.commands.cli import cli
+from amp_convert.files import data_file, safe_write
 from amp_convert.files import io as amp_io
-from amp_convert.files import safe_write
 from amp_convert.reports.conversion import ConversionReport
 from tests.helpers import run
 
@@ -308,8 +307,8 @@ def test_failed_force_rewrite_keeps_the_old_pair(
             raise OSError(28, "No space left on device")
         return real_replace(a, b, **kw)
 
-    def data_disk_full(tensor, file, offset, length, budget):
-        file.write(b"\0" * 10)
+    def data_disk_full(fd, job, local):  # a chunk of the weights half written
+        os.pwrite(fd, b"\0" * 10, job.at)
         raise OSError(28, "No space left on device")
 
     if stage == "graph":
@@ -317,7 +316,7 @@ def test_failed_force_rewrite_keeps_the_old_pair(
     elif stage == "rename":
         monkeypatch.setattr(amp_io.os, "replace", rename_fails)
     else:
-        monkeypatch.setattr(ir.external_data, "_write_tensor_with_budget_at", data_disk_full)
+        monkeypatch.setattr(data_file, "write_chunk", data_disk_full)
     with pytest.raises(OutputError, match="No space left on device"):
         amp_convert.convert_file(src, out, dtype="bf16", force=True)
     monkeypatch.setattr(onnx, "save", real_save)
@@ -361,13 +360,15 @@ _CHILD = textwrap.dedent(
         time.sleep(0.2)
 
     if stage == "data":
-        real = onnx_ir.external_data._write_tensor_with_budget_at
+        from amp_convert.files import data_file
+
+        real = data_file.write_chunk
 
         def slow(*a, **k):
             announce()
             return real(*a, **k)
 
-        onnx_ir.external_data._write_tensor_with_budget_at = slow
+        data_file.write_chunk = slow
     else:
         real_save = onnx.save
 

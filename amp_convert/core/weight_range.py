@@ -35,6 +35,9 @@ import numpy as np
 import onnx_ir as ir
 
 _CHUNK = 1 << 22
+#: scan works a chunk of this many elements at a time and sums the chunks' stats in order:
+#: scanning each chunk apart (on other threads) and summing them in order gives the same stats
+SCAN_CHUNK = _CHUNK
 #: a scalar constant this large, used as a mask fill, is a "minus infinity", not data
 SENTINEL = 1e9
 
@@ -201,11 +204,21 @@ def check_weight(
 ) -> Verdict:
     """The verdict for a weight (as float values) stored in `low`, read by `uses`; `copied`: a
     value its node copies into its low output (see FloatAttribute): only overflow counts."""
-    limits = LIMITS[low]
-    stats = scan(array, limits)
+    return weigh(scan(array, LIMITS[low]), low, array.size, uses, copied)
+
+
+def weigh(
+    stats: RangeStats,
+    low: ir.DataType,
+    size: int,
+    uses: Iterable[tuple[ir.Node, int]],
+    copied: bool = False,
+) -> Verdict:
+    """check_weight's verdict from the weight's RangeStats, however they were gathered (one
+    scan, or the scans of its SCAN_CHUNK-element chunks summed in order: the same stats)."""
     uses = list(uses)
-    fill = bool(stats.overflow) and array.size == 1 and not copied and is_mask_fill(uses)
-    return judge(stats, limits, array.size, fill, addend=copied or is_addend(uses))
+    fill = bool(stats.overflow) and size == 1 and not copied and is_mask_fill(uses)
+    return judge(stats, LIMITS[low], size, fill, addend=copied or is_addend(uses))
 
 
 #: ops whose inputs may be a mask fill, and which of their inputs (None: any)

@@ -19,7 +19,14 @@ import onnx_ir as ir
 
 from amp_convert.core import domains, proto_walk
 from amp_convert.errors import InputError
-from amp_convert.files import graph_checks, load_repairs, pair_write, proto_checks, safe_write
+from amp_convert.files import (
+    data_file,
+    graph_checks,
+    load_repairs,
+    pair_write,
+    proto_checks,
+    safe_write,
+)
 from amp_convert.files.outputs import file_identity
 
 MIN_OPSET = 1
@@ -289,16 +296,11 @@ def _write_pair(
 
     def write(graph_path: str, data_name: str | None) -> None:
         if data_name is not None:
-            # threads overlap the lazy FP32→low conversion of weights with the disk writes;
-            # onnx-ir bounds the bytes in flight, so memory stays flat
-            ir.save(
-                model,
-                graph_path,
-                external_data=data_name,
-                size_threshold_bytes=SIZE_THRESHOLD,
-                max_workers=min(4, os.cpu_count() or 1),
-                max_in_flight_bytes=256 << 20,
-            )
+            # the weights go first, a chunk at a time on every core (data_file): the bytes
+            # ir.save(external_data=...) would write, in a few chunks of memory
+            folder = os.path.dirname(graph_path)
+            with data_file.externalized(model, folder, data_name, SIZE_THRESHOLD, slot.dir_fd):
+                ir.save(model, graph_path)
         else:
             with _weights_in_memory(model):
                 ir.save(model, graph_path)

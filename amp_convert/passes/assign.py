@@ -21,7 +21,8 @@ from amp_convert.core.precision import NodeClass, Precision, constant_tensor, is
 from amp_convert.core.qdq_rules import is_qdq, is_scale_slot, scale_refusal
 from amp_convert.core.reasons import Reason, ReasonKind
 from amp_convert.core.tensors import read, release
-from amp_convert.core.weight_range import check_weight, float_attributes
+from amp_convert.core.weight_range import RangeStats, check_weight, float_attributes, weigh
+from amp_convert.core.weight_scan import range_stats
 from amp_convert.cost.traffic import LAUNCH_BYTES, ShapeBook
 from amp_convert.options.convert import ConvertOptions, Level
 from amp_convert.placement.boundaries import find_boundaries
@@ -131,6 +132,7 @@ def _range_limits(
     instead) are weight_range's, for FP16 and BF16 alike; here each weight is judged once.
     """
     refused: dict[int, str | None] = {}  # value -> why it cannot be low (None: it can)
+    stats = _weight_stats(drafts, nodes, plan.low)
     for node in nodes:
         d = drafts[node]
         # judged whatever the node's own class: an FP32 node's output may still reach low readers
@@ -159,19 +161,46 @@ def _range_limits(
                 if is_scale_slot(node, i):  # judged by its effect on what it scales
                     refused[id(value)] = _scale_refusal(weights, value, tensor, plan.low)
                 else:
-                    refused[id(value)] = _refusal(weights, value, tensor, plan.low)
+                    known = stats.get(id(value))
+                    refused[id(value)] = _refusal(weights, value, tensor, plan.low, known)
             why = refused[id(value)]
             if why is not None:
                 d.info = d.info.pinned(Reason(K.RANGE, "range", f"input {value.name!r} {why}"))
                 break
 
 
+def _weight_stats(
+    drafts: dict[ir.Node, _Draft], nodes: list[ir.Node], low: ir.DataType
+) -> dict[int, RangeStats]:
+    """The range stats of every weight _range_limits may judge (by id of its value), read once
+    and on every core (weight_scan); the verdicts are still made in _range_limits' order."""
+    tensors: dict[int, ir.TensorProtocol] = {}
+    for node in nodes:
+        d = drafts[node]
+        if not d.info.candidate:
+            continue
+        for i in sorted(d.info.low_inputs):
+            value = node.inputs[i]
+            tensor = constant_tensor(value) if value is not None else None
+            if value is None or tensor is None or not is_float_tensor(value):
+                continue
+            if not is_scale_slot(node, i):
+                tensors.setdefault(id(value), tensor)
+    return dict(zip(tensors, range_stats(list(tensors.values()), low), strict=True))
+
+
 def _refusal(
-    weights: _Weights, value: ir.Value, tensor: ir.TensorProtocol, low: ir.DataType
+    weights: _Weights,
+    value: ir.Value,
+    tensor: ir.TensorProtocol,
+    low: ir.DataType,
+    stats: RangeStats | None = None,
 ) -> str | None:
-    """Why `value` cannot be stored low (noted for the report), or None; a mask fill saturates."""
-    verdict = check_weight(read(tensor), low, value.uses())
-    release(tensor)
+    """Why `value` cannot be stored low (noted for the report), or None; a mask fill saturates.
+    `stats`: its range stats when already gathered (_weight_stats)."""
+    if stats is None:
+        stats = range_stats([tensor], low)[0]
+    verdict = weigh(stats, low, tensor.size, value.uses())
     name = value.name or ""
     if verdict.action == "saturate":
         weights.saturate.add(name)  # rewrite reports it where the low copy is stored

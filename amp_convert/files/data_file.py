@@ -1,0 +1,217 @@
+"""The external data file of a saved model, written a chunk at a time on every core.
+
+The file is byte for byte the one onnx-ir's ir.save(external_data=...) writes (its layout: the
+initializers over the size threshold in model.graphs() order, packed densely); only the way it
+is written differs. Each job reads one chunk of a weight (pread of the input's data file),
+rounds it when the weight is stored low (tensors.LowCopy) and writes it at its offset (pwrite),
+or copies a kept FP32 range inside the kernel (copy_file_range). Jobs run on the chunk pool:
+every core rounds, the disk reads and writes overlap, and at most a few chunks are in memory
+whatever the model's size (chunk_pool.ordered_map). A failed job stops the others before its
+error propagates; the caller (io.save_model) then removes the file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import onnx_ir as ir
+
+from amp_convert.core import chunk_pool
+from amp_convert.core.tensors import LowCopy, low_chunks_are_bytes, read_error, release
+
+#: errors after which copy_file_range is replaced by pread + pwrite (another filesystem...)
+_NO_KERNEL_COPY = {errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.EPERM, errno.EXDEV}
+
+
+@dataclass(frozen=True)
+class Placed:
+    """An initializer whose bytes go to the data file at `offset` (onnx-ir's layout)."""
+
+    value: ir.Value
+    tensor: ir.TensorProtocol
+    offset: int
+
+
+@dataclass(frozen=True)
+class Job:
+    """One write: `tensor`'s elements [start, stop) (bytes for a kept external tensor) at
+    file offset `at`; stop < 0: the whole tensor's tobytes()."""
+
+    tensor: ir.TensorProtocol
+    at: int
+    start: int = 0
+    stop: int = -1
+
+
+def layout(model: ir.Model, threshold: int) -> tuple[list[Placed], list[ir.Value]]:
+    """Where ir.save(external_data=..., size_threshold_bytes=threshold) puts each initializer:
+    those over `threshold` bytes packed in model.graphs() order, and the smaller external ones
+    it reads into memory instead."""
+    placed: list[Placed] = []
+    inline: list[ir.Value] = []
+    offset = 0
+    for graph in model.graphs():
+        for value in graph.initializers.values():
+            tensor = value.const_value
+            if tensor is None:
+                continue
+            if tensor.nbytes > threshold:
+                placed.append(Placed(value, tensor, offset))
+                offset += tensor.nbytes
+            elif isinstance(tensor, ir.ExternalTensor):
+                inline.append(value)
+    return placed, inline
+
+
+def jobs(placed: Sequence[Placed]) -> Iterator[Job]:
+    """The writes of `placed`, a chunk each where the tensor can be read a range at a time."""
+    for p in placed:
+        tensor = p.tensor
+        if isinstance(tensor, LowCopy) and low_chunks_are_bytes(tensor):
+            step, itemsize = chunk_pool.CHUNK, int(tensor.dtype.itemsize)
+            for start in range(0, tensor.size, step):
+                stop = min(start + step, tensor.size)
+                yield Job(tensor, p.offset + start * itemsize, start, stop)
+        elif isinstance(tensor, ir.ExternalTensor) and hasattr(os, "pread"):  # bytes as stored
+            step = _copy_bytes()
+            for start in range(0, tensor.nbytes, step):
+                yield Job(tensor, p.offset + start, start, min(start + step, tensor.nbytes))
+        else:
+            yield Job(tensor, p.offset)
+
+
+def write(placed: Sequence[Placed], fd: int, threads: int | None = None) -> None:
+    """Write the bytes of `placed` into the open file `fd` (sized to fit first)."""
+    end = max((p.offset + p.tensor.nbytes for p in placed), default=0)
+    os.ftruncate(fd, end)
+    local = threading.local()
+
+    def run(batch: list[Job]) -> None:
+        for job in batch:
+            write_chunk(fd, job, local)
+
+    threads = chunk_pool.workers() if threads is None else threads
+    work = chunk_pool.batches(jobs(placed), _source_bytes, _copy_bytes())
+    for _ in chunk_pool.ordered_map(run, work, threads=threads):
+        pass
+
+
+def _source_bytes(job: Job) -> int:
+    """About what a job reads: a low chunk's FP32 source, a copied range, a whole tensor."""
+    if job.stop < 0:
+        return job.tensor.nbytes
+    if isinstance(job.tensor, LowCopy):
+        return (job.stop - job.start) * 4
+    return job.stop - job.start
+
+
+def write_chunk(fd: int, job: Job, local: threading.local) -> None:
+    """Do one job (`local`: the worker's reusable read buffer)."""
+    tensor = job.tensor
+    if job.stop < 0:
+        data = tensor.tobytes()
+        if isinstance(tensor, ir.ExternalTensor):
+            release(tensor)
+        _pwrite_all(fd, memoryview(data), job.at)
+    elif isinstance(tensor, LowCopy):
+        buffer = getattr(local, "buffer", None)
+        if buffer is None:  # the worker's own read and rounding buffers, reused chunk to chunk
+            buffer = local.buffer = bytearray(chunk_pool.CHUNK * 4)
+            local.out = bytearray(chunk_pool.CHUNK * 4)
+        array = np.ascontiguousarray(tensor.chunk(job.start, job.stop, buffer, local.out))
+        _pwrite_all(fd, array.view(np.uint8).data, job.at)
+    else:
+        _copy_range(tensor, fd, job)
+
+
+def _copy_range(tensor: ir.TensorProtocol, fd: int, job: Job) -> None:
+    """Bytes [start, stop) of an external tensor copied to `at`, inside the kernel if it can."""
+    assert isinstance(tensor, ir.ExternalTensor)
+    count = job.stop - job.start
+    source = (tensor.offset or 0) + job.start
+    try:
+        check = getattr(tensor, "_check_path_containment", None)
+        if check is not None:  # what onnx-ir checks before it copies
+            check()
+        src = os.open(tensor.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    except (OSError, ValueError):
+        read_error(tensor)
+    try:
+        done = 0
+        kernel = getattr(os, "copy_file_range", None)
+        while done < count and kernel is not None:
+            try:
+                got = kernel(src, fd, count - done, source + done, job.at + done)
+            except OSError as e:
+                if e.errno not in _NO_KERNEL_COPY:
+                    raise
+                break
+            if got == 0:
+                break
+            done += got
+        while done < count:
+            data = os.pread(src, min(count - done, _copy_bytes()), source + done)
+            if not data:  # the data file shrank
+                read_error(tensor)
+            _pwrite_all(fd, memoryview(data), job.at + done)
+            done += len(data)
+    finally:
+        os.close(src)
+
+
+def _copy_bytes() -> int:
+    """Bytes a kept FP32 range moves per job: as many as a low chunk reads."""
+    return chunk_pool.CHUNK * 4
+
+
+def _pwrite_all(fd: int, data: memoryview, offset: int) -> None:
+    done = 0
+    while done < len(data):
+        done += os.pwrite(fd, data[done:], offset + done)
+
+
+@contextlib.contextmanager
+def externalized(
+    model: ir.Model, folder: str, data_name: str, threshold: int, dir_fd: int | None = None
+) -> Iterator[None]:
+    """Write `model`'s data file `data_name` (an existing file in `folder`, opened through
+    `dir_fd` when given) and, inside the block, have its initializers refer to it as ir.save
+    would: the big ones as external tensors at their offsets, the small external ones in
+    memory. The initializers are put back afterwards."""
+    placed, inline = layout(model, threshold)
+    originals: list[tuple[ir.Value, ir.TensorProtocol | None]] = [
+        (p.value, p.tensor) for p in placed
+    ] + [(v, v.const_value) for v in inline]
+    path = data_name if dir_fd is not None else os.path.join(folder, data_name)
+    fd = os.open(path, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0), dir_fd=dir_fd)
+    try:
+        write(placed, fd)
+    finally:
+        os.close(fd)
+    try:
+        loaded = ir.external_data.convert_tensors_from_external(
+            [v.const_value for v in inline]  # type: ignore[misc]
+        )
+        for value, memory in zip(inline, loaded, strict=True):
+            value.const_value = memory
+        base_dir = os.path.normpath(folder)
+        for p in placed:
+            p.value.const_value = ir.ExternalTensor(
+                os.path.normpath(data_name),
+                p.offset,
+                p.tensor.nbytes,
+                p.tensor.dtype,
+                shape=p.tensor.shape,  # type: ignore[arg-type]
+                name=p.tensor.name,  # type: ignore[arg-type]
+                base_dir=base_dir,
+            )
+        yield
+    finally:
+        for value, original in originals:
+            value.const_value = original
