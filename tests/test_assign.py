@@ -114,7 +114,7 @@ def test_weight_beyond_fp16_pins_its_reader_and_is_reported() -> None:
     assert not plan.saturate
     bf16 = _assign(m, CHAIN, level="O2", dtype="bf16")  # 1e5 is well inside bfloat16's range
     assert bf16.nodes[node(m, "mm")].precision == LOW and not bf16.tensor_notes
-    beyond = _chain(np.full((4, 4), 3.4e38))  # but not float32's max (issue 16 item 6)
+    beyond = _chain(np.full((4, 4), 3.4e38))  # but not float32's max
     assert (
         _assign(beyond, CHAIN, level="O2", dtype="bf16").nodes[node(beyond, "mm")].precision == FP32
     )
@@ -134,7 +134,7 @@ def test_scalar_mask_fill_is_saturated_not_pinned() -> None:
 
 
 def test_huge_divisor_is_data_not_a_mask_fill() -> None:
-    """Issue 16 item 7: a divisor of 1e9 was saturated to 65504 (15,000x off)."""
+    """A divisor of 1e9 was saturated to 65504 (15,000x off)."""
     m = model(
         [helper.make_node("Div", ["x", "d"], ["y"], name="div")],
         [tensor("x", [2])],

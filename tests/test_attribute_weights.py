@@ -1,4 +1,4 @@
-"""Issue 24, class 1: float attributes are weights (range-checked, saturated only as mask fills).
+"""Float attributes are weights (range-checked, saturated only as mask fills).
 
 optimum's BART/T5/Marian decoders gave all-NaN logits: transformers' causal mask is
 ConstantOfShape(value=float32 min) times a 0/1 triangle, and the fill was retyped to FP16 -inf

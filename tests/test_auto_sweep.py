@@ -1,4 +1,4 @@
-"""Issue 18's sweep on the exporter-shaped models: --auto and validate --html never exit 2 or 3.
+"""The sweep on the exporter-shaped models: --auto and validate --html never exit 2 or 3.
 
 The full sweep (every models/ builder and onnx backend model) is bench/auto_sweep.py; this runs
 its exporter set, the shapes that broke --auto (BN folded, Casts dropped, T5, melspectrograms).

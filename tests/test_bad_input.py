@@ -1,4 +1,4 @@
-"""Issue 25: hostile moments and hostile strings end as one line and the documented exit code.
+"""Hostile moments and hostile strings end as one line and the documented exit code.
 
 Grouped by family: signals at any moment of the command (start-up, after the verdict), user
 strings that are not text (non-UTF-8 bytes, NUL, control characters), writes that fail (a file

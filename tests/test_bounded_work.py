@@ -1,4 +1,4 @@
-"""Issue 16 item 9 and 11: bounded work on hostile input.
+"""Bounded work on hostile input.
 
 Generated inputs and npz members are sized from shapes and headers before anything is allocated
 or loaded; --exclude-nodes patterns match in linear time (RE2), or are refused up front when the
@@ -48,7 +48,7 @@ def save(path: Path, node_name: str = "mm", batch: object = "batch") -> Path:
     return path
 
 
-# ------------------------------------------------------------------ item 11: patterns
+# ------------------------------------------------------------------ patterns
 
 
 def test_catastrophic_pattern_finishes_on_a_hostile_name(tmp_path: Path) -> None:
@@ -98,7 +98,7 @@ def test_fallback_keeps_ordinary_patterns(monkeypatch, pattern: str) -> None:
     assert name_patterns.compile_pattern(pattern).pattern == pattern
 
 
-# ------------------------------------------------------------------ item 9: generated inputs
+# ------------------------------------------------------------------ generated inputs
 
 
 def test_huge_dim_is_one_line_not_a_memory_error(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""Byte-flip fuzz of real models through the CLI (issue 9, "What it must show").
+"""Byte-flip fuzz of real models through the CLI.
 
 Sources: small models from the onnx wheel's backend test data and from the models/ builders (If
 and Loop capture, NMS, custom domain, a BERT-style encoder, a sequence model, and one model whose
@@ -10,7 +10,7 @@ id) and runs ``amp-convert MUT.onnx -o OUT.onnx`` through click's runner. Every 
 * exit 2 with one line ``amp-convert: error: ...``, no traceback, and no output file;
 
 never exit 3 ("internal error") or an escaped exception, and the mutated input is never modified.
-Cases that break this today are listed in KNOWN_FAILURES with the issue item they belong to and
+Cases that break this today are listed in KNOWN_FAILURES with the defect they show and
 marked xfail(strict=True): when the fix lands they pass, strict xfail turns that into a failure,
 and the entry must be removed.
 """
@@ -90,7 +90,7 @@ SOURCES.update(
     }
 )
 
-#: What fails today -> the cases that show it (issue 9 item 14: one clear error, exit 2, instead
+#: What fails today -> the cases that show it (one clear error, exit 2, instead
 #: of "internal error" or of writing a model the checker rejects). Regenerate after a fix by
 #: running this file and removing the ids that XPASS.
 KNOWN_FAILURES: dict[str, str] = {}  # reason -> space-separated case ids (none left)

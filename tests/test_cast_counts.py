@@ -48,7 +48,7 @@ def test_transformer_block_minimal_casts(level: str, layers: int, target: str, p
 
 # ResNet-style with BatchNormalization in the graph: every BN follows a Conv and is folded into it
 # offline (float64), so nothing is left to keep FP32 and only the interface needs casts:
-# pixel_values in, logits out (issue 7).
+# pixel_values in, logits out.
 @pytest.mark.parametrize("level", ["O1", "O2"])
 @pytest.mark.parametrize("blocks", [1, 2])
 def test_cnn_block_minimal_casts(level: str, blocks: int) -> None:

@@ -65,7 +65,7 @@ def test_explicit_convert_subcommand_and_output(bert: Path, tmp_path: Path) -> N
 def test_levels_differ(bert: Path, tmp_path: Path) -> None:
     lows = []
     for level in ("O0", "O1", "O2", "O3"):
-        # target none: with ort-cuda, O2 already equals O3 on this encoder (issue 13)
+        # target none: with ort-cuda, O2 already equals O3 on this encoder
         data = report_of(
             tmp_path, bert, "--level", level, "--target", "none", "-o", tmp_path / "o.onnx"
         )

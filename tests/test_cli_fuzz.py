@@ -1,4 +1,4 @@
-"""Issues 16 and 25: a fuzz over command-line arguments (bench/cli_fuzz.py) never exits 3, never
+"""A fuzz over command-line arguments (bench/cli_fuzz.py) never exits 3, never
 prints a traceback or a raw control character and never changes a file the case did not name as
 an output; real processes interrupted at random moments end as documented.
 

@@ -1,6 +1,6 @@
 """An input model whose ONNX Runtime ops break ORT's own schemas is refused as the input's fault.
 
-Issue 25: com.microsoft ops with wrong input types (FastGelu on int32, an int64 gamma, float
+com.microsoft ops with wrong input types (FastGelu on int32, an int64 gamma, float
 position_ids) were reported as "converter bug"; wrong arity (Attention with one input, FastGelu
 with no output) passed and wrote a model ORT refuses (as it refuses the input). Now: one line
 naming the node, exit 2, before anything is converted or written.

@@ -1,4 +1,4 @@
-"""The FP32 traffic estimate against the bytes an ORT run moves (issue 20's bounds), per family.
+"""The FP32 traffic estimate against the bytes an ORT run moves (the bounds), per family.
 
 Measured independently: every value exposed as an output of one ORT CPU run, bytes read and
 written per node, weights included (bench/_cost_measure.py). With every input dim set, the

@@ -1,4 +1,4 @@
-"""Evidence a user can trust (issue 23): weak references flagged, --auto refusing to search
+"""Evidence a user can trust: weak references flagged, --auto refusing to search
 against one, the search keeping its best candidate, --save-inputs, and on FAIL the smallest
 thresholds that would pass."""
 

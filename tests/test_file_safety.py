@@ -1,4 +1,4 @@
-"""Never lose a user's file (issue 9, items 1-5 and 16).
+"""Never lose a user's file.
 
 Outputs are checked against every file the input reads and against each other before any work;
 an external-data pair is replaced so that a reader never sees new weights with an old graph;

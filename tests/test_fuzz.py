@@ -1,4 +1,4 @@
-"""Property-based fuzz: random small valid graphs convert at O1/O2/O3 and stay close (issue 9).
+"""Property-based fuzz: random small valid graphs convert at O1/O2/O3 and stay close.
 
 Graphs come from models/random_graphs.py: 1-10 ops from ~45 op types, opsets 13-23, static
 shapes, If/Loop bodies that capture outer values, some saved with external data, some without
@@ -78,7 +78,7 @@ def _check_every_level_and_dtype(case: FuzzCase, label: str, detail: str = "") -
 SEEDS = range(12)
 #: Seeds bench/fuzz.py found failing; the fix keeps them here as regressions. 2954: MatMul ->
 #: BatchNormalization (opset >= 15) at O3 FP16 failed to load in ORT CPU (MatMul+BN fusion on
-#: FP32 scale with FP16 mean/var) until BatchNormalization was folded offline (issue 7).
+#: FP32 scale with FP16 mean/var) until BatchNormalization was folded offline.
 REGRESSION_SEEDS = (2954,)
 #: Seeds failing today -> why (strict xfail: a fix makes them fail here, then move them up).
 KNOWN_FAILING_SEEDS: dict[int, str] = {}

@@ -1,5 +1,5 @@
-"""Issue 16: bad input and misused options end as one clear line and exit 2 (items 8-11 and the
-"unclear or wrong messages" list), and repairs that are unambiguous are made and said.
+"""Bad input and misused options end as one clear line and exit 2 (unclear or wrong messages
+included), and repairs that are unambiguous are made and said.
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def save(proto: onnx.ModelProto, path: Path, external: bool = False) -> Path:
     return path
 
 
-# ------------------------------------------------------------------ item 10: no exit 3
+# ------------------------------------------------------------------ no exit 3
 
 
 def test_cast_to_an_unknown_type_is_refused(tmp_path: Path) -> None:

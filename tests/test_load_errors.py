@@ -1,4 +1,4 @@
-"""Malformed inputs fail with one clear line and exit 2, before anything is written (issue 9).
+"""Malformed inputs fail with one clear line and exit 2, before anything is written.
 
 Each case used to end in "internal error" (exit 3) or a traceback: onnx-ir and numpy raised bare
 ValueErrors deep in the conversion. The checks run on the protobuf and file sizes at load.
@@ -320,7 +320,7 @@ def test_strict_check_does_not_depend_on_the_working_directory(tmp_path: Path, m
     ]  # fmt: skip
 
 
-# --------------------------------------------- paths that are not what they should be (issue 25)
+# --------------------------------------------- paths that are not what they should be
 # A FIFO, a device or a folder was "no such file", "does not exist" or "is missing".
 
 

@@ -1,4 +1,4 @@
-"""--op-lists files are read as written, and a mistake in one is one clear line, exit 2 (issue 25).
+"""--op-lists files are read as written, and a mistake in one is one clear line, exit 2.
 
 Left from last round: an unknown op name, or one op in both [allow] and [deny], got no word
 (while `--fp32-ops NoSuchOp` is exit 2); a file with a BOM, tab-separated reasons or a rule whose

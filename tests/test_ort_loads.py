@@ -1,4 +1,4 @@
-"""What ONNX Runtime loads, amp-convert converts (issue 25) and validates (issue 23).
+"""What ONNX Runtime loads, amp-convert converts and validates.
 
 onnxconverter-common's own test data, in code (models/ort_loads.py): nodes out of topological
 order, an untyped If output, an ai.onnx.ml-only model. Each was refused (exit 2) while ORT loads

@@ -1,4 +1,4 @@
-"""Issue 16, data loss (items 1-4): one output registry for every file a command writes.
+"""One output registry for every file a command writes.
 
 Every path option of every command is declared as an input or an output (cli_paths); each
 output goes through one check (output_rules.plan_outputs) and one atomic writer (safe_write)
@@ -190,7 +190,7 @@ def test_output_option_refuses_a_folder_path(command, flag, needs, models):
 
 
 def test_validate_html_never_replaces_the_reference(models) -> None:
-    """Item 1: `validate A B --html A.onnx` replaced the reference model with HTML (PASS)."""
+    """`validate A B --html A.onnx` replaced the reference model with HTML (PASS)."""
     src, cand = models["src"], models["cand"]
     before = digest(src, cand)
     result = invoke("validate", src, cand, "--provider", "emulate", "--runs", "0", "--html", src)
@@ -224,7 +224,7 @@ def test_auto_report_and_html_go_through_the_registry(models) -> None:
     assert digest(src) == before
 
 
-# ------------------------------------------------------------------ item 2: special files
+# ------------------------------------------------------------------ special files
 
 
 @pytest.mark.parametrize("kind", ["fifo", "link-to-fifo", "link-to-devnull"])
@@ -278,7 +278,7 @@ def test_file_appearing_after_the_check_is_not_replaced_without_force(tmp_path, 
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx", "m.onnx.data", "o.onnx"]
 
 
-# ------------------------------------------------------------------ item 3: swapped folder
+# ------------------------------------------------------------------ swapped folder
 
 
 def test_swapped_output_folder_cannot_redirect_the_write_onto_the_input(tmp_path, monkeypatch):
@@ -321,7 +321,7 @@ def test_swapped_folder_cannot_redirect_a_report(tmp_path: Path) -> None:
     assert (tmp_path / "moved" / "r.json").read_bytes() == b"{}"
 
 
-# ------------------------------------------------------------------ item 4: concurrent writers
+# ------------------------------------------------------------------ concurrent writers
 
 
 def test_concurrent_force_writers_leave_no_orphan_data_file(tmp_path: Path, monkeypatch) -> None:

@@ -1,4 +1,4 @@
-"""Issue 25, data loss: the pair writer interrupted at every step leaves the old pair or the new.
+"""The pair writer interrupted at every step leaves the old pair or the new.
 
 A signal is delivered from pair_write's step hook (never by timing) at each step of a --force
 replacement of an external-data output, with SIGINT and with SIGTERM. Each time the output must

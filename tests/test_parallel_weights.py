@@ -1,4 +1,4 @@
-"""Issue 24, class 5: the weights of a model worked a chunk at a time on every core.
+"""The weights of a model worked a chunk at a time on every core.
 
 The parallel paths must give exactly what the simple ones gave: the data file ir.save wrote
 (LowCopy chunks across chunk boundaries, NaN/Inf/subnormal/huge values, FP16 and BF16, kept FP32

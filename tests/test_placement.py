@@ -1,4 +1,4 @@
-"""Fast by construction (issues 7 and 13): placement by bytes, weights stored low, FP32 statistics
+"""Fast by construction: placement by bytes, weights stored low, FP32 statistics
 through stash_type, Softmax with low I/O where ORT's CUDA kernel accumulates in FP32."""
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ def test_dims_change_the_estimate_not_the_graph() -> None:
 
 @pytest.mark.parametrize("opset", [11, 17])
 def test_conv_bn_hardswish_cnn_needs_only_interface_casts(opset: int) -> None:
-    """Issue 7: a Paddle/MobileNet-style CNN (Conv→BN→decomposed HardSwish) at O2: its BNs fold
+    """A Paddle/MobileNet-style CNN (Conv→BN→decomposed HardSwish) at O2: its BNs fold
     into the Convs, so nothing stays FP32 and only the input and the logits are cast."""
     from models.cnn import mobilenet_cnn
 

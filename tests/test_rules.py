@@ -114,7 +114,7 @@ def test_control_flow_bodies_converted_with_outer_captures(name: str) -> None:
 
 
 def test_shared_initializer_stored_in_both_precisions_never_cast_at_run_time() -> None:
-    """Issue 7: no runtime Cast reads a weight; a reader in each precision gets its own copy."""
+    """No runtime Cast reads a weight; a reader in each precision gets its own copy."""
     original = ALL_FOCUSED["shared_initializer"]()
     converted, _ = convert(original, level="O2")
     inits = {t.name: t for t in converted.graph.initializer}

@@ -1,5 +1,5 @@
 """Unit tests for the parts end-to-end tests only reach indirectly: the min cut, the op-list parser,
-the options declaration and the stamp, plus the converter-correctness items of issue 9."""
+the options declaration and the stamp."""
 
 from __future__ import annotations
 

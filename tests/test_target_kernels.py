@@ -1,4 +1,4 @@
-"""Issue 13: with --target ort-cuda (default) every converted node has an ORT CUDA kernel in its
+"""With --target ort-cuda (default) every converted node has an ORT CUDA kernel in its
 types; nodes without one keep FP32 with the table's reason, at every level, O3 included."""
 
 from __future__ import annotations

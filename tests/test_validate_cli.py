@@ -122,7 +122,7 @@ def test_auto_falls_back_when_cuda_fails_to_start(pairs, cuda_fails_to_start) ->
 
 
 def test_explicit_cuda_that_cannot_start_is_an_error(pairs, cuda_fails_to_start) -> None:
-    """Issue 9 #9: an explicit --provider cuda never silently becomes emulate."""
+    """An explicit --provider cuda never silently becomes emulate."""
     res = _run(*pairs["mlp"], "--provider", "cuda", "--atol", "1e-2")
     assert res.exit_code == 2, res.output
     out = _errors(res.output)
@@ -181,7 +181,7 @@ def test_no_thresholds_is_report_only(pairs) -> None:
 
 
 def test_new_nonfinite_fails_without_thresholds(pairs, tmp_path: Path) -> None:
-    """Issue 9 #6: FP16 overflow to inf is a failure even when no threshold is given."""
+    """FP16 overflow to inf is a failure even when no threshold is given."""
     report = tmp_path / "r.json"
     res = _run(*pairs["overflow"], "--report", str(report))
     assert res.exit_code == 1, res.output
@@ -368,7 +368,7 @@ def test_progress_only_on_a_terminal_outside_ci(monkeypatch, pairs, capsys) -> N
 
 
 def test_defaults_the_reference_cannot_run_on(tmp_path: Path) -> None:
-    """Issue 9 #7: larger dims are tried and printed; if none work, exit 2 with the way out."""
+    """Larger dims are tried and printed; if none work, exit 2 with the way out."""
     from models import picky_inputs as picky
 
     paths = {}

@@ -366,7 +366,7 @@ def _mean16(rows: np.ndarray) -> np.ndarray:
     ],
 )
 def test_stash_type_norms_keep_fp32_statistics(op, opset, shape, channels, attrs) -> None:
-    """Issue 7: FP16 I/O with stash_type=1 is FP32 statistics on FP16-rounded inputs, one rounding.
+    """FP16 I/O with stash_type=1 is FP32 statistics on FP16-rounded inputs, one rounding.
 
     Inputs away from zero (mean 8, std 1, 2048 per group) make FP16 accumulation visibly wrong.
     """
@@ -434,7 +434,7 @@ def _softmax_models() -> tuple[onnx.ModelProto, onnx.ModelProto, onnx.ModelProto
 
 
 def test_softmax_with_low_io_equals_the_fp32_cast_variant() -> None:
-    """Issue 13: ORT CUDA's Softmax accumulates in FP32 for FP16 I/O; emulate computes it that way,
+    """ORT CUDA's Softmax accumulates in FP32 for FP16 I/O; emulate computes it that way,
     so the casts around a Softmax between FP16 MatMuls change nothing."""
     ref, low_io, wrapped = _softmax_models()
     x = np.random.default_rng(8).standard_normal((2, 16, 64)).astype(np.float32)
@@ -506,7 +506,7 @@ def test_sparse_weights_are_densified_and_upcast() -> None:
 
 
 def test_detector_rounds_each_low_value_once_and_nothing_else(tmp_path: Path) -> None:
-    """Issue 13's DBNet check, as a property: at O2 every FP16 value of the candidate is rounded
+    """The DBNet check, as a property: at O2 every FP16 value of the candidate is rounded
     exactly once, where it is produced (Conv, ConvTranspose, Resize, Add, Sigmoid, the casts to
     FP16); no value the candidate keeps in FP32 (BatchNormalization, its Relu) is rounded, and
     element moves (Concat) are not rounded again."""

@@ -1,4 +1,4 @@
-"""Random inputs that mean what the model's inputs mean (issue 23): images sized as images,
+"""Random inputs that mean what the model's inputs mean: images sized as images,
 exporters' batch names, decoders fed consistently, sample rates at their real values."""
 
 from __future__ import annotations

@@ -126,7 +126,7 @@ def test_user_inputs_are_checked(arrays: dict, message: str, tmp_path: Path) -> 
 
 
 def test_user_inputs_with_a_dim_name_used_inconsistently_are_accepted() -> None:
-    """ORT does not require a dim name to agree across inputs (issue 19): a note, not an error."""
+    """ORT does not require a dim name to agree across inputs: a note, not an error."""
     specs = _token_specs()[:2]
     arrays = {
         "input_ids": np.zeros((1, 4), np.int64),
@@ -154,7 +154,7 @@ def test_npz_inputs_are_used(tmp_path: Path) -> None:
 
 
 def test_string_inputs_are_generated_and_compared_exactly() -> None:
-    """Issue 18: a model that converts is validated; text inputs get random words (was refused)."""
+    """A model that converts is validated; text inputs get random words (was refused)."""
     g = helper.make_graph(
         [helper.make_node("Identity", ["s"], ["t"])], "g",
         [helper.make_tensor_value_info("s", TensorProto.STRING, [1])],
@@ -166,7 +166,7 @@ def test_string_inputs_are_generated_and_compared_exactly() -> None:
     assert out.name == "t" and not out.failed and out.mismatches == 0
 
 
-# ------------------------------------------------------------------ unknown dims (issue 13)
+# ------------------------------------------------------------------ unknown dims
 
 
 @pytest.mark.parametrize("unknown", ["?", "-1", "None", "", None, -1])
@@ -180,7 +180,7 @@ def test_unknown_dim_names_are_independent(unknown) -> None:
 
 
 def test_paddle_style_question_mark_dims_validate_with_user_inputs() -> None:
-    """Issue 13: every dynamic dim of both inputs is named '?', with unrelated sizes."""
+    """Every dynamic dim of both inputs is named '?', with unrelated sizes."""
     ref, cand = picky.paddle_style_pair()
     rng = np.random.default_rng(0)
     x = rng.standard_normal((1, 3, 48, 192)).astype(np.float32)
@@ -196,7 +196,7 @@ def test_paddle_style_question_mark_dims_validate_with_user_inputs() -> None:
     assert gen.input_shapes == {"x": [1, 3, 224, 9], "t": [1, 4]}  # H of an image: 224
 
 
-# ------------------------------------------------- defaults the reference cannot run on (issue 9)
+# ------------------------------------------------- defaults the reference cannot run on
 
 
 def test_dims_attempts_grow_each_kind_of_dim_along_its_ladder() -> None:

@@ -1,4 +1,4 @@
-"""Crash-proof verdicts (issue 18): a model ORT cannot load at its defaults never gets a verdict.
+"""Crash-proof verdicts: a model ORT cannot load at its defaults never gets a verdict.
 
 The installed ONNX Runtime may not crash on the TorchScript encoder (it depends on the version
 and the CPU), so the crash is also simulated: a child that really dies of SIGSEGV when it loads
@@ -58,7 +58,7 @@ def test_the_torchscript_encoder_is_exported_like_torch(encoder) -> None:
 
 
 def test_the_real_crash_is_judged_a_crash(tmp_path) -> None:
-    """Issue 18's pattern, for real: FP16 Transpose(1,0,2) into a MatMul with a 2-D weight.
+    """The pattern, for real: FP16 Transpose(1,0,2) into a MatMul with a 2-D weight.
 
     ORT 1.32 CPU on x86-64 segfaults loading it (microsoft/onnxruntime#28392); another ORT may
     load it, and then the verdict is an ordinary one. Either way never a crash of our own.

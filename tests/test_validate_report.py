@@ -227,11 +227,11 @@ def test_assert_converted_close() -> None:
     )
 
 
-# ------------------------------------------------------------------ non-finite honesty (issue 9)
+# ------------------------------------------------------------------ non-finite honesty
 
 
 def test_all_inf_candidate_is_never_cosine_1_or_pass(tmp_path: Path) -> None:
-    """Issue 9 #6: every value overflows to inf; the reference is finite everywhere."""
+    """Every value overflows to inf; the reference is finite everywhere."""
     ref, cand = vm.overflow_pair()
     x = np.full((8, 8), 10.0, np.float32)  # (1000*10)^2 = 1e8 > 65504 everywhere
     report = validate(ref, cand, provider="emulate", inputs={"x": x}, runs=0)
@@ -274,7 +274,7 @@ def test_cosine_counts_each_nonfinite_mismatch() -> None:
     assert same.nonfinite == 0 and same.cosine == 1.0 and same.status == "not_judged"
 
 
-# ------------------------------------------------------------------ top-1 (issue 9)
+# ------------------------------------------------------------------ top-1
 
 
 def test_top1_only_for_class_logits_or_when_asked() -> None:

@@ -1,4 +1,4 @@
-"""One input generator (issues 18, 19): expression dims, several samples, order-insensitive
+"""One input generator: expression dims, several samples, order-insensitive
 outputs, and the defaults that keep a validation short."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from amp_convert.validation.inputs import InputSpec, random_inputs
 PROGRESS = "amp-convert validate: ["
 
 
-# ------------------------------------------------------------------ dim expressions (issue 19)
+# ------------------------------------------------------------------ dim expressions
 
 
 @pytest.mark.parametrize(
@@ -103,7 +103,7 @@ def test_inputs_ort_accepts_are_accepted_whatever_the_dim_names_say(tmp_path: Pa
     assert report.passed and report.input_shapes["attention_mask"] == [1, 8]
 
 
-# ------------------------------------------------------------------ several samples (issue 18)
+# ------------------------------------------------------------------ several samples
 
 
 def test_every_sample_is_judged_and_the_worst_is_reported(tmp_path: Path) -> None:
@@ -132,7 +132,7 @@ def _paths(tmp_path: Path, ref: onnx.ModelProto, cand: onnx.ModelProto) -> list[
     return [str(p) for p in paths]
 
 
-# ------------------------------------------------------- order-insensitive outputs (issue 18)
+# ------------------------------------------------------- order-insensitive outputs
 
 
 def test_sorted_match_forgives_swapped_near_equal_scores() -> None:
@@ -164,7 +164,7 @@ def test_match_option_end_to_end(tmp_path: Path) -> None:
         validate(ref, cand, provider="emulate", match={"nope": "sort"})
 
 
-# --------------------------------------------------------------- defaults and progress (issue 18)
+# --------------------------------------------------------------- defaults and progress
 
 
 def test_no_timing_under_emulate_unless_asked(tmp_path: Path) -> None:

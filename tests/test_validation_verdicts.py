@@ -1,4 +1,4 @@
-"""Issue 16: verdicts that say what was compared (STRING and empty outputs, scale, thresholds).
+"""Verdicts that say what was compared (STRING and empty outputs, scale, thresholds).
 
 A STRING output is compared exactly (never a traceback read as "accuracy failed"); an output
 with nothing to compare is never a PASS; nonsense thresholds are refused; a scale change that
@@ -75,7 +75,7 @@ def scaled_model(path: Path, scale: float) -> Path:
 VALIDATE = ("--provider", "emulate", "--runs", "0")
 
 
-# ------------------------------------------------------------------ item 8: STRING outputs
+# ------------------------------------------------------------------ STRING outputs
 
 
 def test_validate_compares_a_string_output_exactly(tmp_path: Path) -> None:

@@ -1,6 +1,6 @@
 """Vision models: squeeze-excite and global pooling placed by what ORT CUDA accumulates in FP32.
 
-Issue 20's targets on models shaped like torch.onnx dynamo and TorchScript exports
+The targets on models shaped like torch.onnx dynamo and TorchScript exports
 (models/vision.py): O2 adds no more casts than onnxconverter-common + 2, estimated traffic at O2
 within 1.10x O3's, emulated cosine >= 0.999, and both exports of a network get the same placement.
 """

@@ -1,4 +1,4 @@
-"""Issue 24, class 3: trained weights judged by what rounding does to their readers, not by count.
+"""Trained weights judged by what rounding does to their readers, not by count.
 
 Trained PaddleOCR models paid casts for biases of ~1e-5 ("100% of its nonzero values are below
 its smallest normal") and for conv kernels with a small tail of flushing taps ("would flush to

@@ -1,4 +1,4 @@
-"""Issue 16, silent corruption (items 5-7): no weight changes without a word in the report.
+"""No weight changes without a word in the report.
 
 Weights whose nonzeros flush to zero or drown in subnormals keep their readers FP32; BF16 gets
 the same range checks as FP16; a huge scalar is saturated only as a mask fill, never as a
@@ -92,7 +92,7 @@ def test_judge_boundaries(dtype: str, value: float, action: str) -> None:
 
 
 def test_a_few_tiny_values_do_not_pin_a_weight() -> None:
-    """Judged by effect (issue 24): flushing 2% of values of 1e-9 in a weight of std 0.02 takes
+    """Judged by effect: flushing 2% of values of 1e-9 in a weight of std 0.02 takes
     ~1e-8 of its norm, 50,000x less than ordinary FP16 rounding; the old by-count rule (more
     than 1% flushed) kept it FP32. A weight whose tiny values carry its norm still keeps FP32."""
     low = DTYPES["fp16"]
@@ -106,7 +106,7 @@ def test_a_few_tiny_values_do_not_pin_a_weight() -> None:
     assert verdict.action == "keep" and "flush to zero in FP16" in verdict.detail
 
 
-# ------------------------------------------------------------------ item 5: flush to zero
+# ------------------------------------------------------------------ flush to zero
 
 
 @pytest.mark.parametrize("level", ["O2", "O3"])
@@ -141,7 +141,7 @@ def test_ordinary_weights_still_go_low() -> None:
     assert report.tensors == []
 
 
-# ------------------------------------------------------------------ item 6: BF16 range
+# ------------------------------------------------------------------ BF16 range
 
 
 def test_bf16_weights_beyond_its_range_keep_their_readers_fp32() -> None:
@@ -171,7 +171,7 @@ def test_bf16_mask_fill_is_saturated_and_reported() -> None:
     assert note.action == "saturated" and "mask fill" in note.detail
 
 
-# ------------------------------------------------------------------ item 7: sentinel rule
+# ------------------------------------------------------------------ sentinel rule
 
 
 @pytest.mark.parametrize("level", ["O2", "O3"])
