@@ -73,3 +73,22 @@ def clip_opset11() -> ir.Model:
         [weight("lo", 0.0), weight("hi", 6.0)],
         opset=11,
     )
+
+
+def pow_model(exponent: float) -> onnx.ModelProto:
+    """x -> MatMul -> Pow(exponent as a weight) -> MatMul -> y: the op lists' and options' model."""
+    graph = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["x", "w"], ["m"], name="mm"),
+            helper.make_node("Pow", ["m", "e"], ["p"], name="pow"),
+            helper.make_node("MatMul", ["p", "w"], ["y"], name="mm2"),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, 4])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2, 4])],
+        [
+            numpy_helper.from_array(np.eye(4, dtype=np.float32), "w"),
+            numpy_helper.from_array(np.array(exponent, dtype=np.float32), "e"),
+        ],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)

@@ -338,3 +338,39 @@ def test_gadget_moves_a_free_node_to_the_cheaper_side() -> None:
     net, src, sink, vertex = _build(_scaled(problem))
     assert net.max_flow(src, sink) == 10 * 2 + 1  # the light Cast, and the preference lost
     assert vertex[2] in net.source_side(src)
+
+
+# ---------------------------------------------------------------- min cut
+def test_min_cut_value_and_side() -> None:
+    net = FlowNetwork()
+    s, a, b, t = (net.add_vertex() for _ in range(4))
+    net.add_edge(s, a, 3)
+    net.add_edge(s, b, 2)
+    net.add_edge(a, b, 1)
+    net.add_edge(a, t, 2)
+    net.add_edge(b, t, 3)
+    assert net.max_flow(s, t) == 5
+    assert net.source_side(s) == {s}
+
+
+def test_min_cut_infinite_edges_are_never_cut() -> None:
+    net = FlowNetwork()
+    s, a, t = (net.add_vertex() for _ in range(3))
+    net.add_edge(s, a, INF)
+    net.add_edge(a, t, 7)
+    assert net.max_flow(s, t) == 7
+    assert net.source_side(s) == {s, a}
+
+
+def test_min_cut_chain_needs_one_cut() -> None:
+    """A long chain between a LOW source and an FP32 sink is cut once, at its cheapest edge."""
+    net = FlowNetwork()
+    s, t = net.add_vertex(), net.add_vertex()
+    chain = [net.add_vertex() for _ in range(50)]
+    net.add_edge(s, chain[0], INF)
+    for i, (u, v) in enumerate(itertools.pairwise(chain)):
+        net.add_edge(u, v, 10 if i != 30 else 4)
+        net.add_edge(v, u, 10 if i != 30 else 4)
+    net.add_edge(chain[-1], t, INF)
+    assert net.max_flow(s, t) == 4
+    assert net.source_side(s) == {s, *chain[:31]}

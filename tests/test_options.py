@@ -3,6 +3,7 @@ them (an object and/or typed keywords), and an unknown name is an error everywhe
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -18,7 +19,9 @@ import amp_convert
 from amp_convert import ConvertOptions, OptionError, ValidationError
 from amp_convert.auto import auto_convert
 from amp_convert.commands.cli import cli
+from amp_convert.options.convert import cli_fields, make_options, user_fields
 from amp_convert.validation.options import ValidateOptions
+from tests.graphs import pow_model
 from tests.helpers import one_line_error
 
 F32 = onnx.TensorProto.FLOAT
@@ -165,3 +168,74 @@ def test_one_dim_sizes_the_cost_estimate_and_the_calibration_inputs(tmp_path: Pa
     data = json.loads(report.read_text())
     assert data["level"] == "O3" and data["conversion"]["traffic_dims"] == {"batch": 3}
     assert any("dims (batch=3)" in w for w in data["warnings"])
+
+
+# ---------------------------------------------------------------- options declared once
+def test_cli_shows_every_option_field() -> None:
+    text = CliRunner().invoke(cli, ["convert", "--help"]).output
+    for f in cli_fields():
+        flag = f.metadata["flags"][0].split("/")[0]
+        assert flag in text, flag
+    # the only option the command line does not show: --auto's typed pin set (API only)
+    assert {f.name for f in user_fields()} - {f.name for f in cli_fields()} == {"pinned_nodes"}
+
+
+def test_api_takes_every_option_field() -> None:
+    options = make_options(**{f.name: f.default for f in user_fields()})
+    assert options == ConvertOptions()
+
+
+def test_stamp_covers_every_option_and_the_op_list_content(tmp_path: Path) -> None:
+    lists_file = tmp_path / "lists.txt"
+    lists_file.write_text("[deny]\nRelu x\n")
+    stamp = make_options(op_lists=lists_file).stamp()
+    assert set(__import__("json").loads(stamp)) == {f.name for f in user_fields()}
+    lists_file.write_text("[deny]\nSigmoid x\n")
+    assert make_options(op_lists=lists_file).stamp() != stamp
+
+
+def test_converting_again_with_another_op_list_converts(tmp_path: Path) -> None:
+    a, b = tmp_path / "a.txt", tmp_path / "b.txt"
+    a.write_text("[deny]\nPow x\n")
+    b.write_text("[allow]\nPow y\n")
+    once = amp_convert.convert(pow_model(3.0), op_lists=a)
+    _, again = amp_convert.convert(once, op_lists=a, return_report=True)
+    assert again.already_converted
+    _, other = amp_convert.convert(once, op_lists=b, return_report=True)
+    assert not other.already_converted
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"fp32_ops": 123}, "fp32_ops must be a string or a list of strings"),
+        ({"fp16_ops": [1]}, "fp16_ops must be a string or a list of strings"),
+        ({"dtype": np.float32}, "dtype must be 'fp16' or 'bf16'"),
+        ({"dtype": "int8"}, "unknown dtype"),
+        ({"keep_io_types": "no"}, "keep_io_types must be True or False"),
+        ({"level": 2}, "level must be one of"),
+        ({"levle": "O2"}, "unknown option"),
+        ({"dims": ["batch"]}, "expected NAME=VALUE"),
+        ({"dims": {"batch": -1}}, "non-negative integer"),
+        ({"dims": ["batch=1", "batch=2"]}, "given twice"),
+    ],
+)
+def test_bad_api_options_are_option_errors(kwargs: dict, message: str) -> None:
+    with pytest.raises(OptionError, match=message):
+        amp_convert.convert(pow_model(2.0), **kwargs)
+
+
+def test_numpy_dtypes_are_understood() -> None:
+    assert make_options(dtype=np.float16).dtype == "fp16"
+
+
+def test_unknown_user_op_names_are_refused() -> None:
+    """As in the CLI: a misspelt op name would silently keep nothing FP32."""
+    with pytest.raises(OptionError, match=r"--fp32-ops Powr: no ONNX or ONNX Runtime op.*'Pow'"):
+        amp_convert.convert(pow_model(2.0), fp32_ops="Powr")
+
+
+def test_options_dataclass_has_no_undeclared_cli_field() -> None:
+    for f in dataclasses.fields(ConvertOptions):
+        api_only = f.metadata.get("kind") == "api"  # pinned_nodes: a typed set, not a flag
+        assert f.metadata.get("derived") or api_only or "flags" in f.metadata, f.name

@@ -11,7 +11,9 @@ import numpy as np
 import pytest
 from onnx import TensorProto
 
+import amp_convert
 from models import validation_models as vm
+from tests.graphs import pow_model
 
 pytest.importorskip("onnxruntime")
 
@@ -300,3 +302,31 @@ def test_top1_option_names_outputs() -> None:
     assert any(w.startswith("top1 not computed for pred") for w in asked.warnings)
     with pytest.raises(ValidationError, match="top1 for unknown output 'logit'"):
         validate(ref, cand, provider="emulate", runs=0, top1=["logit"])
+
+
+# ---------------------------------------------------------------- validation odds and ends
+def test_infinite_max_nan_is_a_validation_error() -> None:
+    from amp_convert.errors import ValidationError
+    from amp_convert.validation.metrics import Thresholds
+
+    with pytest.raises(ValidationError, match="max_nan must be a number"):
+        Thresholds.coerce({"max_nan": float("inf")})
+
+
+def test_assert_converted_close_refuses_to_judge_nothing() -> None:
+    from amp_convert.testing import assert_converted_close
+
+    model = pow_model(2.0)
+    with pytest.raises(ValueError, match="at least one threshold"):
+        assert_converted_close(
+            model, model, atol=None, rtol=None, min_cosine=None, max_nan=None, provider="emulate"
+        )
+
+
+def test_validate_function_does_not_hide_its_package() -> None:
+    """`amp_convert.validate` is the function; the package is `amp_convert.validation`."""
+    import importlib
+
+    core = importlib.import_module("amp_convert.validation.core")
+    assert amp_convert.validate is core.validate
+    exec("import amp_convert.validation.core as c", {})  # the plain import statement works

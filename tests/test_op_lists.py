@@ -18,6 +18,8 @@ from onnx import TensorProto, helper, numpy_helper
 import amp_convert
 from amp_convert import OptionError
 from amp_convert.commands.cli import cli
+from amp_convert.op_lists import apply_user_file, load_builtin
+from tests.graphs import pow_model
 from tests.helpers import one_line_error
 
 
@@ -115,3 +117,41 @@ def test_the_models_own_custom_op_may_be_listed(tmp_path: Path) -> None:
     )
     lists = lists_file(tmp_path, b"[deny]\nmy.ops:MyCustomNorm  ours\n[allow]\n-Conv\n")
     amp_convert.convert(model, op_lists=lists)  # no error
+
+
+# ---------------------------------------------------------------- op lists
+def test_user_rules_first_match_wins(tmp_path: Path) -> None:
+    lists_file = tmp_path / "lists.txt"
+    lists_file.write_text(
+        "[rules]\n"
+        "Pow 1 between 0 1 clear first rule wins\n"
+        "Pow 1 between 0 1 deny second rule loses\n"
+    )
+    lists = apply_user_file(load_builtin(), lists_file)
+    rules = lists.rules_for("Pow")
+    assert [r.reason for r in rules[:2]] == ["first rule wins", "second rule loses"]
+    assert rules[2].user is False  # the built-in rule comes after the user's
+
+    model = pow_model(0.5)
+    _, report = amp_convert.convert(model, op_lists=lists_file, return_report=True)
+    decision = report.decision("pow")
+    assert decision.op_class == "clear"
+    assert decision.reason == "user rule: first rule wins"
+
+
+def test_user_list_reason_is_kept(tmp_path: Path) -> None:
+    lists_file = tmp_path / "lists.txt"
+    lists_file.write_text("[deny]\nPow   we saw NaNs with our data\n")
+    _, report = amp_convert.convert(pow_model(3.0), op_lists=lists_file, return_report=True)
+    assert report.decision("pow").reason == "user: we saw NaNs with our data"
+    _, report = amp_convert.convert(pow_model(3.0), fp32_ops="Pow", return_report=True)
+    assert report.decision("pow").reason == "user: --fp32-ops"
+
+
+def test_user_deny_holds_at_o3_builtin_deny_does_not(tmp_path: Path) -> None:
+    _, report = amp_convert.convert(pow_model(3.0), level="O3", return_report=True)
+    assert report.decision("pow").precision == "low"
+    _, report = amp_convert.convert(
+        pow_model(3.0), level="O3", fp32_ops=["Pow"], return_report=True
+    )
+    assert report.decision("pow").precision == "fp32"
