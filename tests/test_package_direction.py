@@ -80,3 +80,13 @@ def test_imports_point_down_the_layers() -> None:
                 where = path.relative_to(PACKAGE.parent)
                 upward.append(f"{where} ({src}) imports {module} ({dst})")
     assert not upward, "imports that point up the layers:\n" + "\n".join(upward)
+
+
+def test_no_module_is_over_500_lines() -> None:
+    """Small modules whose names say what they do: a module past 500 lines holds two things."""
+    long = {
+        str(p.relative_to(PACKAGE.parent)): n
+        for p in PACKAGE.rglob("*.py")
+        if (n := len(p.read_text().splitlines())) > 500
+    }
+    assert not long, f"split these: {long}"

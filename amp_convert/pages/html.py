@@ -15,54 +15,17 @@ from __future__ import annotations
 import html
 import math
 import os
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, is_dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, is_dataclass
 from typing import Any
 
 from amp_convert.auto.report import PinnedNode, TracePoint
 from amp_convert.core.user_text import markup
 from amp_convert.files import safe_write
+from amp_convert.pages.chart import chart, error_of, worst_nodes
+from amp_convert.pages.page import LABELLED, Page, num
 from amp_convert.reports.value_map import ValueFate
 from amp_convert.validation.metrics import OutputResult
-
-_LOG_MIN, _LOG_MAX = -8.0, 1.0
-#: worst nodes named on the chart
-LABELLED = 5
-# Okabe-Ito colours (distinguishable with colour-blindness), one meaning each
-FIRST, FINAL, PIN, INF = "#E69F00", "#0072B2", "#CC79A7", "#D55E00"
-STRIP = {
-    "low": ("#009E73", "low precision"),
-    "fp32": ("#7f6a4a", "FP32"),
-    "fp32 (pinned)": (PIN, "FP32, kept by the search"),
-    "folded": ("#56B4E9", "folded into another node"),
-    "removed": ("#e0e0e0", "removed"),
-    "n/a": ("#bdbdbd", "no float data path"),
-}
-
-
-@dataclass
-class Page:
-    """Everything the page shows, gathered by the auto or the validate side."""
-
-    title: str
-    verdict: str
-    passed: bool
-    facts: list[tuple[str, str]]
-    outputs: Sequence[OutputResult]
-    trace: Sequence[TracePoint]
-    pinned: Sequence[PinnedNode] = ()
-    by_op: Mapping[str, tuple[int, int]] = field(default_factory=dict)  # op -> (low, fp32)
-    sizes: list[tuple[str, str]] = field(default_factory=list)
-    traffic: Any = None
-    series: tuple[str, str] = ("first candidate", "final")
-    searched: bool = True  # an --auto page (validate pages have no search)
-    warnings: Sequence[str] = ()
-    #: what the reader must know about how values were matched (e.g. no value map)
-    notes: Sequence[str] = ()
-    #: original values the conversion folded or removed (from the value map)
-    folded: Sequence[ValueFate] = ()
-    #: op type -> original nodes folded into another node (not in the converted graph)
-    folded_ops: Mapping[str, int] = field(default_factory=dict)
 
 
 def write(page: Page, path: str | os.PathLike) -> None:
@@ -90,7 +53,7 @@ def _render(page: Page) -> str:
     parts.append(_outputs(page.outputs))
     parts.append("<h2>Error along the graph</h2>")
     parts.append(f"<p class='note'>{_chart_note(page)}</p>")
-    parts.append(_chart(page))
+    parts.append(chart(page))
     parts.append(_worst_table(page))
     parts.append("<h2>Precision by op type</h2>")
     parts.append(_by_op(page.by_op, page.searched, page.folded_ops))
@@ -151,207 +114,13 @@ def _outputs(outputs: Sequence[OutputResult]) -> str:
     return _table(head, rows, cls="grid")
 
 
-def _y(err: float | None, top: float, height: float) -> float | None:
-    if err is None:
-        return None
-    if math.isinf(err) or math.isnan(err):
-        return top
-    v = math.log10(max(err, 10**_LOG_MIN))
-    v = min(v, _LOG_MAX)
-    return top + (1 - (v - _LOG_MIN) / (_LOG_MAX - _LOG_MIN)) * height
-
-
-def _error(t: TracePoint) -> float | None:
-    """The error that ranks a node: the final candidate's, else the first's."""
-    return t.final_error if t.final_error is not None else t.first_error
-
-
-def worst_nodes(trace: Sequence[TracePoint], n: int = LABELLED) -> list[TracePoint]:
-    """The ``n`` nodes with the largest error (NaN/Inf first); hidden ones never."""
-    scored = [t for t in trace if _error(t) is not None and not t.hidden]
-
-    def key(t: TracePoint) -> float:
-        err = _error(t)
-        return math.inf if err is None or not math.isfinite(err) else err
-
-    return sorted(scored, key=key, reverse=True)[:n]
-
-
-def _chart(page: Page) -> str:
-    trace = [t for t in page.trace if not t.hidden]
-    if not trace:
-        return "<p class='note'>No per-node values (nothing was probed).</p>"
-    w, plot_h, left = 1100, 240, 60
-    step = (w - left - 15) / max(len(trace) - 1, 1)
-    lanes = _label_lanes(trace, lambda i: left + i * step, w)
-    top = 22 + _LANE * len({lane for _, _, lane, _ in lanes})
-    n = len(trace)
-    step = (w - left - 15) / max(n - 1, 1)
-
-    def x(i: int) -> float:
-        return left + i * step
-
-    out = [f"<svg viewBox='0 0 {w} {top + plot_h + 110}' width='100%' role='img' class='chart'>"]
-    for k in range(int(_LOG_MIN), int(_LOG_MAX) + 1):
-        yy = _y(10.0**k, top, plot_h) or 0.0
-        out.append(f"<line x1='{left}' x2='{w - 10}' y1='{yy:.1f}' y2='{yy:.1f}' class='grid'/>")
-        out.append(f"<text x='{left - 6}' y='{yy + 4:.1f}' class='axis'>1e{k}</text>")
-    pinned = {p.name for p in page.pinned}
-    for i, t in enumerate(trace):
-        if t.node in pinned:
-            out.append(
-                f"<line x1='{x(i):.1f}' x2='{x(i):.1f}' y1='{top}' y2='{top + plot_h}' "
-                f"class='pin'><title>kept FP32 by the search: {html.escape(t.node)}</title></line>"
-            )
-    same = all(t.first_error == t.final_error for t in trace)
-    for attr, cls, label in (("first_error", "first", page.series[0]),
-                             ("final_error", "final", page.series[1])):  # fmt: skip
-        if label:
-            out.extend(_series(trace, attr, cls, label, x, top, plot_h))
-    out.extend(_labels(trace, lanes, x, top, plot_h))
-    strip_y = top + plot_h + 12
-    for i, t in enumerate(trace):
-        color = STRIP.get(t.precision, STRIP["n/a"])[0]
-        x0 = max(left, x(i) - step / 2)
-        x1 = min(w - 10, x(i) + step / 2)
-        where = f" (in {t.inside})" if t.inside else ""
-        into = f" into {t.folded_into}" if t.folded_into else ""
-        out.append(
-            f"<rect x='{x0:.1f}' y='{strip_y}' width='{max(x1 - x0, 1):.1f}' height='14' "
-            f"fill='{color}' class='strip'><title>{html.escape(t.node)}{html.escape(where)}: "
-            f"{html.escape(t.precision + into)}</title></rect>"
-        )
-    out.append(_legend(page, trace, strip_y + 34, left, same))
-    out.append(
-        f"<text x='{w - 10}' y='{strip_y + 96}' class='axis'>{n} nodes, inputs → outputs</text>"
-    )
-    out.append("</svg>")
-    return "".join(out)
-
-
-def _series(
-    trace: Sequence[TracePoint],
-    attr: str,
-    cls: str,
-    label: str,
-    x: Callable[[int], float],
-    top: float,
-    plot_h: float,
-) -> list[str]:
-    out: list[str] = []
-    pts = [(x(i), _y(getattr(t, attr), top, plot_h)) for i, t in enumerate(trace)]
-    pts = [(a, b) for a, b in pts if b is not None]
-    if not pts:
-        return out
-    path = " ".join(f"{a:.1f},{b:.1f}" for a, b in pts)
-    out.append(f"<polyline points='{path}' class='{cls}'><title>{label}</title></polyline>")
-    for i, t in enumerate(trace):
-        err = getattr(t, attr)
-        yy = _y(err, top, plot_h)
-        if yy is None:
-            continue
-        bad = err is not None and not math.isfinite(err)
-        out.append(
-            f"<circle cx='{x(i):.1f}' cy='{yy:.1f}' r='{4.5 if bad else 2.2}' "
-            f"class='{'inf' if bad else cls}'><title>{html.escape(t.node)} "
-            f"[{html.escape(t.op_type)}] {label}: {num(err)}; max |x| {num(t.max_abs)}"
-            f"</title></circle>"
-        )
-    return out
-
-
-_LANE = 13  # px between label rows above the plot
-
-
-def _label_text(rank: int, t: TracePoint) -> str:
-    name = t.node if len(t.node) <= 40 else "…" + t.node[-39:]
-    return f"{rank}. {name}"
-
-
-def _label_lanes(
-    trace: Sequence[TracePoint], x: Callable[[int], float], w: float
-) -> list[tuple[int, TracePoint, int, float]]:
-    """(rank, point, row, left x) of the worst nodes: rows above the plot, filled left to right
-    so that no two labels share any horizontal extent (monospace 10.5 px: <= 6.6 px a char)."""
-    index = {id(t): i for i, t in enumerate(trace)}
-    placed: list[tuple[int, TracePoint, int, float]] = []
-    ends: list[float] = []  # right edge of the last label of each row
-    ranked = list(enumerate(worst_nodes(trace), 1))
-    for rank, t in sorted(ranked, key=lambda rt: index[id(rt[1])]):
-        width = 6.6 * len(_label_text(rank, t)) + 8
-        start = min(max(x(index[id(t)]) - 4, 4.0), w - width - 4)
-        row = next((r for r, end in enumerate(ends) if start > end), len(ends))
-        if row == len(ends):
-            ends.append(0.0)
-        ends[row] = start + width
-        placed.append((rank, t, row, start))
-    return placed
-
-
-def _labels(
-    trace: Sequence[TracePoint],
-    lanes: Sequence[tuple[int, TracePoint, int, float]],
-    x: Callable[[int], float],
-    top: float,
-    plot_h: float,
-) -> list[str]:
-    """Names of the worst nodes (numbered as in the worst-nodes table) in rows above the plot,
-    each with a thin line down to its point: readable, never overlapping."""
-    index = {id(t): i for i, t in enumerate(trace)}
-    out = []
-    for rank, t, row, lx in lanes:
-        i = index[id(t)]
-        yy = _y(_error(t), top, plot_h)
-        if yy is None:
-            continue
-        text = _label_text(rank, t)
-        ly = 14 + _LANE * row
-        out.append(
-            f"<line x1='{x(i):.1f}' x2='{x(i):.1f}' y1='{ly + 2}' y2='{yy:.1f}' class='leader'/>"
-            f"<text x='{lx:.1f}' y='{ly}' class='label' data-rank='{rank}'>"
-            f"{html.escape(text)}<title>{html.escape(t.node)}</title></text>"
-        )
-    return out
-
-
-def _legend(page: Page, trace: Sequence[TracePoint], y: float, left: float, same: bool) -> str:
-    items: list[tuple[str, str]] = []
-    if page.series[0]:
-        first = page.series[0] + (" (= final: one candidate)" if same else "")
-        items.append((f"<rect width='16' height='4' y='-6' fill='{FIRST}'/>", first))
-    if page.series[1]:
-        items.append((f"<rect width='16' height='2' y='-5' fill='{FINAL}'/>", page.series[1]))
-    if page.searched:
-        items.append(
-            (f"<line x1='8' x2='8' y1='-11' y2='3' stroke='{PIN}' stroke-width='2' "
-             "stroke-dasharray='3 2'/>", "kept FP32 by the search")
-        )  # fmt: skip
-    items.append((f"<circle cx='8' cy='-4' r='4.5' fill='{INF}'/>", "new NaN/Inf (top edge)"))
-    shown = {t.precision for t in trace}
-    strip = [(k, v) for k, v in STRIP.items() if k in shown]
-    out, lx, row = [], left, 0
-    for mark, label in items + [
-        (f"<rect width='14' height='10' y='-9' fill='{c}'/>", f"strip: {text}")
-        for _, (c, text) in strip
-    ]:
-        width = 30 + 6.6 * len(label)
-        if lx + width > 1090:
-            lx, row = left, row + 1
-        out.append(
-            f"<g transform='translate({lx:.0f},{y + 18 * row:.0f})' class='key'>{mark}"
-            f"<text x='22' y='0' class='axis left'>{html.escape(label)}</text></g>"
-        )
-        lx += width
-    return "".join(out)
-
-
 def _worst_table(page: Page) -> str:
     worst = worst_nodes(page.trace)
     if not worst:
         return ""
     rows = [
         [str(rank), html.escape(t.node), html.escape(t.op_type), html.escape(t.precision),
-         num(_error(t)), num(t.max_abs), html.escape(t.reason)]
+         num(error_of(t)), num(t.max_abs), html.escape(t.reason)]
         for rank, t in enumerate(worst, 1)
     ]  # fmt: skip
     head = ["#", "worst nodes", "op", "precision", "error", "max |x| (FP32)", "why"]
@@ -481,26 +250,6 @@ def _sort_key(v: float) -> str:
     if isinstance(v, float) and math.isnan(v):
         return "1e309"
     return repr(float(v)) if math.isfinite(v) else ("1e308" if v > 0 else "-1e308")
-
-
-def num(v: float | None, digits: int = 4) -> str:
-    """``v`` with the fewest significant digits (at least ``digits``) that keep it honest: a
-    value that is not 1 (or 0) never prints as 1 (or 0), so 0.9999999 against a 0.9999999x
-    threshold shows why it failed."""
-    if v is None:
-        return "–"
-    if isinstance(v, float) and math.isnan(v):
-        return "NaN"
-    if isinstance(v, float) and math.isinf(v):
-        return "Inf" if v > 0 else "-Inf"
-    if isinstance(v, int):
-        return str(v)
-    for d in range(digits, 18):
-        text = f"{v:.{d}g}"
-        back = float(text)
-        if back == v or (abs(back - v) <= 5e-4 * abs(v) and back not in (0.0, 1.0, -1.0)):
-            return text
-    return repr(v)
 
 
 def bytes_text(n: float) -> str:

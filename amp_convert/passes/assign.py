@@ -11,38 +11,27 @@ readers FP32.
 from __future__ import annotations
 
 import logging
-import math
 import types
 from dataclasses import dataclass, field
 
 import onnx_ir as ir
 
-from amp_convert.core.precision import NodeClass, Precision, constant_tensor, is_float_tensor
+from amp_convert.core.precision import NodeClass, constant_tensor, is_float_tensor
 from amp_convert.core.qdq_rules import is_qdq, is_scale_slot, scale_refusal
 from amp_convert.core.reasons import Reason, ReasonKind
 from amp_convert.core.tensors import read, release
 from amp_convert.core.weight_range import RangeStats, check_weight, float_attributes, weigh
 from amp_convert.core.weight_scan import range_stats
-from amp_convert.cost.traffic import LAUNCH_BYTES, ShapeBook
+from amp_convert.cost.traffic import ShapeBook
 from amp_convert.options.convert import ConvertOptions, Level
+from amp_convert.passes._assign_cut import Cut, Draft, min_cut
 from amp_convert.placement.boundaries import find_boundaries
-from amp_convert.placement.mincut import INF, FlowNetwork
-from amp_convert.placement.plan import FP32, LOW, Classes, ClassInfo, Placement, PrecisionPlan
+from amp_convert.placement.plan import FP32, LOW, Classes, Placement, PrecisionPlan
 from amp_convert.reports.conversion import TensorNote
 
 log = logging.getLogger(__name__)
 
 K = ReasonKind
-
-
-@dataclass
-class _Draft:
-    """assign's working copy of one node's placement (private, mutable; frozen on return)."""
-
-    info: ClassInfo
-    precision: Precision = FP32
-    forced: bool = False  # decided by a hard rule; placement must not flip it
-    notes: list[Reason] = field(default_factory=list)
 
 
 @dataclass
@@ -67,7 +56,7 @@ def assign(
     """
     nodes = list(model.graph.all_nodes())
     weights = _Weights()
-    drafts = {node: _Draft(classes[node]) for node in nodes}
+    drafts = {node: Draft(classes[node]) for node in nodes}
     low_boundaries: set[int] = set()  # filled by the cut
     draft = PrecisionPlan(
         drafts,
@@ -91,16 +80,16 @@ def assign(
             d.precision, d.forced = LOW, True
         else:
             d.precision = LOW if level == Level.O2 else FP32
-    cut = _Cut(draft, drafts, shapes, low_boundaries)
+    cut = Cut(draft, drafts, shapes, low_boundaries)
     if level in (Level.O1, Level.O2):
         _deny_reach(drafts, nodes)
-        _min_cut(cut, nodes, prefer_low=level == Level.O2)
+        min_cut(cut, nodes, prefer_low=level == Level.O2)
         # an FP32-accumulating reduction next to an FP32 neighbour keeps FP32 math with
         # explicit casts; pinning it can change the best placement of the rest, so re-cut
         while _pin_low_between_low(draft, drafts, nodes):
-            _min_cut(cut, nodes, prefer_low=level == Level.O2)
+            min_cut(cut, nodes, prefer_low=level == Level.O2)
     else:  # O3: every node is decided; only the control-flow boundaries are placed
-        _min_cut(cut, nodes, prefer_low=True)
+        min_cut(cut, nodes, prefer_low=True)
     placements = {
         node: Placement(d.info, d.precision, (*d.info.reasons, *d.notes))
         for node, d in drafts.items()
@@ -124,7 +113,7 @@ def assign(
 
 
 def _range_limits(
-    plan: PrecisionPlan, drafts: dict[ir.Node, _Draft], nodes: list[ir.Node], weights: _Weights
+    plan: PrecisionPlan, drafts: dict[ir.Node, Draft], nodes: list[ir.Node], weights: _Weights
 ) -> None:
     """Readers of weights the low type cannot hold keep FP32: never clamp or flush silently.
 
@@ -170,7 +159,7 @@ def _range_limits(
 
 
 def _weight_stats(
-    drafts: dict[ir.Node, _Draft], nodes: list[ir.Node], low: ir.DataType
+    drafts: dict[ir.Node, Draft], nodes: list[ir.Node], low: ir.DataType
 ) -> dict[int, RangeStats]:
     """The range stats of every weight _range_limits may judge (by id of its value), read once
     and on every core (weight_scan); the verdicts are still made in _range_limits' order."""
@@ -212,7 +201,7 @@ def _refusal(
     return None
 
 
-def _whole_qdq_groups(drafts: dict[ir.Node, _Draft], nodes: list[ir.Node]) -> None:
+def _whole_qdq_groups(drafts: dict[ir.Node, Draft], nodes: list[ir.Node]) -> None:
     """A Q/DQ whose scale keeps FP32 keeps its whole DQ -> op -> Q group FP32 with it.
 
     A group is what ORT and TensorRT fuse: the DQs an op reads, the op, and the Qs it feeds
@@ -284,7 +273,7 @@ def _attribute_refusal(weights: _Weights, node: ir.Node, low: ir.DataType) -> st
     return None
 
 
-def _data_source(drafts: dict[ir.Node, _Draft], value: ir.Value | None) -> ir.Value | None:
+def _data_source(drafts: dict[ir.Node, Draft], value: ir.Value | None) -> ir.Value | None:
     """The value a low CLEAR chain (Reshape, Transpose...) moves into `value`: an FP32 value
     reshaped in low precision is still an FP32 neighbour (its Cast loses what FP32 kept)."""
     for _ in range(64):
@@ -299,7 +288,7 @@ def _data_source(drafts: dict[ir.Node, _Draft], value: ir.Value | None) -> ir.Va
 
 
 def _pin_low_between_low(
-    plan: PrecisionPlan, drafts: dict[ir.Node, _Draft], nodes: list[ir.Node]
+    plan: PrecisionPlan, drafts: dict[ir.Node, Draft], nodes: list[ir.Node]
 ) -> bool:
     """Force FP32 the low_between_low nodes placed LOW next to an FP32 neighbour; any pinned?"""
     pinned = False
@@ -321,7 +310,7 @@ def _pin_low_between_low(
     return pinned
 
 
-def _deny_reach(drafts: dict[ir.Node, _Draft], nodes: list[ir.Node]) -> None:
+def _deny_reach(drafts: dict[ir.Node, Draft], nodes: list[ir.Node]) -> None:
     """DENY spreads forward through INFER/CLEAR nodes (their inputs are unsafe values)."""
     stack = [n for n in nodes if drafts[n].info.op_class == NodeClass.DENY]
     while stack:
@@ -341,175 +330,3 @@ def _deny_reach(drafts: dict[ir.Node, _Draft], nodes: list[ir.Node]) -> None:
                     detail = f"reads {out.name!r} from {node.op_type}"
                     d.notes.append(Reason(K.DENY_REACH, "follows deny", detail))
                     stack.append(use.node)
-
-
-@dataclass
-class _Cut:
-    """What every min cut reads: the draft plan, its nodes and sizes; and where it records the
-    boundaries it places LOW."""
-
-    plan: PrecisionPlan
-    drafts: dict[ir.Node, _Draft]
-    shapes: ShapeBook
-    low_boundaries: set[int]
-
-
-def _min_cut(cut: _Cut, nodes: list[ir.Node], prefer_low: bool) -> None:
-    """Place INFER/CLEAR nodes so the bytes moved per inference are minimal (an exact s-t min cut).
-
-    Source side = LOW, sink side = FP32.
-    - At O2 a movable node left FP32 pays the extra bytes its own data path moves at 4 bytes an
-      element (a unary edge); at O1 nodes move only where that saves Casts.
-    - A float value costs one Cast when a reader needs the other precision than its producer
-      gives; two helper vertices per value make that a cut of the value's weight: the bytes the
-      Cast moves (a read of one type, a write of the other, sized from shapes) plus a kernel
-      launch's worth (LAUNCH_BYTES), with the number of Casts as the tie-break.
-    - A constant is free to live in either precision, but readers that disagree on it cost a
-      runtime Cast or a second stored copy of the whole weight, so its bytes pull them together.
-    - A control-flow boundary (an If output and what its branches return, a Loop's carried
-      state...) is a movable vertex too: one type on every side of it.
-    - Nodes and Casts weigh as often as their graph runs: a Loop/Scan body per trip, an If
-      branch half (ShapeBook.runs).
-    - Forced nodes are tied to their side; each movable node has a weight-1 edge towards the
-      level's preference (O2: LOW, O1: FP32), which only breaks ties between equal costs.
-    """
-    plan, drafts, shapes = cut.plan, cut.drafts, cut.shapes
-    net = FlowNetwork()
-    src, sink = net.add_vertex(), net.add_vertex()
-    vertex: dict[ir.Node, int] = {}
-    movable = []
-    for node in nodes:
-        d = drafts[node]
-        if not d.info.candidate:
-            continue
-        v = vertex[node] = net.add_vertex()
-        if d.forced:
-            net.add_edge(*((src, v) if d.precision == LOW else (v, sink)), INF)
-        else:
-            movable.append(node)
-    bounds = plan.boundaries
-    crossing = [net.add_vertex() for _ in bounds.items]  # a boundary moves like a node
-    if not movable and not crossing:
-        return
-    values = _float_values_of(drafts, nodes)
-    seen = {id(v) for v in values}
-    for i in range(len(crossing)):
-        for value in bounds.values(i):
-            if id(value) not in seen:
-                seen.add(id(value))
-                values.append(value)
-    per_cast = len(movable) + 1  # one Cast outweighs every preference edge together
-    per_byte = per_cast * (len(values) + 1)  # one byte outweighs every Cast count together
-    low_bytes = plan.low.itemsize
-    for node in movable:
-        v = vertex[node]
-        net.add_edge(*((src, v) if prefer_low else (v, sink)), 1)
-        if not prefer_low:
-            continue  # O1 moves a node to low precision only where that saves Casts
-        # a node left FP32 reads and writes its data path at 4 bytes an element instead of 2
-        info = drafts[node].info
-        slots = (
-            *(node.inputs[i] for i in info.low_inputs),
-            *(node.outputs[i] for i in info.low_outputs),
-        )
-        elements = sum(shapes.elements(x) for x in slots if x is not None and is_float_tensor(x))
-        runs = shapes.runs(node.graph)  # a Loop/Scan body per trip, an If branch half
-        net.add_edge(src, v, math.ceil(elements * (4 - low_bytes) * per_byte * runs))
-    for v in crossing:  # in a tie a boundary goes low: the branches' low results pass as they are
-        net.add_edge(src, v, 1)
-
-    def cast_weight(value: ir.Value) -> int:
-        """A Cast of `value`, where it is defined: bytes, a launch, and the Cast count."""
-        defined_by = bounds.by_defined.get(value)
-        if defined_by is not None and value.producer() is bounds.items[defined_by].node:
-            reads = bounds.items[defined_by].reads
-            if reads and bounds.items[defined_by].node.op_type == "If":
-                # after the If it casts what the branch that ran returned
-                return sum(cast_weight(r) for r in reads)
-        weight = (shapes.cast_bytes(value, plan.low) + LAUNCH_BYTES) * per_byte + per_cast
-        return math.ceil(weight * shapes.runs(value.graph))  # a body per trip, a branch half
-
-    for value in values:
-        _add_value(plan, net, value, (vertex, crossing), src, sink, cast_weight(value))
-    net.max_flow(src, sink)
-    low_side = net.source_side(src)
-    cut.low_boundaries.clear()
-    cut.low_boundaries.update(i for i, v in enumerate(crossing) if v in low_side)
-    for node in movable:
-        d = drafts[node]
-        low = vertex[node] in low_side
-        if low != (d.precision == LOW):
-            detail = ("low precision" if low else "FP32") + " moves fewer bytes"
-            d.notes.append(Reason(K.PLACEMENT, "", detail))
-        d.precision = LOW if low else FP32
-
-
-def _add_value(
-    plan: PrecisionPlan,
-    net: FlowNetwork,
-    value: ir.Value,
-    vertices: tuple[dict[ir.Node, int], list[int]],
-    src: int,
-    sink: int,
-    weight: int,
-) -> None:
-    vertex, crossing = vertices  # of the candidate nodes; of the control-flow boundaries
-    bounds = plan.boundaries
-    producer = value.producer()
-    defined_by = bounds.by_defined.get(value)
-    if defined_by is not None:  # an If/Loop/Scan output or a body input
-        p = crossing[defined_by]
-    elif constant_tensor(value) is not None:
-        p = net.add_vertex()  # free: stored in whichever precision costs less
-    elif producer is not None:
-        placed = plan.nodes.get(producer)
-        movable_out = placed is not None and value.index() in placed.info.low_outputs
-        p = vertex.get(producer, sink) if movable_out else sink
-    else:
-        p = src if plan.home(value) == LOW else sink
-    readers: set[int] = set()
-    for use in value.uses():
-        reader = plan.nodes.get(use.node)
-        passed_to = bounds.by_slot.get((use.node, use.idx))
-        if passed_to is not None:  # into a Loop/Scan body
-            readers.add(crossing[passed_to])
-        elif reader is None or use.idx in reader.info.any_inputs:
-            continue
-        elif use.idx in reader.info.low_inputs and use.node in vertex:
-            readers.add(vertex[use.node])
-        else:
-            readers.add(sink)
-    if value.is_graph_output():
-        read_by = bounds.by_read.get(value) if value.graph is not plan.main_graph else None
-        if read_by is not None:  # handed on by an If/Loop/Scan
-            readers.add(crossing[read_by])
-        else:
-            readers.add(src if plan.interface(value) == LOW else sink)
-    readers.discard(p)
-    if not readers or (p in (src, sink) and readers <= {src, sink}):
-        return
-    if p != sink:  # p LOW and a reader FP32 → a Cast up
-        a = net.add_vertex()
-        net.add_edge(p, a, weight)
-        for r in readers:
-            net.add_edge(a, r, INF)
-    if p != src:  # p FP32 and a reader LOW → a Cast down
-        b = net.add_vertex()
-        net.add_edge(b, p, weight)
-        for r in readers:
-            net.add_edge(r, b, INF)
-
-
-def _float_values_of(drafts: dict[ir.Node, _Draft], nodes: list[ir.Node]) -> list[ir.Value]:
-    """Float values read by candidate nodes or produced by them (graph inputs included)."""
-    seen: set[int] = set()
-    out: list[ir.Value] = []
-    for node in nodes:
-        info = drafts[node].info
-        if not info.candidate:
-            continue
-        for v in (*(node.inputs[i] for i in info.low_inputs), *node.outputs):
-            if v is not None and id(v) not in seen and is_float_tensor(v):
-                seen.add(id(v))
-                out.append(v)
-    return out

@@ -30,10 +30,22 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
-from amp_convert.core import domains, proto_walk
-from amp_convert.core.dtypes import FLOAT, FP16_MAX, FP16_MIN_NORMAL
+from amp_convert.core import domains
+from amp_convert.core.dtypes import FLOAT, FP16_MAX
 from amp_convert.core.precision import UniqueNames, constant_tensor
 from amp_convert.files.onnx_checks import call_on_stripped
+from amp_convert.passes._bn_checks import (
+    Kept,
+    attr,
+    check_inference,
+    drop_if_dead,
+    inferred_types,
+    is_onnx,
+    shaped,
+    statistics,
+    subnormal_share,
+    to_float32,
+)
 from amp_convert.reports.conversion import FoldNote
 from amp_convert.reports.value_map import Carried, Folded, NodeCarried, NodeFolded, ValueRecord
 
@@ -42,21 +54,6 @@ log = logging.getLogger(__name__)
 FOLD_TARGETS = ("Conv", "ConvTranspose", "Gemm", "MatMul")
 #: Share of nonzero multiplicative values the fold may newly push below FP16's normal range.
 UNDERFLOW_FRACTION = 0.01
-
-
-class _Kept(Exception):
-    """A BN that must stay as it is; the message is the reason."""
-
-
-def _is_onnx(node: ir.Node | None, *op_types: str) -> bool:
-    return node is not None and domains.is_default(node.domain) and node.op_type in op_types
-
-
-def _shaped(s: np.ndarray, axis: int, rank: int) -> np.ndarray:
-    """``s`` laid along ``axis`` of a rank-``rank`` tensor (ones elsewhere)."""
-    shape = [1] * rank
-    shape[axis] = s.size
-    return s.reshape(shape)
 
 
 @dataclass(frozen=True)
@@ -85,7 +82,7 @@ def fold_batch_norm(
     shape inference runs once on the weight-stripped model, only if a rank is needed and unknown.
     ``names`` is the pipeline's shared name registry (one is made from the model otherwise).
     """
-    bns = [n for n in model.graph.all_nodes() if _is_onnx(n, "BatchNormalization")]
+    bns = [n for n in model.graph.all_nodes() if is_onnx(n, "BatchNormalization")]
     if not bns:
         return FoldResult()
     folder = _Folder(model, low_dtype, value_types, names or UniqueNames.of_model(model))
@@ -95,7 +92,7 @@ def fold_batch_norm(
         name = bn.name or f"BatchNormalization_{i}"
         try:
             record = folder.rewrite(bn, name, opset)
-        except _Kept as kept:
+        except Kept as kept:
             record = FoldNote(name, "kept", "", str(kept))
         log.debug("fold BatchNormalization %s: %s %s %s", name, record.action, record.into,
                   record.detail)  # fmt: skip
@@ -141,29 +138,29 @@ class _Folder:
         self.values: list[ValueRecord] = []
 
     def rewrite(self, bn: ir.Node, name: str, opset: int) -> FoldNote:
-        _check_inference(bn, opset)
-        scale, bias, mean, var = _statistics(bn)
-        eps = float(_attr(bn, "epsilon", 1e-5))
+        check_inference(bn, opset)
+        scale, bias, mean, var = statistics(bn)
+        eps = float(attr(bn, "epsilon", 1e-5))
         denom = var + eps
         if not np.all(denom > 0):
-            raise _Kept(f"var + epsilon <= 0 in {int(np.sum(~(denom > 0)))} channel(s)")
+            raise Kept(f"var + epsilon <= 0 in {int(np.sum(~(denom > 0)))} channel(s)")
         s = scale / np.sqrt(denom)
         shift = bias - mean * s
         x = bn.inputs[0]
-        assert x is not None  # _statistics checked the inputs
+        assert x is not None  # statistics checked the inputs
         producer, why_not = self._fold_target(bn, x, s.size)
         if producer is not None:  # its FLOAT weight makes X FLOAT too (one type variable)
             return self._fold(bn, name, producer, s, shift)
         dtype = self._dtype(x, bn)
         if dtype is not None and dtype != FLOAT:
-            raise _Kept(f"input is {dtype.name}; only FLOAT BatchNormalization is rewritten")
+            raise Kept(f"input is {dtype.name}; only FLOAT BatchNormalization is rewritten")
         if dtype is None:
-            raise _Kept(f"not folded ({why_not}); the element type of the input is unknown")
+            raise Kept(f"not folded ({why_not}); the element type of the input is unknown")
         rank = self._rank(x) or self._rank(bn.outputs[0])
         if rank is None:
-            raise _Kept(f"not folded ({why_not}); the rank of the input is unknown")
+            raise Kept(f"not folded ({why_not}); the rank of the input is unknown")
         if rank < 2:
-            raise _Kept(f"input has rank {rank}; BatchNormalization needs N x C x ...")
+            raise Kept(f"input has rank {rank}; BatchNormalization needs N x C x ...")
         return self._decompose(bn, name, s, shift, rank, why_not)
 
     # -- facts about values --------------------------------------------------------------------
@@ -187,7 +184,7 @@ class _Folder:
     def _types(self) -> Mapping[str, onnx.TypeProto]:
         """Inferred types by value name: given, or inferred once on the weight-stripped model."""
         if self._value_types is None:
-            self._value_types = call_on_stripped(self._model, _inferred_types)
+            self._value_types = call_on_stripped(self._model, inferred_types)
         return self._value_types
 
     def _fresh(self, base: str) -> str:
@@ -199,7 +196,7 @@ class _Folder:
         producer = x.producer()
         if producer is None:
             return None, "its input is a graph input or initializer"
-        if not _is_onnx(producer, *FOLD_TARGETS):
+        if not is_onnx(producer, *FOLD_TARGETS):
             return None, f"its input comes from {producer.op_type}, not {'/'.join(FOLD_TARGETS)}"
         label = f"{producer.op_type} {producer.name!r}"
         if producer.graph is not bn.graph:
@@ -231,14 +228,14 @@ class _Folder:
             if op == "Conv":
                 out = wshape[0]
             else:
-                group = int(_attr(producer, "group", 1))
+                group = int(attr(producer, "group", 1))
                 if group < 1 or wshape[0] % group:
                     return f"weight dim 0 ({wshape[0]}) is not divisible by group {group}"
                 out = group * wshape[1]
         else:
             if len(wshape) != 2:
                 return f"weight has rank {len(wshape)}, not 2"
-            trans_b = op == "Gemm" and int(_attr(producer, "transB", 0))
+            trans_b = op == "Gemm" and int(attr(producer, "transB", 0))
             out = wshape[0] if trans_b else wshape[1]
             if op == "MatMul":
                 rank = self._rank(x) or (
@@ -268,16 +265,16 @@ class _Folder:
         w_stored = w_tensor.numpy()
         w = w_stored.astype(np.float64)
         if op == "Conv":
-            w_new = w * _shaped(s, 0, w.ndim)
+            w_new = w * shaped(s, 0, w.ndim)
             axis = "axis 0"
         elif op == "ConvTranspose":
-            group = int(_attr(producer, "group", 1))
+            group = int(attr(producer, "group", 1))
             # W is [C_in, C_out/group, k...]; output channel g*C_out/group + j is W[g-th block, j]
             grouped = w.reshape(group, w.shape[0] // group, *w.shape[1:])
             per_group = s.reshape(group, 1, w.shape[1], *[1] * (w.ndim - 2))
             w_new = (grouped * per_group).reshape(w.shape)
             axis = f"axis 1, group {group}"
-        elif op == "Gemm" and int(_attr(producer, "transB", 0)):
+        elif op == "Gemm" and int(attr(producer, "transB", 0)):
             w_new = w * s[:, None]
             axis = "axis 0 (transB=1)"
         else:
@@ -289,16 +286,16 @@ class _Folder:
             assert bias_tensor is not None
             old_bias = bias_tensor.numpy().astype(np.float64)
         if op == "Gemm":
-            beta = float(_attr(producer, "beta", 1.0))
+            beta = float(attr(producer, "beta", 1.0))
             b_new = shift if old_bias is None else beta * old_bias * s + shift
         else:
             b_new = shift if old_bias is None else old_bias * s + shift
-        w32, b32 = _to_float32(w_new), _to_float32(b_new)
+        w32, b32 = to_float32(w_new), to_float32(b_new)
         problem = self._range_problem(
-            "folded weight", w32, multiplicative=True, before=_subnormal_share(np.abs(w_stored))
+            "folded weight", w32, multiplicative=True, before=subnormal_share(np.abs(w_stored))
         ) or self._range_problem("folded bias", b32)
         if problem:
-            raise _Kept(f"not folded into {op} {producer.name!r}: {problem}")
+            raise Kept(f"not folded into {op} {producer.name!r}: {problem}")
         graph = producer.graph
         assert graph is not None
         base = producer.name or name
@@ -331,13 +328,13 @@ class _Folder:
     def _decompose(
         self, bn: ir.Node, name: str, s: np.ndarray, shift: np.ndarray, rank: int, why_not: str
     ) -> FoldNote:
-        s32 = _to_float32(_shaped(s, 0, rank - 1))
-        shift32 = _to_float32(_shaped(shift, 0, rank - 1))
+        s32 = to_float32(shaped(s, 0, rank - 1))
+        shift32 = to_float32(shaped(shift, 0, rank - 1))
         problem = self._range_problem(
             "scale/sqrt(var+eps)", s32, multiplicative=True
         ) or self._range_problem("B - mean*scale/sqrt(var+eps)", shift32)
         if problem:
-            raise _Kept(f"not decomposed: {problem}")
+            raise Kept(f"not decomposed: {problem}")
         graph = bn.graph
         assert graph is not None
         x = bn.inputs[0]
@@ -394,7 +391,7 @@ class _Folder:
             if not old.uses() and not old.is_graph_output():
                 why = f"BatchNormalization folded into {node.op_type} {node.name!r}"
                 self.values.append(Folded(old, new.name or "", why))
-            _drop_if_dead(old)
+            drop_if_dead(old)
 
     def _replace_bn(self, bn: ir.Node, result: ir.Value, why: str) -> None:
         """Readers of the BN's output read ``result``; the BN and its dead constants go."""
@@ -420,7 +417,7 @@ class _Folder:
         graph.remove(bn, safe=True)
         for value in stats:
             if value is not None:
-                _drop_if_dead(value)
+                drop_if_dead(value)
 
     # -- range check ---------------------------------------------------------------------------
     def _range_problem(
@@ -440,86 +437,10 @@ class _Folder:
             return f"{what} would overflow float16: max |v| = {peak:.4g} > 65504"
         if not multiplicative:
             return None  # additive: a subnormal next to O(1) activations is harmless
-        share = _subnormal_share(magnitude)
+        share = subnormal_share(magnitude)
         if share - before > UNDERFLOW_FRACTION:
             return (
                 f"{what} would underflow into float16 subnormals: {share:.1%} of its nonzero "
                 f"values are below 6.1e-05 (unfolded {before:.1%})"
             )
         return None
-
-
-def _to_float32(values: np.ndarray) -> np.ndarray:
-    """float64 → float32 as stored; beyond float32 becomes inf (the range check reports it)."""
-    with np.errstate(over="ignore"):
-        return values.astype(np.float32)
-
-
-def _subnormal_share(magnitude: np.ndarray) -> float:
-    nonzero = magnitude > 0
-    count = int(nonzero.sum())
-    if count == 0:
-        return 0.0
-    return float(np.sum(nonzero & (magnitude < FP16_MIN_NORMAL))) / count
-
-
-def _inferred_types(proto: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
-    try:
-        inferred = onnx.shape_inference.infer_shapes(proto, strict_mode=False, data_prop=False)
-    except Exception:  # inference is a help, never a requirement
-        return {}
-    types: dict[str, onnx.TypeProto] = {}
-    for g in proto_walk.graphs(inferred.graph):
-        for vi in (*g.input, *g.value_info, *g.output):
-            if vi.type.WhichOneof("value") is not None:
-                types.setdefault(vi.name, vi.type)
-    return types
-
-
-def _attr(node: ir.Node, name: str, default: float | int) -> float | int:
-    attr = node.attributes.get(name)
-    return default if attr is None else attr.value
-
-
-def _check_inference(bn: ir.Node, opset: int) -> None:
-    """Raise _Kept unless the BN normalises with its stored statistics (inference mode)."""
-    if opset < 7:
-        raise _Kept(f"BatchNormalization-{opset} (is_test semantics) is not folded")
-    if int(_attr(bn, "training_mode", 0)):
-        raise _Kept("training_mode=1 normalises with batch statistics")
-    if opset < 9 and not int(_attr(bn, "spatial", 1)):
-        raise _Kept("spatial=0 (per-activation statistics) is not folded")
-    extra = [v for v in bn.outputs[1:] if v is not None and v.name]
-    if extra:
-        raise _Kept("training outputs (running/saved mean and variance) are requested")
-
-
-def _statistics(bn: ir.Node) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """scale, B, mean, var as float64 [C] arrays, or raise _Kept."""
-    if len(bn.inputs) != 5 or any(v is None for v in bn.inputs):
-        raise _Kept("BatchNormalization needs X, scale, B, mean and var")
-    stats = [v for v in bn.inputs[1:] if v is not None]
-    if any(v.is_graph_input() for v in stats):
-        raise _Kept("scale, B, mean or var is a graph input (can be fed at run time)")
-    tensors = [constant_tensor(v) for v in stats]
-    if any(t is None for t in tensors):
-        raise _Kept("scale, B, mean and var are not all constant")
-    arrays = [t.numpy().astype(np.float64) for t in tensors if t is not None]
-    channels = arrays[0].size
-    if any(a.ndim != 1 or a.size != channels for a in arrays):
-        raise _Kept("scale, B, mean and var are not all 1-D of one length")
-    return arrays[0], arrays[1], arrays[2], arrays[3]
-
-
-def _drop_if_dead(value: ir.Value) -> None:
-    """Remove an initializer or Constant node nobody reads any more."""
-    if value.uses() or value.is_graph_output():
-        return
-    if value.is_initializer() and not value.is_graph_input():
-        graph = value.graph
-        if graph is not None and value.name is not None:
-            graph.initializers.pop(value.name, None)
-        return
-    producer = value.producer()
-    if _is_onnx(producer, "Constant") and producer is not None and producer.graph is not None:
-        producer.graph.remove(producer, safe=True)
