@@ -177,7 +177,9 @@ def open_file_conversion(
         raise InputError(f"convert_file: src must be a path, not {type(src).__name__}")
     src_path = Path(src)
     proto = io.read_model_file(src_path)
-    dst_path = Path(dst) if dst is not None else io.default_output_path(src_path, options.dtype)
+    dst_path = (
+        Path(dst) if dst is not None else output_rules.default_output_path(src_path, options.dtype)
+    )
     inputs = output_rules.model_files(src_path, proto)
     outputs = [
         ("output", dst_path),

@@ -1,15 +1,7 @@
 """Start-up: the command line should load only what a command uses.
 
-onnx-ir imports sympy (~0.3-1 s, more than onnx itself) for symbolic dim arithmetic
-(``SymbolicDim + 1``), which a conversion never does. `defer_sympy` registers stand-ins for sympy
-and for the onnx-ir module that touches sympy at import (``onnx_ir._symbolic_shapes``) before
-onnx-ir is first imported: a stand-in imports the real module on its first attribute access and
-forwards to it, so everything works as before and only code that really uses symbolic arithmetic
-pays for sympy. onnx-ir itself is not changed. (``importlib.util.LazyLoader`` does not do: an
-``import sympy`` statement reads the module's ``__spec__``, which makes it load.)
-
-Called by the command line only (a library user's process may rely on its own import order); a
-no-op when onnx-ir or sympy is already loaded or not installed.
+sympy, which onnx-ir imports for symbolic dims a conversion never uses, is deferred to its first
+use (amp_convert.commands.deferred) before anything imports onnx-ir.
 
 `main` also owns Ctrl-C from its first line (amp_convert.commands.interrupts): while it imports the
 modules the command will use (`preload`, before any file is made) SIGINT ends the process at
@@ -23,53 +15,9 @@ import contextlib
 import importlib
 import importlib.util
 import sys
-import types
-from importlib.machinery import ModuleSpec
-from pathlib import Path
-from typing import Any
 
 from amp_convert.commands import interrupts
-
-DEFERRED = ("sympy", "onnx_ir._symbolic_shapes")
-
-
-class DeferredModule(types.ModuleType):
-    """A module that imports itself on first use (any attribute its stand-in lacks)."""
-
-    def __init__(self, name: str, spec: ModuleSpec) -> None:
-        super().__init__(name)
-        self.__spec__ = spec
-
-    def __getattr__(self, attr: str) -> Any:
-        name = self.__name__
-        if sys.modules.get(name) is self:
-            del sys.modules[name]
-        real = importlib.import_module(name)
-        # later reads through this stand-in (held by `import sympy` in onnx-ir) go straight there
-        for key, value in vars(real).items():
-            if key != "__spec__":
-                self.__dict__.setdefault(key, value)
-        return getattr(real, attr)
-
-
-def defer_sympy() -> bool:
-    """Make sympy load on first use instead of with onnx-ir; whether it was deferred."""
-    if any(name in sys.modules for name in ("sympy", *DEFERRED, "onnx_ir")):
-        return False
-    sympy = importlib.util.find_spec("sympy")  # top-level names: searched, not imported
-    package = importlib.util.find_spec("onnx_ir")
-    if sympy is None or package is None or not package.submodule_search_locations:
-        return False
-    folder = Path(next(iter(package.submodule_search_locations)))
-    shapes = importlib.util.spec_from_file_location(
-        "onnx_ir._symbolic_shapes", folder / "_symbolic_shapes.py"
-    )
-    if shapes is None or not (folder / "_symbolic_shapes.py").is_file():
-        return False
-    specs = {"sympy": sympy, "onnx_ir._symbolic_shapes": shapes}
-    for name, spec in specs.items():
-        sys.modules[name] = DeferredModule(name, spec)
-    return True
+from amp_convert.commands.deferred import defer_sympy
 
 
 def preload(args: list[str]) -> None:

@@ -6,6 +6,10 @@ from ConvertOptions' declaration (amp_convert/options/convert.py), so they are w
 
 from __future__ import annotations
 
+from amp_convert.commands.deferred import defer_sympy
+
+defer_sympy()  # before the imports below load onnx-ir: the command line does no symbolic math
+
 import dataclasses
 import difflib
 import enum
@@ -32,7 +36,7 @@ from amp_convert.commands.validate import (
 from amp_convert.core import user_text
 from amp_convert.errors import AmpConvertError, InputError
 from amp_convert.files import safe_write
-from amp_convert.files.io import default_output_path
+from amp_convert.files.outputs import default_output_path
 from amp_convert.options.convert import AUTO_LEVEL, ConvertOptions, cli_fields, option_names
 
 EXIT_ERROR = 2

@@ -27,7 +27,7 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -37,11 +37,12 @@ from amp_convert.cost.dims import parse_dims
 from amp_convert.errors import AmpConvertError, ValidationError
 from amp_convert.files.outputs import check_outputs, model_files, plan_outputs
 from amp_convert.files.safe_write import Slot, sigterm_cleans_up
-from amp_convert.validation.core import validate
 from amp_convert.validation.decode import MAX_DECODE_STEPS
 from amp_convert.validation.metrics import Thresholds
 from amp_convert.validation.options import PROVIDERS, ValidateOptions, parse_match
-from amp_convert.validation.report import ValidationReport
+
+if TYPE_CHECKING:  # annotations only: the validation library loads when a command runs
+    from amp_convert.validation.report import ValidationReport
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -294,6 +295,8 @@ def run_cli_validation(
             read = [model_files(Path(reference_path)), model_files(Path(candidate_path))]
             check_outputs([("inputs file", Path(save_inputs))], [*read, input_files], force)
         options = cli_validate_options(validation_option_values, decode_steps, save_inputs)
+        from amp_convert.validation.core import validate  # on use: --help stays light
+
         report = validate(reference_path, candidate_path, options=options, progress=not quiet)
     except AmpConvertError as e:
         click.echo(f"error: {printable(e)}", err=True)

@@ -212,15 +212,6 @@ def tensor_bytes(model: ir.Model) -> int:
     return total
 
 
-def default_output_path(src: str | os.PathLike, dtype: str) -> Path:
-    """model.onnx → model.fp16.onnx (model.bf16.onnx for bf16), next to the input."""
-    path = Path(src)
-    if not path.name:
-        raise InputError(f"{str(src)!r}: not a model file")
-    stem = path.name[: -len(".onnx")] if path.name.endswith(".onnx") else path.name
-    return path.with_name(f"{stem}.{dtype}.onnx")
-
-
 def _has_external_worthy_tensor(model: ir.Model) -> bool:
     return any(
         v.const_value is not None and v.const_value.nbytes > SIZE_THRESHOLD

@@ -24,7 +24,7 @@ from pathlib import Path
 import google.protobuf.message
 import onnx
 
-from amp_convert.errors import OutputError
+from amp_convert.errors import InputError, OutputError
 from amp_convert.files import file_kinds
 from amp_convert.files.proto_checks import external_locations, resolve_location
 from amp_convert.files.safe_write import Slot, open_folder
@@ -192,3 +192,12 @@ def plan_outputs(
             os.close(fd)
         raise
     return OutputPlan(slots)
+
+
+def default_output_path(src: str | os.PathLike, dtype: str) -> Path:
+    """model.onnx → model.fp16.onnx (model.bf16.onnx for bf16), next to the input."""
+    path = Path(src)
+    if not path.name:
+        raise InputError(f"{str(src)!r}: not a model file")
+    stem = path.name[: -len(".onnx")] if path.name.endswith(".onnx") else path.name
+    return path.with_name(f"{stem}.{dtype}.onnx")
