@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import types
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import onnx_ir as ir
@@ -139,13 +140,7 @@ def _range_limits(
                 ):
                     where = f"input {out.name!r}: {node.op_type} {node.name!r}'s {why}"
                     reader.info = reader.info.pinned(Reason(K.RANGE, "range", where))
-        if not d.info.candidate:
-            continue
-        for i in sorted(d.info.low_inputs):
-            value = node.inputs[i]
-            tensor = constant_tensor(value) if value is not None else None
-            if value is None or tensor is None or not is_float_tensor(value):
-                continue
+        for i, value, tensor in _float_weights(node, d):
             if id(value) not in refused:
                 if is_scale_slot(node, i):  # judged by its effect on what it scales
                     refused[id(value)] = _scale_refusal(weights, value, tensor, plan.low)
@@ -158,6 +153,17 @@ def _range_limits(
                 break
 
 
+def _float_weights(node: ir.Node, d: Draft) -> Iterator[tuple[int, ir.Value, ir.TensorProtocol]]:
+    """(slot, value, tensor) of each constant float input a candidate node may read low."""
+    if not d.info.candidate:
+        return
+    for i in sorted(d.info.low_inputs):
+        value = node.inputs[i]
+        tensor = constant_tensor(value) if value is not None else None
+        if value is not None and tensor is not None and is_float_tensor(value):
+            yield i, value, tensor
+
+
 def _weight_stats(
     drafts: dict[ir.Node, Draft], nodes: list[ir.Node], low: ir.DataType
 ) -> dict[int, RangeStats]:
@@ -165,14 +171,7 @@ def _weight_stats(
     and on every core (weight_scan); the verdicts are still made in _range_limits' order."""
     tensors: dict[int, ir.TensorProtocol] = {}
     for node in nodes:
-        d = drafts[node]
-        if not d.info.candidate:
-            continue
-        for i in sorted(d.info.low_inputs):
-            value = node.inputs[i]
-            tensor = constant_tensor(value) if value is not None else None
-            if value is None or tensor is None or not is_float_tensor(value):
-                continue
+        for i, value, tensor in _float_weights(node, drafts[node]):
             if not is_scale_slot(node, i):
                 tensors.setdefault(id(value), tensor)
     return dict(zip(tensors, range_stats(list(tensors.values()), low), strict=True))

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from amp_convert.cost.dim_defaults import (
     BATCH_DIM,
@@ -41,6 +40,7 @@ from amp_convert.cost.dim_defaults import (
 from amp_convert.cost.dims import DimExpr, parse_dim_expression
 from amp_convert.errors import ValidationError
 from amp_convert.validation.decoder_inputs import FLOAT_TYPES, DecoderInputs, recognise
+from amp_convert.validation.decoder_inputs import InputLike as InputShape
 
 __all__ = [
     "BATCH_DIM", "OTHER_DIM", "UNKNOWN_DIM_NAMES", "Dim", "DimPlan", "axis_key", "is_batch_like",
@@ -65,17 +65,6 @@ def axis_key(name: str, shape: Sequence[Dim], axis: int) -> str | None:
     if is_named(d):
         return str(d)
     return f"{name}[{axis}]"
-
-
-class InputShape(Protocol):
-    """What the dim rules need of one input: its name, ORT type string and declared shape."""
-
-    @property
-    def name(self) -> str: ...
-    @property
-    def type_str(self) -> str: ...
-    @property
-    def shape(self) -> Sequence[Dim]: ...
 
 
 @dataclass(frozen=True)
