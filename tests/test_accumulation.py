@@ -142,3 +142,21 @@ def test_the_report_names_a_low_reduce_mean_and_its_limit() -> None:
         model, level="O3", target="ort-cpu", fp16_ops=["ReduceMean"], return_report=True
     )
     assert cpu.limits == []
+
+
+def test_a_model_below_opset_7_is_emulated_without_the_held_sum_nodes() -> None:
+    """ORT has no Div-6: the held-sum nodes would make the emulated copy unloadable (the onnx
+    wheel's pytorch-operator ReduceMean models are opset 6); their outputs are rounded only."""
+    import os
+
+    import onnx.backend.test
+
+    import amp_convert
+
+    data = os.path.join(os.path.dirname(onnx.backend.test.__file__), "data", "pytorch-operator")
+    model = onnx.load(os.path.join(data, "test_operator_reduced_mean", "model.onnx"))
+    assert model.opset_import[0].version == 6
+    converted = amp_convert.convert(model, level="O3")
+    limits = {"min_cosine": 0.999}
+    report = amp_convert.validate(model, converted, provider="emulate", runs=0, thresholds=limits)
+    assert report.verdict == "pass", report.result_line()

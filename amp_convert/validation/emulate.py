@@ -214,6 +214,11 @@ def _cast(value: ir.Value, to: ir.DataType, out: ir.Value, name: str) -> ir.Node
     return ir.Node("", "Cast", [value], [ir.AttrInt64("to", to)], outputs=[out], name=name)
 
 
+#: the first opset whose Div/Mul ONNX Runtime implements: the held-sum emulation's nodes need it
+#: (a model below it, from the onnx wheel's pytorch-operator set, has its outputs rounded only)
+HELD_SUM_OPSET = 7
+
+
 class EmulatePass(ir.passes.InPlacePass):
     """Round every FP16/BF16 value where it is produced; compute everything else in FP32.
 
@@ -224,8 +229,10 @@ class EmulatePass(ir.passes.InPlacePass):
         super().__init__()
         self.names = names
         self.result = EmulatedModel(model=onnx.ModelProto())
+        self.opset = HELD_SUM_OPSET
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
+        self.opset = model.opset_imports.get("", model.opset_imports.get("ai.onnx", 0))
         self._graph(model.graph, is_main=True)
         return ir.passes.PassResult(model, modified=True)
 
@@ -301,7 +308,8 @@ class EmulatePass(ir.passes.InPlacePass):
         )
         held: list[ir.Node] = []
         source = value
-        if held_sums.holds_sum(node):  # ReduceMean: the kernel writes the sum in the low type
+        # ReduceMean: the kernel writes the sum in the low type (its emulation needs Div-7+)
+        if held_sums.holds_sum(node) and self.opset >= HELD_SUM_OPSET:
             held, source = held_sums.held_sum_nodes(node, value, dtype, self.names)
             self.result.held_sums.append(str(node.name or name))
         return [
