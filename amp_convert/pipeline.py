@@ -42,6 +42,7 @@ from amp_convert.core.graph_digest import DIGEST_KEY, graph_digest
 from amp_convert.core.precision import NodeClass, Precision, UniqueNames
 from amp_convert.core.qdq_rules import has_qdq
 from amp_convert.core.reasons import render
+from amp_convert.core.summaries import one_line
 from amp_convert.cost.traffic import (
     ShapeBook,
     cast_notes,
@@ -264,7 +265,8 @@ def add_note(error: BaseException, note: str) -> None:
 
 
 def _summary(result: object) -> str:
-    """A result in one line: per-node mappings and plans by their counts, the rest by repr."""
+    """A result in one line: per-node mappings and plans by their counts, the rest by their
+    scalar fields (core/summaries.py)."""
     if isinstance(result, PrecisionPlan):
         low = sum(1 for p in result.nodes.values() if p.precision == Precision.LOW)
         return f"PrecisionPlan: {low} of {len(result.nodes)} nodes low"
@@ -272,7 +274,7 @@ def _summary(result: object) -> str:
         return f"{len(result)} nodes classified"
     if isinstance(result, tuple):  # analyse: (strict error, inferred types)
         return f"strict check error: {result[0]}, {len(result[1])} inferred types"
-    return repr(result)
+    return one_line(result)
 
 
 def _nothing_to_do(model: ir.Model, options: ConvertOptions, report: ConversionReport) -> bool:

@@ -15,6 +15,7 @@ import onnx_ir as ir
 
 from amp_convert.core import domains
 from amp_convert.core.dtypes import FLOAT, LOW_TYPES
+from amp_convert.core.summaries import one_line
 from amp_convert.reports.value_map import Carried, ValueRecord
 
 log = logging.getLogger(__name__)
@@ -74,7 +75,7 @@ def cleanup(model: ir.Model) -> CleanupResult:
             bypassed += 1
     removed = _remove_dead_casts(model, records)
     result = CleanupResult(rewired, bypassed, removed, tuple(records))
-    log.debug("cleanup: %s", result)
+    log.debug("cleanup: %s", one_line(result))
     return result
 
 

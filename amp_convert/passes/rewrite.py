@@ -26,6 +26,7 @@ from amp_convert.core.precision import (
     is_float_tensor,
     low_array,
 )
+from amp_convert.core.summaries import one_line
 from amp_convert.core.tensors import to_low
 from amp_convert.placement.plan import ANY, FREE, LOW, LoweredAs, Placed, PrecisionPlan
 from amp_convert.reports.conversion import TensorNote
@@ -116,7 +117,7 @@ class _Rewriter:
             saturated=tuple(self.saturated.values()),
             values=tuple(self.values),
         )
-        log.debug("rewrite: %s", result)
+        log.debug("rewrite: %s", one_line(result))
         return result
 
     def _lowered_as(self, node: ir.Node) -> LoweredAs | None:
