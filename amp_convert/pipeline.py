@@ -119,7 +119,7 @@ def run(model: ir.Model, options: ConvertOptions) -> ConversionReport:
     upgraded = _step(1, "opset upgrade", _upgrade, model, options, prepared.names)
     strict_error, inferred = _step(2, "analyse", analyse, model)
     report.warnings.extend(schema.unknown_warnings(model))
-    shapes = ShapeBook(model, options.dim_values)  # sizes from the input dims (shapes.py)
+    shapes = ShapeBook(model, options.dim_values)  # sizes from the input dims (cost/shapes.py)
     _step(3, "infer dtypes", infer_dtypes, model, inferred)
     check_runtime_ops(model)  # the input's ORT ops against ORT's schemas: its fault, not ours
     before = _step(4, "measure", measure_original, model, shapes, low, keep_io, low_io)

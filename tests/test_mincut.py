@@ -1,4 +1,4 @@
-"""Unit tests of passes/mincut.py: the exact min cut that places free nodes (source = LOW, sink =
+"""Unit tests of placement/mincut.py: the exact min cut that places free nodes (source = LOW, sink =
 FP32), on hand-built networks and cross-checked against brute force on small random ones.
 
 The random networks are built the way passes/assign.py builds its cut: node vertices, fixed

@@ -2,8 +2,8 @@
 
 No network, no CDN, no external file: inline CSS and SVG, plus one small inline script that sorts
 the node table (the page reads the same without it), so the file opens anywhere and can be
-attached to a CI run. This module only renders a ``Page``; ``auto/page.py`` builds one from an
-``--auto`` search and ``auto/trace.py`` from ``validate --html``. Sections: verdict and outputs;
+attached to a CI run. This module only renders a ``Page``; ``pages/auto.py`` builds one from an
+``--auto`` search and ``pages/trace.py`` from ``validate --html``. Sections: verdict and outputs;
 per-node output error in topological order (body nodes of If/Loop/Scan right after their node),
 the worst nodes labelled, a precision strip and a legend; precision by op type; nodes kept FP32
 and why (``--auto`` only); values folded or removed by the conversion; sizes and traffic; every

@@ -53,7 +53,7 @@ def assign(
     """Every node's precision at `options.level` (hard limits first, then placement by bytes).
 
     `low_io`: main-graph inputs/outputs that are low whatever keep_io_types says (--low-io).
-    Control-flow boundaries are placed with the nodes (see passes/boundaries.py).
+    Control-flow boundaries are placed with the nodes (see placement/boundaries.py).
     """
     nodes = list(model.graph.all_nodes())
     weights = _Weights()
