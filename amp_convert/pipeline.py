@@ -7,7 +7,7 @@ explicitly; no step reads another step's object, and every graph edit happens in
    1b. opset upgrade   passes/opset_upgrade.py -> UpgradeResult (--opset-upgrade, QDQ models)
     2. analyse         passes/analyse.py       -> (strict check error, inferred types)
     3. infer dtypes    passes/infer_dtypes.py  -> DtypeResult
-       (then the input's ORT ops against ORT's schemas, files/contrib_checks.py: InputError, its fault)
+       (then the input's ORT ops checked, files/contrib_checks.py: InputError, its fault)
     4. measure         passes/measure.py       -> OriginalTraffic (bytes per inference, before)
     5. fold BN         passes/fold_bn.py       -> FoldResult
     6. hand norms      passes/hand_norms.py    -> NormsResult (folded, or statistics to pin)
