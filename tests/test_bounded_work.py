@@ -141,6 +141,53 @@ def _npz_with_header_only(path: Path, shape: tuple[int, ...]) -> Path:
     return path
 
 
+@pytest.mark.parametrize(
+    ("type_str", "dtype", "name"),
+    [
+        ("tensor(float)", np.float32, "x"),
+        ("tensor(float16)", np.float16, "x"),
+        ("tensor(int64)", np.int64, "input_ids"),
+        ("tensor(int8)", np.int8, "codes"),
+    ],
+)
+def test_generated_inputs_are_the_one_draw_values_a_chunk_at_a_time(
+    monkeypatch, type_str: str, dtype: type, name: str
+) -> None:
+    """Chunked drawing gives the values one draw of the whole size gives (the seed's meaning
+    holds), across chunk boundaries that do not divide the size."""
+    monkeypatch.setattr(validation_inputs, "DRAW_CHUNK", 1000)
+    spec = validation_inputs.InputSpec(name, type_str, [3, 2501])
+    got = validation_inputs.random_inputs([spec], onnx.ModelProto(), seed=7).arrays[name]
+    rng = np.random.default_rng(7)
+    if np.issubdtype(dtype, np.integer):
+        lo, hi = validation_inputs.DEFAULT_INT_RANGE
+        want = rng.integers(lo, hi, size=(3, 2501)).astype(dtype)
+    else:
+        want = rng.standard_normal((3, 2501)).astype(np.float32).astype(dtype)
+    assert got.dtype == dtype and got.shape == (3, 2501)
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize(
+    ("type_str", "name"), [("tensor(int8)", "codes"), ("tensor(float16)", "x")]
+)
+def test_generated_inputs_cost_their_own_size(type_str: str, name: str) -> None:
+    """Generating an input allocates the array and one chunk of draws, not several copies of it
+    (an int8 input cost 9x its size, an FP16 one 6x: int64/float64 draws, then casts)."""
+    import tracemalloc
+
+    spec = validation_inputs.InputSpec(name, type_str, [8, 1024, 1024])
+    tracemalloc.start()
+    try:
+        arrays = validation_inputs.random_inputs([spec], onnx.ModelProto()).arrays
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    size = arrays[name].nbytes
+    chunk = validation_inputs.DRAW_CHUNK * 8  # one chunk of float64/int64 draws
+    assert peak <= size + 3 * chunk, (peak / size, size)
+
+
 def test_npz_members_are_sized_from_their_headers(tmp_path: Path, monkeypatch) -> None:
     """An npz with a 2 GiB extra member was loaded whole before being refused."""
     monkeypatch.setenv("AMP_CONVERT_MEMORY_BUDGET", str(4 << 30))  # 1 GiB of inputs

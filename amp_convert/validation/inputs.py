@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -200,22 +200,35 @@ def _values(
     if dtype.kind == "O":  # tensor(string)
         return rng.choice(np.array(WORDS, dtype=object), size=shape)
     if not np.issubdtype(dtype, np.integer):
-        return rng.standard_normal(shape).astype(np.float32).astype(dtype)
-    arr: np.ndarray
+        return _drawn(shape, dtype, lambda n: rng.standard_normal(n).astype(np.float32))
     if spec.name in ranges:
         lo, hi = ranges[spec.name]
-        arr = rng.integers(lo, hi, size=shape)
-    elif "mask" in lname:
-        arr = np.ones(shape)
-    elif "token_type" in lname or "segment" in lname:
-        arr = np.zeros(shape)
-    elif "position" in lname and shape:
-        arr = np.broadcast_to(np.arange(shape[-1]), shape)
-    else:
-        lo, hi = DEFAULT_INT_RANGE
-        hi = min(hi, bounds.get(spec.name, hi))
-        arr = rng.integers(lo, hi, size=shape)
-    return np.ascontiguousarray(arr.astype(dtype)).reshape(shape)  # a scalar stays rank 0
+        return _drawn(shape, dtype, lambda n: rng.integers(lo, hi, size=n))
+    if "mask" in lname:
+        return np.ones(shape, dtype)
+    if "token_type" in lname or "segment" in lname:
+        return np.zeros(shape, dtype)
+    if "position" in lname and shape:
+        return np.ascontiguousarray(np.broadcast_to(np.arange(shape[-1], dtype=dtype), shape))
+    lo, hi = DEFAULT_INT_RANGE
+    hi = min(hi, bounds.get(spec.name, hi))
+    return _drawn(shape, dtype, lambda n: rng.integers(lo, hi, size=n))
+
+
+#: values drawn per step: the generator's float64/int64 draws never exceed this many at a time
+DRAW_CHUNK = 1 << 20
+
+
+def _drawn(shape: list[int], dtype: np.dtype, draw: Callable[[int], np.ndarray]) -> np.ndarray:
+    """An array of `dtype` filled by `draw` a chunk at a time, so that generating an input costs
+    its own size (plus one chunk of float64/int64 draws) instead of several times it; the values
+    are the same as one draw of the whole size (the generator's stream is sequential)."""
+    out = np.empty(shape, dtype)
+    flat = out.reshape(-1)
+    for start in range(0, flat.size, DRAW_CHUNK):
+        n = min(DRAW_CHUNK, flat.size - start)
+        flat[start : start + n] = draw(n)
+    return out  # a scalar stays rank 0
 
 
 def load_inputs(
