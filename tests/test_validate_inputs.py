@@ -5,11 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
 from onnx import TensorProto, helper
 
 from models import picky_inputs as picky
 from models import validation_models as vm
+from models.blocks import bert_encoder
 
 pytest.importorskip("onnxruntime")
 
@@ -210,13 +212,13 @@ def test_dims_attempts_grow_each_kind_of_dim_along_its_ladder() -> None:
     attempts = dims_attempts(specs)
     assert attempts[0] == random_inputs(specs, vm.mlp_pair()[0]).dims  # first = the defaults
     col = {k: [a[k] for a in attempts] for k in attempts[0]}
-    assert col["nchw[0]"] == [1, 1, 1]
-    assert col["batch"] == [1, 1, 1]
-    assert col["height"] == col["width"] == [224, 640, 640]
-    assert col["nchw[2]"] == col["nchw[3]"] == [224, 640, 640]  # an image, never 1x1
-    assert col["h_in"] == col["w_in"] == [224, 640, 640]  # NHWC with 3 channels
-    assert col["seq"] == [128, 256, 1024]
-    assert col["wave[0]"] == [128, 256, 1024]  # rank 1: axis 0 is not a batch
+    assert col["nchw[0]"] == [1, 1, 1, 1, 1]
+    assert col["batch"] == [1, 1, 1, 1, 1]
+    assert col["height"] == col["width"] == [224, 640, 640, 640, 640]
+    assert col["nchw[2]"] == col["nchw[3]"] == [224, 640, 640, 640, 640]  # never 1x1
+    assert col["h_in"] == col["w_in"] == [224, 640, 640, 640, 640]  # NHWC with 3 channels
+    assert col["seq"] == [128, 256, 1024, 64, 16]  # longer first, then shorter
+    assert col["wave[0]"] == [128, 256, 1024, 64, 16]  # rank 1: axis 0 is not a batch
     # user dims are never changed; nothing left to grow means one attempt
     fixed = dims_attempts(specs[3:4], {"seq": 8})
     assert fixed == [{"batch": 1, "seq": 8}]
@@ -246,7 +248,8 @@ def test_no_generated_dims_work_is_one_clear_error() -> None:
         validate(ref, cand, provider="emulate", runs=0)
     assert str(err.value) == (
         "reference <ModelProto> cannot run on the generated inputs; shapes tried: x[1, 128]; "
-        "x[1, 256]; x[1, 1024] (on the first: Reshape: The input tensor cannot be "
+        "x[1, 256]; x[1, 1024]; x[1, 64]; x[1, 16] (on the first: Reshape: The input tensor "
+        "cannot be "
         "reshaped to the requested shape. Input shape:{1,128}, requested shape:{7,13}); set the "
         "dynamic dims with --dim NAME=VALUE (length) or give real inputs with --inputs FILE.npz"
     )
@@ -313,3 +316,19 @@ def test_genai_llama_with_multihead_attention_validates_on_default_inputs() -> N
     assert report.input_shapes["attention_mask"][1] == (
         report.dims["past_sequence_length"] + report.dims["sequence_length"]
     )
+
+
+def test_a_position_table_shorter_than_the_default_sequence_validates(tmp_path: Path) -> None:
+    """README's sample BERT has 64 positions: the default sequence (128) and the longer steps
+    index past its table; the shorter step runs, and the dims that worked are printed."""
+    from click.testing import CliRunner
+
+    import amp_convert
+    from amp_convert.commands.cli import cli
+
+    src, dst = tmp_path / "m.onnx", tmp_path / "m.fp16.onnx"
+    onnx.save(bert_encoder(layers=1, hidden=32, heads=2, vocab=50, max_positions=64), src)
+    amp_convert.convert_file(src, dst, level="O2")
+    res = CliRunner().invoke(cli, ["validate", str(src), str(dst), "--min-cosine", "0.999"])
+    assert res.exit_code == 0, res.output
+    assert "seq=64" in res.output and "result: PASS" in res.output

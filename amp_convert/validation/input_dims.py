@@ -16,9 +16,10 @@
   batch (batch-like names such as ``batch_size``, ``N``, and the leading axis of a rank >= 2
   input not named otherwise, Paddle's ``p2o.DynamicDimension.0`` included), 224 for image H/W,
   3 for channels named so, 128 for any other dim.
-* Larger attempts (``DimPlan.attempts``): models often cannot run on the defaults (H/W that must
-  be multiples of 32, windows longer than the signal). Each further attempt takes every default
-  dim not set by the user one step along its ladder: image H/W 640; other dims 256 → 1024.
+* Further attempts (``DimPlan.attempts``): models often cannot run on the defaults (H/W that must
+  be multiples of 32, windows longer than the signal, fewer than 128 positions). Each further
+  attempt takes every default dim not set by the user one step along its ladder: image H/W 640;
+  other dims 256 → 1024, then 64 → 16 (a position table shorter than the default sequence).
   Batches and channels stay; a KV cache is never grown as an image.
 """
 
@@ -47,7 +48,8 @@ __all__ = [
     "is_named", "is_static",
 ]  # fmt: skip
 IMAGE_LADDER = (640,)
-SEQUENCE_LADDER = (256, 1024)
+#: longer first (windows, strides), then shorter (a position table shorter than the default)
+SEQUENCE_LADDER = (256, 1024, 64, 16)
 _LADDERS: dict[str, tuple[int, ...]] = {
     "batch": (), "channels": (), "image": IMAGE_LADDER, "other": SEQUENCE_LADDER,
 }  # fmt: skip
