@@ -92,3 +92,26 @@ def pow_model(exponent: float) -> onnx.ModelProto:
         ],
     )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def cancellation_model() -> onnx.ModelProto:
+    """m = x * k, d = x - m (cancels what the rounding of m left), r = Relu(x): with m low and
+    d FP32, d fails; the Mul introduced the error (auto/localise.py, auto/blame.py)."""
+    k = numpy_helper.from_array(np.array([1.001], np.float32), "k")
+    graph = helper.make_graph(
+        [
+            helper.make_node("Mul", ["x", "k"], ["m"], name="scale"),
+            helper.make_node("Sub", ["x", "m"], ["d"], name="cancel"),
+            helper.make_node("Relu", ["x"], ["r"], name="relu"),
+        ],
+        "cancellation",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [16])],
+        [
+            helper.make_tensor_value_info("d", onnx.TensorProto.FLOAT, [16]),
+            helper.make_tensor_value_info("r", onnx.TensorProto.FLOAT, [16]),
+        ],
+        [k],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model

@@ -19,6 +19,7 @@ from amp_convert.auto.localise import Blame, ValueStats
 from amp_convert.auto.report import PinnedNode
 from amp_convert.core.precision import Precision
 from amp_convert.reports.value_map import Fate, NodeFate, ValueMap
+from tests.graphs import cancellation_model
 
 LOW, FP32 = Precision.LOW, Precision.FP32
 
@@ -176,26 +177,6 @@ def test_pin_set_adds_bodies_and_folded_targets() -> None:
 
 
 # ---------------------------------------------------------------- localise, with stub sessions
-def _cancellation_model() -> onnx.ModelProto:
-    """m = x * k, d = x - m (cancels what the rounding of m left), r = Relu(x)."""
-    k = numpy_helper.from_array(np.array([1.001], np.float32), "k")
-    graph = helper.make_graph(
-        [
-            helper.make_node("Mul", ["x", "k"], ["m"], name="scale"),
-            helper.make_node("Sub", ["x", "m"], ["d"], name="cancel"),
-            helper.make_node("Relu", ["x"], ["r"], name="relu"),
-        ],
-        "cancellation",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [16])],
-        [
-            helper.make_tensor_value_info("d", TensorProto.FLOAT, [16]),
-            helper.make_tensor_value_info("r", TensorProto.FLOAT, [16]),
-        ],
-        [k],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    return model
 
 
 def _f16(a: np.ndarray) -> np.ndarray:
@@ -233,7 +214,7 @@ class _StubSessions:
 
 
 def _localise(vm: ValueMap, failing: list[str], pinned: Sequence[str] = ()) -> tuple:
-    proto = _cancellation_model()
+    proto = cancellation_model()
     rng = np.random.default_rng(1)
     samples = [rng.uniform(1, 100, 16).astype(np.float32) for _ in range(2)]
     sessions = _StubSessions(proto, samples)

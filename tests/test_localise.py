@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, numpy_helper
 
 from amp_convert.auto.graph import GraphFacts, NodeFacts, graph_facts
 from amp_convert.auto.localise import (
@@ -22,6 +22,7 @@ from amp_convert.auto.localise import (
     introduced,
     relative_error,
 )
+from tests.graphs import cancellation_model
 
 F16 = np.float16
 
@@ -288,26 +289,6 @@ def test_a_body_judge_that_cannot_narrow_falls_back_to_the_whole_node() -> None:
 
 
 # ---------------------------------------------------------------- real values, onnx.reference
-def _cancellation_model() -> onnx.ModelProto:
-    """m = x * k (low), d = x - m (FP32: cancels), r = Relu(x) (low, exact): d fails."""
-    k = numpy_helper.from_array(np.array([1.001], np.float32), "k")
-    graph = helper.make_graph(
-        [
-            helper.make_node("Mul", ["x", "k"], ["m"], name="scale"),
-            helper.make_node("Sub", ["x", "m"], ["d"], name="cancel"),
-            helper.make_node("Relu", ["x"], ["r"], name="relu"),
-        ],
-        "cancellation",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [16])],
-        [
-            helper.make_tensor_value_info("d", TensorProto.FLOAT, [16]),
-            helper.make_tensor_value_info("r", TensorProto.FLOAT, [16]),
-        ],
-        [k],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    return model
 
 
 def _values(model: onnx.ModelProto, samples: list[np.ndarray]) -> tuple[list[dict], list[dict]]:
@@ -325,7 +306,7 @@ def _values(model: onnx.ModelProto, samples: list[np.ndarray]) -> tuple[list[dic
 def _real(
     low: set[str], with_protos: bool = True
 ) -> tuple[Localiser, dict[str, ValueStats], GraphFacts]:
-    model = _cancellation_model()
+    model = cancellation_model()
     rng = np.random.default_rng(0)
     samples = [rng.uniform(1, 100, 16).astype(np.float32) for _ in range(2)]
     facts = graph_facts(model, {"x": samples[0]})
