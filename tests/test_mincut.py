@@ -340,10 +340,9 @@ def test_gadget_moves_a_free_node_to_the_cheaper_side() -> None:
     assert vertex[2] in net.source_side(src)
 
 
-# ---------------------------------------------------------------- min cut
+# ---------------------------------------------------------------- cut values and sides
 def test_min_cut_value_and_side() -> None:
-    net = FlowNetwork()
-    s, a, b, t = (net.add_vertex() for _ in range(4))
+    net, (s, a, b, t) = _net(4)
     net.add_edge(s, a, 3)
     net.add_edge(s, b, 2)
     net.add_edge(a, b, 1)
@@ -354,8 +353,7 @@ def test_min_cut_value_and_side() -> None:
 
 
 def test_min_cut_infinite_edges_are_never_cut() -> None:
-    net = FlowNetwork()
-    s, a, t = (net.add_vertex() for _ in range(3))
+    net, (s, a, t) = _net(3)
     net.add_edge(s, a, INF)
     net.add_edge(a, t, 7)
     assert net.max_flow(s, t) == 7
@@ -364,9 +362,7 @@ def test_min_cut_infinite_edges_are_never_cut() -> None:
 
 def test_min_cut_chain_needs_one_cut() -> None:
     """A long chain between a LOW source and an FP32 sink is cut once, at its cheapest edge."""
-    net = FlowNetwork()
-    s, t = net.add_vertex(), net.add_vertex()
-    chain = [net.add_vertex() for _ in range(50)]
+    net, (s, t, *chain) = _net(52)
     net.add_edge(s, chain[0], INF)
     for i, (u, v) in enumerate(itertools.pairwise(chain)):
         net.add_edge(u, v, 10 if i != 30 else 4)
