@@ -5,6 +5,9 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 
+import ml_dtypes
+
+from amp_convert.core.dtypes import low_numpy_type
 from amp_convert.core.reasons import Reason
 from amp_convert.reports.base import Report
 from amp_convert.reports.value_map import ValueMap
@@ -59,9 +62,6 @@ class FoldNote:
     detail: str
 
 
-_LOW_MAX = {"float16": 65504.0, "bfloat16": 3.3895e38}
-
-
 @dataclass
 class LimitNote:
     """A low node whose kernel holds a sum in the low type (targets/accumulation.py): it is right
@@ -78,7 +78,7 @@ class LimitNote:
     def text(self) -> str:
         over = ""
         if self.count:
-            bound = _LOW_MAX.get(self.dtype, 65504.0) / self.count
+            bound = float(ml_dtypes.finfo(low_numpy_type(self.dtype)).max) / self.count
             over = f"; over {self.count} values: |mean| <= {bound:.4g}"
         return f"{self.op_type} {self.node!r} ({self.dtype}): {self.limit}{over} [{self.source}]"
 
