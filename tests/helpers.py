@@ -7,6 +7,7 @@ from collections import Counter
 import numpy as np
 import onnx
 import onnxruntime as ort
+import pytest
 
 from amp_convert.core import proto_walk
 
@@ -100,3 +101,20 @@ def check_onnx(model: onnx.ModelProto) -> None:
     copy.CopyFrom(model)
     hide_runtime_ops(copy)
     onnx.checker.check_model(copy, full_check=True)
+
+
+class SessionCounter:
+    """Counts onnxruntime.InferenceSession constructions in this process (independent of any
+    report's own count)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.count = 0
+        real = ort.InferenceSession
+        counter = self
+
+        class Counted(real):  # type: ignore[misc, valid-type]
+            def __init__(self, *a, **k):
+                counter.count += 1
+                super().__init__(*a, **k)
+
+        monkeypatch.setattr(ort, "InferenceSession", Counted)

@@ -21,7 +21,7 @@ from amp_convert.core.precision import Precision
 from models import overflow as ov
 from models.big import write_big_model
 from models.blocks import loop_rnn
-from tests.helpers import FLOAT16, node_by_name
+from tests.helpers import FLOAT16, SessionCounter, node_by_name
 
 CASES = {
     "reduce_sum": (ov.reduce_sum_overflow, "normal", None),
@@ -32,22 +32,6 @@ CASES = {
     "if_body": (ov.if_exp_overflow, "normal", ["then/Exp", "then/ReduceSum", "then/Div"]),
 }
 SOFTMAX_BODY = ["body/Exp", "body/ReduceSum", "body/Div"]
-
-
-class SessionCounter:
-    """Counts onnxruntime.InferenceSession constructions (independent of the report's count)."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.count = 0
-        real = ort.InferenceSession
-        counter = self
-
-        class Counted(real):  # type: ignore[misc, valid-type]
-            def __init__(self, *a, **k):
-                counter.count += 1
-                super().__init__(*a, **k)
-
-        monkeypatch.setattr(ort, "InferenceSession", Counted)
 
 
 def _validate(reference, candidate, feeds) -> amp_convert.ValidationReport:

@@ -17,7 +17,6 @@ from models import overflow as ov
 
 pytest.importorskip("onnxruntime")
 
-import onnxruntime as ort
 
 import amp_convert
 from amp_convert.auto import auto_convert
@@ -27,25 +26,9 @@ from amp_convert.errors import ValidationError
 from amp_convert.pages.trace import validation_page
 from amp_convert.validation import validate
 from amp_convert.validation.evidence import weak_outputs
-from tests.helpers import one_line_error
+from tests.helpers import SessionCounter, one_line_error
 
 MAP = "sigmoid_0.tmp_0"
-
-
-class SessionCounter:
-    """Counts onnxruntime.InferenceSession constructions in this process."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.count = 0
-        real = ort.InferenceSession
-        counter = self
-
-        class Counted(real):  # type: ignore[misc, valid-type]
-            def __init__(self, *a, **k):
-                counter.count += 1
-                super().__init__(*a, **k)
-
-        monkeypatch.setattr(ort, "InferenceSession", Counted)
 
 
 @pytest.fixture(scope="module")
