@@ -115,3 +115,21 @@ def cancellation_model() -> onnx.ModelProto:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     return model
+
+
+def if_branches_reading(name: str) -> tuple[onnx.GraphProto, onnx.GraphProto]:
+    """An If's branches: `then` is Relu(`name`), a value it captures from an outer scope (or from
+    none, to test a dangling reference); `else` is Neg(x)."""
+    then = helper.make_graph(
+        [helper.make_node("Relu", [name], ["t"], name="body_relu")],
+        "then",
+        [],
+        [helper.make_tensor_value_info("t", onnx.TensorProto.FLOAT, [4])],
+    )
+    other = helper.make_graph(
+        [helper.make_node("Neg", ["x"], ["e"], name="body_neg")],
+        "else",
+        [],
+        [helper.make_tensor_value_info("e", onnx.TensorProto.FLOAT, [4])],
+    )
+    return then, other

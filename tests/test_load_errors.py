@@ -19,6 +19,7 @@ from onnx import TensorProto, helper, numpy_helper
 import amp_convert
 from amp_convert import InputError, OptionError
 from amp_convert.commands.cli import cli
+from tests.graphs import if_branches_reading
 from tests.helpers import one_line_error
 
 
@@ -145,18 +146,7 @@ def cycle(folder: Path) -> Path:
 
 def dangling_in_subgraph(folder: Path) -> Path:
     """An If branch reads a value that no scope defines."""
-    then = helper.make_graph(
-        [helper.make_node("Relu", ["nowhere"], ["t"], name="body_relu")],
-        "then",
-        [],
-        [helper.make_tensor_value_info("t", TensorProto.FLOAT, [4])],
-    )
-    other = helper.make_graph(
-        [helper.make_node("Neg", ["x"], ["e"], name="body_neg")],
-        "else",
-        [],
-        [helper.make_tensor_value_info("e", TensorProto.FLOAT, [4])],
-    )
+    then, other = if_branches_reading("nowhere")
     graph = helper.make_graph(
         [helper.make_node("If", ["c"], ["y"], name="branch", then_branch=then, else_branch=other)],
         "g",

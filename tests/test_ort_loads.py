@@ -20,6 +20,7 @@ from onnx import TensorProto, helper, numpy_helper
 import amp_convert
 from amp_convert.commands.cli import cli
 from models.ort_loads import one_hot_ml_only, tf2onnx_no_opt, untyped_if_output
+from tests.graphs import if_branches_reading
 from tests.helpers import FLOAT, FLOAT16, one_line_error, op_counts, rel_error, run, session
 
 
@@ -136,18 +137,7 @@ def test_model_without_float_nodes_says_nothing_to_convert(tmp_path: Path) -> No
 
 def test_unsorted_subgraph_reference_is_sorted(tmp_path: Path) -> None:
     """An If branch reads a value its outer graph produces after the If: ORT sorts it."""
-    then = helper.make_graph(
-        [helper.make_node("Relu", ["late"], ["t"], name="body_relu")],
-        "then",
-        [],
-        [helper.make_tensor_value_info("t", TensorProto.FLOAT, [4])],
-    )
-    other = helper.make_graph(
-        [helper.make_node("Neg", ["x"], ["e"], name="body_neg")],
-        "else",
-        [],
-        [helper.make_tensor_value_info("e", TensorProto.FLOAT, [4])],
-    )
+    then, other = if_branches_reading("late")
     graph = helper.make_graph(
         [
             helper.make_node(
