@@ -133,3 +133,30 @@ def if_branches_reading(name: str) -> tuple[onnx.GraphProto, onnx.GraphProto]:
         [helper.make_tensor_value_info("e", onnx.TensorProto.FLOAT, [4])],
     )
     return then, other
+
+
+def mlp(layers: int = 3, width: int = 64, seed: int = 0) -> onnx.ModelProto:
+    """x[1, width] → (MatMul, Add, Relu) × layers: one weight and one bias per layer."""
+    rng = np.random.default_rng(seed)
+    nodes, inits, prev = [], [], "x"
+    for i in range(layers):
+        w = (rng.standard_normal((width, width)) / np.sqrt(width)).astype(np.float32)
+        b = (rng.standard_normal(width) * 0.1).astype(np.float32)
+        inits += [
+            onnx.numpy_helper.from_array(w, f"w{i}"),
+            onnx.numpy_helper.from_array(b, f"b{i}"),
+        ]
+        nodes += [
+            helper.make_node("MatMul", [prev, f"w{i}"], [f"m{i}"], name=f"mm{i}"),
+            helper.make_node("Add", [f"m{i}", f"b{i}"], [f"a{i}"], name=f"add{i}"),
+            helper.make_node("Relu", [f"a{i}"], [f"r{i}"], name=f"relu{i}"),
+        ]
+        prev = f"r{i}"
+    graph = helper.make_graph(
+        nodes,
+        "mlp",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, width])],
+        [helper.make_tensor_value_info(prev, onnx.TensorProto.FLOAT, [1, width])],
+        inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])

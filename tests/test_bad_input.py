@@ -19,30 +19,13 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
+from tests.graphs import mlp
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def mlp(width: int = 64, layers: int = 2) -> onnx.ModelProto:
-    rng = np.random.default_rng(0)
-    nodes, inits, prev = [], [], "x"
-    for i in range(layers):
-        w = (rng.standard_normal((width, width)) / 8).astype(np.float32)
-        inits.append(onnx.numpy_helper.from_array(w, f"w{i}"))
-        nodes.append(helper.make_node("MatMul", [prev, f"w{i}"], [f"m{i}"], name=f"mm{i}"))
-        nodes.append(helper.make_node("Relu", [f"m{i}"], [f"r{i}"], name=f"relu{i}"))
-        prev = f"r{i}"
-    graph = helper.make_graph(
-        nodes,
-        "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, width])],
-        [helper.make_tensor_value_info(prev, TensorProto.FLOAT, [1, width])],
-        inits,
-    )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-
-
 def saved(path: Path, model: onnx.ModelProto | None = None) -> Path:
-    onnx.save(model or mlp(), str(path))
+    onnx.save(model or mlp(layers=2), str(path))
     return path
 
 
@@ -229,11 +212,11 @@ def test_api_pattern_that_is_not_text_is_an_option_error() -> None:
 
     for bad in (LATIN1, "mm\x00"):
         with pytest.raises(amp_convert.OptionError, match="exclude-nodes"):
-            amp_convert.convert(mlp(), exclude_nodes=[bad])
+            amp_convert.convert(mlp(layers=2), exclude_nodes=[bad])
 
 
 def nul_location(tmp_path: Path) -> Path:
-    onnx.save(mlp(), str(tmp_path / "e.onnx"), save_as_external_data=True,
+    onnx.save(mlp(layers=2), str(tmp_path / "e.onnx"), save_as_external_data=True,
               location="e.data", size_threshold=0)  # fmt: skip
     proto = onnx.load(str(tmp_path / "e.onnx"), load_external_data=False)
     for t in proto.graph.initializer:
@@ -323,7 +306,7 @@ main()
 @pytest.mark.parametrize("spill", [0, 1 << 30], ids=["staged weights", "load-check model"])
 def test_auto_under_a_file_size_limit_is_one_line_exit_2(tmp_path: Path, spill: int) -> None:
     """--auto could not stage (ulimit -f): exit 3 OSError [Errno 27]."""
-    src = saved(tmp_path / "m.onnx", mlp(width=256, layers=3))  # 768 KiB of weights
+    src = saved(tmp_path / "m.onnx", mlp(layers=3, width=256))  # 768 KiB of weights
     temp = tmp_path / "temp"
     temp.mkdir()
     out = tmp_path / "o.onnx"
@@ -522,6 +505,6 @@ def test_npz_member_the_model_does_not_take_is_refused_unread(tmp_path: Path, mo
         raise AssertionError("np.load read the file")
 
     monkeypatch.setattr(inputs.np, "load", never)
-    model = mlp()
+    model = mlp(layers=2)
     with pytest.raises(ValidationError, match="unexpected 'big'"):
         amp_convert.validate(model, model, provider="emulate", inputs=str(path))

@@ -22,7 +22,6 @@ import numpy as np
 import onnx
 import pytest
 from click.testing import CliRunner
-from onnx import TensorProto, helper
 
 import amp_convert
 from amp_convert import OutputError
@@ -30,6 +29,7 @@ from amp_convert.commands.cli import cli
 from amp_convert.files import data_file, safe_write
 from amp_convert.files import io as amp_io
 from amp_convert.reports.conversion import ConversionReport
+from tests.graphs import mlp
 from tests.helpers import run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,33 +37,6 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def invoke(*args: object):
     return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
-
-
-def mlp(layers: int = 3, width: int = 64, seed: int = 0) -> onnx.ModelProto:
-    """x[1, width] → (MatMul, Add, Relu) × layers: one weight and one bias per layer."""
-    rng = np.random.default_rng(seed)
-    nodes, inits, prev = [], [], "x"
-    for i in range(layers):
-        w = (rng.standard_normal((width, width)) / np.sqrt(width)).astype(np.float32)
-        b = (rng.standard_normal(width) * 0.1).astype(np.float32)
-        inits += [
-            onnx.numpy_helper.from_array(w, f"w{i}"),
-            onnx.numpy_helper.from_array(b, f"b{i}"),
-        ]
-        nodes += [
-            helper.make_node("MatMul", [prev, f"w{i}"], [f"m{i}"], name=f"mm{i}"),
-            helper.make_node("Add", [f"m{i}", f"b{i}"], [f"a{i}"], name=f"add{i}"),
-            helper.make_node("Relu", [f"a{i}"], [f"r{i}"], name=f"relu{i}"),
-        ]
-        prev = f"r{i}"
-    graph = helper.make_graph(
-        nodes,
-        "mlp",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, width])],
-        [helper.make_tensor_value_info(prev, TensorProto.FLOAT, [1, width])],
-        inits,
-    )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
 def external_model(path: Path, location: str | None = None, **kw: int) -> Path:

@@ -19,7 +19,6 @@ import onnx
 import onnx_ir as ir
 import pytest
 from click.testing import CliRunner
-from onnx import TensorProto, helper, numpy_helper
 
 import amp_convert
 from amp_convert import pipeline
@@ -29,6 +28,7 @@ from amp_convert.core.precision import numpy_type
 from amp_convert.errors import InputError, OptionError
 from amp_convert.files import data_file
 from amp_convert.files import io as amp_io
+from tests.graphs import mlp
 from tests.helpers import one_line_error
 
 #: the awkward values include FP16 overflows, rounded to inf on purpose (as ir.save does)
@@ -205,23 +205,8 @@ def test_parallel_range_stats_are_one_scans(tmp_path: Path, small_chunks, dtype:
 
 
 def mlp_file(path: Path, layers: int = 6, width: int = 64) -> Path:
-    """A MatMul+Relu stack whose weights all live in NAME.data."""
-    rng = np.random.default_rng(0)
-    nodes, inits, h = [], [], "x"
-    for i in range(layers):
-        w = rng.standard_normal((width, width)).astype(np.float32) * 0.1
-        inits.append(numpy_helper.from_array(w, f"w{i}"))
-        nodes.append(helper.make_node("MatMul", [h, f"w{i}"], [f"m{i}"], name=f"mm{i}"))
-        nodes.append(helper.make_node("Relu", [f"m{i}"], [f"r{i}"], name=f"relu{i}"))
-        h = f"r{i}"
-    graph = helper.make_graph(
-        nodes,
-        "mlp",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, width])],
-        [helper.make_tensor_value_info(h, TensorProto.FLOAT, [1, width])],
-        inits,
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    """A MatMul+Add+Relu stack whose weights all live in NAME.data."""
+    model = mlp(layers=layers, width=width)
     onnx.save_model(model, path, save_as_external_data=True, location=path.name + ".data")
     return path
 
