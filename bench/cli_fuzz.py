@@ -40,6 +40,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -291,10 +292,14 @@ def fuzz(root: Path, seeds: range) -> tuple[list[Outcome], Counter[int]]:
     """Run every seed; returns the failing outcomes and the count of each exit code."""
     arena = make_arena(root)
     runner = CliRunner()
+    return _tally(run_case(arena, runner, seed) for seed in seeds)
+
+
+def _tally(outcomes: Iterable[Outcome]) -> tuple[list[Outcome], Counter[int]]:
+    """The failing outcomes and the count of each exit code."""
     failures: list[Outcome] = []
     codes: Counter[int] = Counter()
-    for seed in seeds:
-        outcome = run_case(arena, runner, seed)
+    for outcome in outcomes:
         codes[outcome.code] += 1
         if outcome.problem:
             failures.append(outcome)
@@ -399,14 +404,7 @@ def signal_fuzz(root: Path, seeds: range) -> tuple[list[Outcome], Counter[int]]:
     old.parent.mkdir()
     convert_file(arena.external, old, level="O1")
     pair = (old, old.with_name("o.onnx.data"))
-    failures: list[Outcome] = []
-    codes: Counter[int] = Counter()
-    for seed in seeds:
-        outcome = signal_case(arena, seed, pair)
-        codes[outcome.code] += 1
-        if outcome.problem:
-            failures.append(outcome)
-    return failures, codes
+    return _tally(signal_case(arena, seed, pair) for seed in seeds)
 
 
 def main() -> int:
