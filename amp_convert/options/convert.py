@@ -198,12 +198,12 @@ class ConvertOptions:
     @classmethod
     def from_kwargs(cls, **kwargs: Unpack[ConvertKwargs]) -> ConvertOptions:
         """The options from keywords (the API's spelling); an unknown name is an OptionError."""
-        _check_names(kwargs, option_names(), "option")
+        check_names(kwargs, option_names(), "option")
         return cls(**kwargs)  # type: ignore[arg-type]  # loose values, normalised by __post_init__
 
     def replace(self, **kwargs: Unpack[ConvertKwargs]) -> ConvertOptions:
         """These options with some changed (checked again, like the originals)."""
-        _check_names(kwargs, option_names(), "option")
+        check_names(kwargs, option_names(), "option")
         return dataclasses.replace(self, **kwargs)  # type: ignore[arg-type]
 
     @property
@@ -261,7 +261,8 @@ def resolve(options: ConvertOptions | None, kwargs: Mapping[str, Any]) -> Conver
     return options.replace(**kwargs) if kwargs else options
 
 
-def _check_names(kwargs: Mapping[str, Any], known: Iterable[str], what: str) -> None:
+def check_names(kwargs: Mapping[str, Any], known: Iterable[str], what: str) -> None:
+    """Refuse keyword names not in `known` (one OptionError line, with the closest known name)."""
     unknown = set(kwargs) - set(known)
     if unknown:
         close = [c for u in sorted(unknown) for c in difflib.get_close_matches(u, list(known), 1)]

@@ -20,6 +20,7 @@ import numpy as np
 
 from amp_convert.cost.dims import parse_dims
 from amp_convert.errors import OptionError, ValidationError
+from amp_convert.options.convert import check_names
 from amp_convert.validation.decode import MAX_DECODE_STEPS
 from amp_convert.validation.metrics import MATCH_MODES, Thresholds
 
@@ -110,12 +111,7 @@ class ValidateOptions:
 
 
 def _check_names(kwargs: Mapping[str, Any]) -> None:
-    known = tuple(f.name for f in fields(ValidateOptions))
-    unknown = sorted(set(kwargs) - set(known))
-    if unknown:
-        raise OptionError(
-            f"unknown validation option(s) {', '.join(unknown)} (known: {', '.join(known)})"
-        )
+    check_names(kwargs, [f.name for f in fields(ValidateOptions)], "validation option")
 
 
 def resolve(options: ValidateOptions | None, kwargs: Mapping[str, Any]) -> ValidateOptions:
