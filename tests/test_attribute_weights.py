@@ -17,7 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 import amp_convert
 from models._graph import GraphBuilder
 from models.seq2seq import FLT_MIN, causal_mask, seq2seq_decoder
-from tests.helpers import FLOAT, run
+from tests.helpers import FLOAT, all_nodes, run
 
 ort = pytest.importorskip("onnxruntime")
 
@@ -26,18 +26,10 @@ from amp_convert.validation import validate  # noqa: E402
 DIMS = {"batch_size": 2, "decoder_sequence_length": 6, "encoder_sequence_length": 5}
 
 
-def _nodes(graph: onnx.GraphProto):
-    for node in graph.node:
-        yield node
-        for attr in node.attribute:
-            if attr.type == onnx.AttributeProto.GRAPH:
-                yield from _nodes(attr.g)
-
-
 def _fills(model: onnx.ModelProto) -> list[np.ndarray]:
     """The value attribute of every ConstantOfShape whose fill is float32 min in the original."""
     out = []
-    for node in _nodes(model.graph):
+    for node in all_nodes(model.graph):
         if node.op_type == "ConstantOfShape" and node.name.endswith("causal_mask/ConstantOfShape"):
             out.append(numpy_helper.to_array(next(a.t for a in node.attribute)))
     return out
@@ -179,11 +171,11 @@ def test_an_fp32_fill_read_low_gets_a_saturated_low_copy_not_a_cast() -> None:
         original, return_report=True, level="O2", exclude_nodes=["causal_mask/ConstantOfShape$"]
     )
     onnx.checker.check_model(converted, full_check=True)
-    fills = [n for n in _nodes(converted.graph) if n.op_type == "ConstantOfShape"
+    fills = [n for n in all_nodes(converted.graph) if n.op_type == "ConstantOfShape"
              and "causal_mask/ConstantOfShape" in n.name and not n.name.endswith("_1")]  # fmt: skip
     assert [n.name.rsplit("/", 1)[-1] for n in fills] == ["ConstantOfShape_fp16"] * 2
     assert all(float(numpy_helper.to_array(n.attribute[0].t)[0]) == -65504.0 for n in fills)
-    casts = [n for n in _nodes(converted.graph) if n.op_type == "Cast"]
+    casts = [n for n in all_nodes(converted.graph) if n.op_type == "Cast"]
     assert not any("ConstantOfShape" in n.input[0] for n in casts)
     assert len([t for t in report.tensors if t.action == "saturated"]) == 2
     result = validate(original, converted, provider="emulate", dims=DIMS, runs=0)
@@ -217,7 +209,9 @@ def test_the_mask_pattern_in_a_loop_body() -> None:
     original = _mask_in_loop_body()
     converted, report = amp_convert.convert(original, return_report=True, level="O3")
     onnx.checker.check_model(converted, full_check=True)
-    (fill,) = [n for n in _nodes(converted.graph) if n.name == "body/causal_mask/ConstantOfShape"]
+    (fill,) = [
+        n for n in all_nodes(converted.graph) if n.name == "body/causal_mask/ConstantOfShape"
+    ]
     assert float(numpy_helper.to_array(fill.attribute[0].t)[0]) == -65504.0
     assert [t.action for t in report.tensors] == ["saturated"]
     scores = np.random.default_rng(0).standard_normal((1, 5, 5)).astype(np.float32)
@@ -231,7 +225,7 @@ def test_causal_mask_fill_in_bf16_is_the_bf16_max() -> None:
     """float32 min rounds to -inf in BF16 too (its max is 3.39e38): saturated, said so."""
     original = seq2seq_decoder(opset=20)  # ConstantOfShape admits bfloat16 from opset 20
     converted, report = amp_convert.convert(original, return_report=True, level="O2", dtype="bf16")
-    (node,) = [n for n in _nodes(converted.graph) if n.name.endswith("mask/ConstantOfShape")]
+    (node,) = [n for n in all_nodes(converted.graph) if n.name.endswith("mask/ConstantOfShape")]
     assert node.attribute[0].t.data_type == TensorProto.BFLOAT16
     value = numpy_helper.to_array(node.attribute[0].t).astype(np.float32).reshape(-1)[0]
     assert np.isfinite(value) and value < -3.3e38
