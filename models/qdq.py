@@ -13,6 +13,7 @@ neighbours, Erf, LayerNormalization) left in float between a DQ and the next Q. 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import onnx
@@ -52,15 +53,7 @@ class _Quant:
         g.initializer(f"{name}_quantized", wq)
         g.initializer(f"{name}_scale", scale)
         g.initializer(f"{name}_zero_point", np.zeros(scale.shape, np.int8))
-        out = g.op(
-            "DequantizeLinear",
-            [f"{name}_quantized", f"{name}_scale", f"{name}_zero_point"],
-            f"{name}_DequantizeLinear",
-            outputs=[f"{name}_dequantized"],
-            axis=axis,
-        )
-        assert isinstance(out, str)
-        return out, scale
+        return self._dequantized(name, axis), scale
 
     def tensor(self, name: str, w: np.ndarray) -> str:
         """A constant operand of a quantized Add stored int8 per tensor (symmetric) behind a DQ."""
@@ -69,14 +62,7 @@ class _Quant:
         g.initializer(f"{name}_quantized", np.round(w / scale).astype(np.int8))
         g.initializer(f"{name}_scale", np.array(scale, np.float32))
         g.initializer(f"{name}_zero_point", np.array(0, np.int8))
-        out = g.op(
-            "DequantizeLinear",
-            [f"{name}_quantized", f"{name}_scale", f"{name}_zero_point"],
-            f"{name}_DequantizeLinear",
-            outputs=[f"{name}_dequantized"],
-        )
-        assert isinstance(out, str)
-        return out
+        return self._dequantized(name)
 
     def bias(self, name: str, b: np.ndarray, scale: np.ndarray) -> str:
         """A bias stored int32 with scale ``input_scale * weight_scale`` (ORT's bias rule)."""
@@ -84,12 +70,17 @@ class _Quant:
         g.initializer(f"{name}_quantized", np.round(b / scale).astype(np.int32))
         g.initializer(f"{name}_scale", scale.astype(np.float32))
         g.initializer(f"{name}_zero_point", np.zeros(scale.shape, np.int32))
-        out = g.op(
+        return self._dequantized(name, 0)
+
+    def _dequantized(self, name: str, axis: int | None = None) -> str:
+        """DequantizeLinear of the `name`_quantized/_scale/_zero_point initializers."""
+        attrs: dict[str, Any] = {} if axis is None else {"axis": axis}
+        out = self.g.op(
             "DequantizeLinear",
             [f"{name}_quantized", f"{name}_scale", f"{name}_zero_point"],
             f"{name}_DequantizeLinear",
             outputs=[f"{name}_dequantized"],
-            axis=0,
+            **attrs,
         )
         assert isinstance(out, str)
         return out
