@@ -89,7 +89,6 @@ def convert(
     """
     opts = resolve(options, kwargs)
     work = io.load_model(model)
-    option_checks.check_ops(opts, work)  # a misspelt op name is an error here too, as in the CLI
     report = convert_ir(work, opts)
     result: object
     if isinstance(model, onnx.ModelProto):
@@ -129,7 +128,6 @@ class FileConversion:
             raise InputError(f"{self.src}: this conversion already ran")
         model = io.model_from_file(self.proto, self.src)
         self.proto = None
-        option_checks.check_ops(self.options, model)
         option_checks.check_dims(self.options, model)
         external = self.external_data
         if external is None:

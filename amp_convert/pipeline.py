@@ -59,7 +59,7 @@ from amp_convert.op_lists import (
     op_key,
     unmatched_user_ops,
 )
-from amp_convert.options.checks import check_op_lists
+from amp_convert.options.checks import check_op_lists, check_ops
 from amp_convert.options.convert import ConvertOptions, Level
 from amp_convert.options.low_io import resolve_low_io
 from amp_convert.passes.analyse import analyse
@@ -104,6 +104,7 @@ def run(model: ir.Model, options: ConvertOptions) -> ConversionReport:
     report.casts_before = report.casts_after = count_casts(model)
     lists = build_lists(options)  # validates op list files even at O0
     check_op_lists(lists, model)
+    check_ops(options, model)  # a misspelt --fp32-ops/--fp16-ops name: an error at every entry
     report.warnings.extend(_unknown_user_ops(options, model))
     if _nothing_to_do(model, options, report):
         return report
@@ -409,6 +410,8 @@ def _describe_target(report: ConversionReport, model: ir.Model, target: Target) 
 
 def _unknown_user_ops(options: ConvertOptions, model: ir.Model) -> list[str]:
     """--fp32-ops / --fp16-ops names that match no node of the model (typos, a missing domain)."""
+    if not options.fp32_ops and not options.fp16_ops:
+        return []
     present = {op_key(node.domain, node.op_type) for node in model.graph.all_nodes()}
     flags = (("--fp32-ops", options.fp32_ops), ("--fp16-ops", options.fp16_ops))
     return unmatched_user_ops(flags, present)

@@ -91,3 +91,9 @@ def test_numerics_close_to_the_original() -> None:
     ref = ort.InferenceSession(proto.SerializeToString()).run(None, feeds)[0]
     got = ort.InferenceSession(ir.serde.serialize_model(model).SerializeToString()).run(None, feeds)
     assert np.allclose(np.asarray(got[0], np.float32), ref, atol=2e-2)
+
+
+def test_a_misspelt_op_is_an_option_error_in_the_pass_too() -> None:
+    """The op-name check lives in the pipeline, so the pass refuses what convert refuses."""
+    with pytest.raises(OptionError, match="Sofmax"):
+        MixedPrecisionPass(level="O2", fp32_ops=["Sofmax"])(_bert())

@@ -44,6 +44,8 @@ def _suggest(word: str, known: Iterable[str]) -> str:
 
 def check_ops(options: ConvertOptions, model: ir.Model) -> None:
     """Every op of --fp32-ops/--fp16-ops is an op type ONNX, ONNX Runtime or the model knows."""
+    if not options.fp32_ops and not options.fp16_ops:
+        return
     in_model = {n.op_type for n in model.graph.all_nodes()}
     known = _known_ops() | in_model
     for flag, ops in (("--fp32-ops", options.fp32_ops), ("--fp16-ops", options.fp16_ops)):
