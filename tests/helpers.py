@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -118,3 +121,15 @@ class SessionCounter:
                 super().__init__(*a, **k)
 
         monkeypatch.setattr(ort, "InferenceSession", Counted)
+
+
+def mypy_errors(source: str, tmp_path: Path) -> list[str]:
+    """mypy's error lines for `source` (a snippet using amp_convert), checked from the repo root."""
+    snippet = tmp_path / "snippet.py"
+    snippet.write_text(source)
+    result = subprocess.run(
+        [sys.executable, "-m", "mypy", "--no-error-summary", "--follow-imports=silent",
+         "--cache-dir", str(tmp_path / "cache"), str(snippet)],
+        cwd=Path(__file__).resolve().parent.parent, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    return [line for line in result.stdout.splitlines() if ": error:" in line]

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +20,7 @@ from amp_convert.commands.cli import cli
 from amp_convert.options.convert import cli_fields, make_options, user_fields
 from amp_convert.validation.options import ValidateOptions
 from tests.graphs import pow_model
-from tests.helpers import one_line_error
+from tests.helpers import mypy_errors, one_line_error
 
 F32 = onnx.TensorProto.FLOAT
 REPO = Path(__file__).resolve().parent.parent
@@ -97,22 +95,16 @@ def test_unknown_option_names_are_errors_at_every_entry_point(tmp_path: Path) ->
 def test_mypy_checks_option_names(tmp_path: Path) -> None:
     """The keywords are a TypedDict: a misspelt option is a type error before anything runs."""
     pytest.importorskip("mypy")
-    snippet = tmp_path / "use.py"
-    snippet.write_text(
+    errors = mypy_errors(
         "import amp_convert\n"
         "from amp_convert.auto import auto_convert\n"
         "amp_convert.convert(b'', level='O2', exclude_nodes='attn')\n"
         "amp_convert.convert(b'', levle='O2')\n"
         "auto_convert(b'', exclude_node='attn')\n"
-        "amp_convert.validate('a', 'b', provder='cpu')\n"
+        "amp_convert.validate('a', 'b', provder='cpu')\n",
+        tmp_path,
     )
-    result = subprocess.run(
-        [sys.executable, "-m", "mypy", "--no-error-summary", "--follow-imports=silent",
-         "--cache-dir", str(tmp_path / "cache"), str(snippet)],
-        cwd=REPO, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    errors = [line for line in result.stdout.splitlines() if ": error:" in line]
-    assert sorted({line.split(":")[1] for line in errors}) == ["4", "5", "6"], result.stdout
+    assert sorted({line.split(":")[1] for line in errors}) == ["4", "5", "6"], errors
     for word in ('"levle"', '"exclude_node"', '"provder"'):
         assert any(f"Unexpected keyword argument {word}" in line for line in errors), word
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import amp_convert
 from models.blocks import bert_encoder
+from tests.helpers import mypy_errors
 
 PASSES = Path(amp_convert.__file__).parent / "passes"
 #: passes/ holds the steps and nothing else: a step's own helpers are private modules (_name.py),
@@ -95,8 +96,7 @@ def test_an_escaping_exception_names_its_step(monkeypatch, tmp_path: Path) -> No
 
 def test_mypy_checks_the_arguments_of_a_step(tmp_path: Path) -> None:
     """_step is typed with ParamSpec: two swapped arguments of step 10 are a type error."""
-    snippet = tmp_path / "swap.py"
-    snippet.write_text(
+    errors = mypy_errors(
         "import onnx_ir as ir\n"
         "from amp_convert.options.convert import ConvertOptions\n"
         "from amp_convert.passes.assign import assign\n"
@@ -105,15 +105,10 @@ def test_mypy_checks_the_arguments_of_a_step(tmp_path: Path) -> None:
         "from amp_convert.cost.traffic import ShapeBook\n"
         "def f(m: ir.Model, c: Classes, s: ShapeBook, o: ConvertOptions) -> None:\n"
         "    _step(10, 'assign', assign, m, c, s, o, frozenset())\n"
-        "    _step(10, 'assign', assign, m, c, o, s, frozenset())\n"
+        "    _step(10, 'assign', assign, m, c, o, s, frozenset())\n",
+        tmp_path,
     )
-    result = subprocess.run(
-        [sys.executable, "-m", "mypy", "--no-error-summary", "--follow-imports=silent",
-         "--cache-dir", str(tmp_path / "cache"), str(snippet)],
-        cwd=Path(amp_convert.__file__).parent.parent, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    errors = [line for line in result.stdout.splitlines() if ": error:" in line]
-    assert errors and {line.split(":")[1] for line in errors} == {"9"}, result.stdout
+    assert errors and {line.split(":")[1] for line in errors} == {"9"}, errors
 
 
 def test_the_json_report_keeps_structured_reasons_beside_the_text(tmp_path: Path) -> None:
