@@ -280,8 +280,8 @@ def test_failed_force_rewrite_keeps_the_old_pair(
             raise OSError(28, "No space left on device")
         return real_replace(a, b, **kw)
 
-    def data_disk_full(fd, job, local):  # a chunk of the weights half written
-        os.pwrite(fd, b"\0" * 10, job.at)
+    def data_disk_full(fd, data, offset):  # a chunk of the weights half written
+        os.pwrite(fd, b"\0" * 10, offset)
         raise OSError(28, "No space left on device")
 
     if stage == "graph":
@@ -289,7 +289,7 @@ def test_failed_force_rewrite_keeps_the_old_pair(
     elif stage == "rename":
         monkeypatch.setattr(amp_io.os, "replace", rename_fails)
     else:
-        monkeypatch.setattr(data_file, "write_chunk", data_disk_full)
+        monkeypatch.setattr(data_file, "_pwrite_all", data_disk_full)
     with pytest.raises(OutputError, match="No space left on device"):
         amp_convert.convert_file(src, out, dtype="bf16", force=True)
     monkeypatch.setattr(onnx, "save", real_save)

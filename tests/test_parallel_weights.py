@@ -188,6 +188,7 @@ def test_parallel_range_stats_are_one_scans(tmp_path: Path, small_chunks, dtype:
     external = external_arrays(tmp_path, arrays)
     lazy = ir.LazyTensor(lambda: ir.Tensor(arrays["w4"]), ir.DataType.FLOAT, ir.Shape([203]))
     given = [*external.values(), ir.Tensor(arrays["w3"]), lazy]
+    before = arrays["w3"].copy()
     os.environ["AMP_CONVERT_THREADS"] = "3"
     try:
         got = weight_scan.range_stats(given, low)
@@ -199,6 +200,52 @@ def test_parallel_range_stats_are_one_scans(tmp_path: Path, small_chunks, dtype:
     assert got == want
     tiny = got[len(SIZES)]  # all FP16-subnormal, BF16-normal
     assert (tiny.nonzero, tiny.subnormal) == (300, 300 if dtype == "fp16" else 0)
+    # the scan takes magnitudes in place only in its own read buffers, never in a model's weight
+    np.testing.assert_array_equal(arrays["w3"], before)
+
+
+def test_scan_in_place_gives_the_same_stats() -> None:
+    """scan(scratch=True) overwrites its input with magnitudes and returns the same stats."""
+    values = awkward_values(1000, 7)
+    limits = weight_range.LIMITS[ir.DataType.FLOAT16]
+    want = weight_range.scan(values, limits)
+    assert weight_range.scan(values.copy(), limits, scratch=True) == want
+    assert weight_range.scan(values, limits) == want  # the plain scan left `values` alone
+
+
+def test_one_thread_writes_the_data_file(tmp_path: Path, small_chunks, monkeypatch) -> None:
+    """Workers read and round; every write comes from the caller's thread, in file order (writers
+    on several threads only contend for the file's inode lock)."""
+    arrays = {f"w{i}": awkward_values(n, i) for i, n in enumerate(SIZES)}
+    external = external_arrays(tmp_path, arrays)
+    placed, offset = [], 0
+    for i, t in enumerate(external.values()):  # low copies and kept FP32 ranges, interleaved
+        tensor = tensors.to_low(t, ir.DataType.FLOAT16) if i % 2 else t
+        placed.append(data_file.Placed(ir.Value(name=t.name), tensor, offset))
+        offset += tensor.nbytes
+    writes: list[tuple[int, int]] = []
+    real = data_file._pwrite_all
+
+    def recorded(fd: int, data: memoryview, at: int) -> None:
+        writes.append((threading.get_ident(), at))
+        real(fd, data, at)
+
+    monkeypatch.setattr(data_file, "_pwrite_all", recorded)
+    (tmp_path / "o.data").touch()
+    fd = os.open(tmp_path / "o.data", os.O_WRONLY)
+    try:
+        data_file.write(placed, fd, threads=3)
+    finally:
+        os.close(fd)
+    assert writes and {who for who, _ in writes} == {threading.get_ident()}
+    assert [at for _, at in writes] == sorted(at for _, at in writes)
+    want = b"".join(
+        p.tensor.evaluate().tobytes()
+        if isinstance(p.tensor, tensors.LowCopy)
+        else p.tensor.tobytes()
+        for p in placed
+    )
+    assert (tmp_path / "o.data").read_bytes() == want
 
 
 # ------------------------------------------------------------------ failures
@@ -336,7 +383,7 @@ def test_data_file_write_keeps_its_chunks_bounded(
     now = most = calls = 0
     real = data_file.write_chunk
 
-    def counted(fd, job, local):
+    def counted(job, local, spare):
         nonlocal now, most, calls
         with lock:
             now += 1
@@ -344,7 +391,7 @@ def test_data_file_write_keeps_its_chunks_bounded(
             most = max(most, now)
         try:
             time.sleep(0.002)
-            return real(fd, job, local)
+            return real(job, local, spare)
         finally:
             with lock:
                 now -= 1

@@ -100,37 +100,54 @@ class RangeStats:
         return math.sqrt(self.loss_sq / self.sumsq) if self.sumsq > 0 else 0.0
 
 
-def scan(array: np.ndarray, limits: LowLimits) -> RangeStats:
+def scan(array: np.ndarray, limits: LowLimits, scratch: bool = False) -> RangeStats:
     """RangeStats of `array` against `limits`, a chunk at a time (no whole-size temporary).
 
     Only the values below the smallest normal are rounded here (usually none or a few): the
-    others lose at most `roundoff` of themselves, whatever the weight.
+    others lose at most `roundoff` of themselves, whatever the weight. `scratch`: `array` is
+    the caller's to overwrite (a read buffer), so its magnitudes are taken in place.
     """
     flat = array.reshape(-1)
     total = RangeStats()
+    mask = np.empty(min(flat.size, _CHUNK), dtype=bool)
     for start in range(0, flat.size, _CHUNK):
-        chunk = np.abs(flat[start : start + _CHUNK])
-        finite = chunk[np.isfinite(chunk)] if not np.all(np.isfinite(chunk)) else chunk
-        if not finite.size:
-            continue
-        below = finite[finite < limits.min_normal]  # zeros and the values at risk: few
-        tiny = below[below > 0].astype(np.float64)
-        rounded = tiny.astype(np.float32).astype(limits.numpy).astype(np.float64)
-        flushed = tiny[rounded == 0]
-        peak = float(finite.max())
-        total = total + RangeStats(
-            peak=peak,
-            nonzero=finite.size - (below.size - tiny.size),
-            overflow=int(np.count_nonzero(finite > limits.max)) if peak > limits.max else 0,
-            flushed=flushed.size,
-            subnormal=tiny.size,
-            # float32 sums suffice for a ratio compared with a threshold; a square beyond
-            # float32 (BF16 weights above 1.8e19) makes the norm inf and the losses negligible
-            sumsq=_sumsq(finite),
-            loss_sq=float(np.dot(rounded - tiny, rounded - tiny)),
-            flush_sq=float(np.dot(flushed, flushed)),
-        )
+        part = flat[start : start + _CHUNK]
+        total = total + _scan_chunk(part, limits, part if scratch else None, mask[: part.size])
     return total
+
+
+def _scan_chunk(
+    part: np.ndarray, limits: LowLimits, out: np.ndarray | None, mask: np.ndarray
+) -> RangeStats:
+    """One chunk's stats, in as few passes as numpy allows: |values| (into `out` when given),
+    their max (NaN or inf there is the only sign of a non-finite value: then they are masked
+    out), one comparison with the smallest normal, the sum of squares; the few values below
+    the smallest normal are then judged apart."""
+    finite = np.abs(part, out=out)
+    peak = float(finite.max()) if finite.size else 0.0
+    if not math.isfinite(peak):  # NaN propagates through max; inf is the max
+        finite = finite[np.isfinite(finite)]
+        if not finite.size:
+            return RangeStats()
+        peak = float(finite.max())
+        mask = mask[: finite.size]
+    np.less(finite, limits.min_normal, out=mask)  # zeros and the values at risk: few
+    below = finite[mask] if mask.any() else finite[:0]
+    tiny = below[below > 0].astype(np.float64)
+    rounded = tiny.astype(np.float32).astype(limits.numpy).astype(np.float64)
+    flushed = tiny[rounded == 0]
+    return RangeStats(
+        peak=peak,
+        nonzero=finite.size - (below.size - tiny.size),
+        overflow=int(np.count_nonzero(finite > limits.max)) if peak > limits.max else 0,
+        flushed=flushed.size,
+        subnormal=tiny.size,
+        # float32 sums suffice for a ratio compared with a threshold; a square beyond
+        # float32 (BF16 weights above 1.8e19) makes the norm inf and the losses negligible
+        sumsq=_sumsq(finite),
+        loss_sq=float(np.dot(rounded - tiny, rounded - tiny)),
+        flush_sq=float(np.dot(flushed, flushed)),
+    )
 
 
 def _sumsq(values: np.ndarray) -> float:

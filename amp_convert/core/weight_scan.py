@@ -47,7 +47,9 @@ def range_stats(tensors: Sequence[ir.TensorProtocol], low: ir.DataType) -> list[
         buffer = getattr(local, "buffer", None)
         if buffer is None:
             buffer = local.buffer = bytearray(SCAN_CHUNK * 4)
-        return scan(read_chunk(tensor, start, stop, buffer), limits)
+        # an external tensor's range is read into the worker's buffer: scan may overwrite it
+        scratch = isinstance(tensor, ir.ExternalTensor)
+        return scan(read_chunk(tensor, start, stop, buffer), limits, scratch=scratch)
 
     def run_batch(batch: list[_Job]) -> list[tuple[int, RangeStats | AmpConvertError]]:
         results: list[tuple[int, RangeStats | AmpConvertError]] = []
