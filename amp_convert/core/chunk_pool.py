@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import collections
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TypeVar
 
@@ -63,7 +63,7 @@ def batches(items: Iterable[J], size: Callable[[J], int], limit: int) -> Iterato
 
 def ordered_map(
     fn: Callable[[J], R], jobs: Iterable[J], *, threads: int, in_flight: int | None = None
-) -> Iterator[R]:
+) -> Generator[R, None, None]:
     """fn(job) for every job on `threads` threads, yielded in job order.
 
     At most `in_flight` (default 2 x threads) jobs are submitted and not yet yielded; the next

@@ -100,11 +100,13 @@ def write(placed: Sequence[Placed], fd: int, threads: int | None = None) -> None
 
     threads = chunk_pool.workers() if threads is None else threads
     work = chunk_pool.batches(jobs(placed), _source_bytes, _copy_bytes())
-    for ready in chunk_pool.ordered_map(run, work, threads=threads):
-        for item in ready:
-            item.write(fd)
-            if item.buffer is not None:
-                spare.append(item.buffer)
+    results = chunk_pool.ordered_map(run, work, threads=threads)
+    with contextlib.closing(results):  # a failed write stops the workers before it propagates
+        for ready in results:
+            for item in ready:
+                item.write(fd)
+                if item.buffer is not None:
+                    spare.append(item.buffer)
 
 
 @dataclass(frozen=True)
