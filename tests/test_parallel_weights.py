@@ -159,6 +159,18 @@ def external_arrays_in(folder: Path, arrays: dict[str, np.ndarray]) -> dict[str,
     return external_arrays(folder, arrays)
 
 
+def written(folder: Path, placed: list[data_file.Placed], threads: int) -> bytes:
+    """The bytes data_file.write puts in a fresh file in `folder`."""
+    path = folder / "o.data"
+    path.touch()
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        data_file.write(placed, fd, threads=threads)
+    finally:
+        os.close(fd)
+    return path.read_bytes()
+
+
 def test_external_weights_are_read_by_range_never_mapped(tmp_path: Path, small_chunks) -> None:
     """Memory holds chunks, not weights: the external tensors are never memory-mapped whole."""
     external = external_arrays(tmp_path, {"a": awkward_values(500, 1)})
@@ -168,14 +180,9 @@ def test_external_weights_are_read_by_range_never_mapped(tmp_path: Path, small_c
     assert isinstance(low, tensors.LowCopy)
     jobs = list(data_file.jobs([data_file.Placed(ir.Value(name="a"), low, 0)]))
     assert [(j.start, j.stop) for j in jobs] == [(s, min(s + 64, 500)) for s in range(0, 500, 64)]
-    (tmp_path / "o.data").touch()
-    fd = os.open(tmp_path / "o.data", os.O_WRONLY)
-    try:
-        data_file.write([data_file.Placed(ir.Value(name="a"), low, 0)], fd, threads=2)
-    finally:
-        os.close(fd)
+    data = written(tmp_path, [data_file.Placed(ir.Value(name="a"), low, 0)], threads=2)
     assert tensor.raw is None  # onnx-ir maps a file on the first whole read: none happened
-    assert (tmp_path / "o.data").read_bytes() == low.evaluate().tobytes()
+    assert data == low.evaluate().tobytes()
 
 
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])
@@ -231,12 +238,7 @@ def test_one_thread_writes_the_data_file(tmp_path: Path, small_chunks, monkeypat
         real(fd, data, at)
 
     monkeypatch.setattr(data_file, "_pwrite_all", recorded)
-    (tmp_path / "o.data").touch()
-    fd = os.open(tmp_path / "o.data", os.O_WRONLY)
-    try:
-        data_file.write(placed, fd, threads=3)
-    finally:
-        os.close(fd)
+    data = written(tmp_path, placed, threads=3)
     assert writes and {who for who, _ in writes} == {threading.get_ident()}
     assert [at for _, at in writes] == sorted(at for _, at in writes)
     want = b"".join(
@@ -245,7 +247,7 @@ def test_one_thread_writes_the_data_file(tmp_path: Path, small_chunks, monkeypat
         else p.tensor.tobytes()
         for p in placed
     )
-    assert (tmp_path / "o.data").read_bytes() == want
+    assert data == want
 
 
 # ------------------------------------------------------------------ failures
@@ -397,15 +399,10 @@ def test_data_file_write_keeps_its_chunks_bounded(
                 now -= 1
 
     monkeypatch.setattr(data_file, "write_chunk", counted)
-    (tmp_path / "o.data").touch()
-    fd = os.open(tmp_path / "o.data", os.O_WRONLY)
-    try:
-        data_file.write(placed, fd, threads=3)
-    finally:
-        os.close(fd)
+    data = written(tmp_path, placed, threads=3)
     assert calls == 6 * 16  # 1000 elements in chunks of 64
     assert 1 < most <= 3
-    assert (tmp_path / "o.data").read_bytes() == b"".join(t.evaluate().tobytes() for t in lows)
+    assert data == b"".join(t.evaluate().tobytes() for t in lows)
 
 
 def test_small_jobs_share_a_batch_big_ones_stand_alone() -> None:
