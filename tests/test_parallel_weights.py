@@ -371,6 +371,34 @@ def test_ordered_map_error_is_the_first_in_order_after_every_worker_stopped() ->
     assert len(finished) < 20  # the jobs not started were cancelled
 
 
+def test_a_whole_tensor_bigger_than_a_chunk_is_written_by_its_worker(
+    tmp_path: Path, small_chunks, monkeypatch
+) -> None:
+    """An in-memory kept weight (one job, written whole) is not held until its turn: its worker
+    writes it; the chunks around it still come from the caller's thread, and the bytes are
+    right."""
+    external = external_arrays(tmp_path, {"a": awkward_values(300, 1), "c": awkward_values(300, 2)})
+    whole = ir.Tensor(awkward_values(1000, 3), name="b")  # 4000 bytes > a chunk's 256
+    parts = [tensors.to_low(external["a"], ir.DataType.FLOAT16), whole, external["c"]]
+    placed, offset = [], 0
+    for t in parts:
+        placed.append(data_file.Placed(ir.Value(name=t.name), t, offset))
+        offset += t.nbytes
+    writers: dict[int, int] = {}
+    real = data_file._pwrite_all
+
+    def recorded(fd: int, data: memoryview, at: int) -> None:
+        writers[at] = threading.get_ident()
+        real(fd, data, at)
+
+    monkeypatch.setattr(data_file, "_pwrite_all", recorded)
+    data = written(tmp_path, placed, threads=2)
+    main = threading.get_ident()
+    assert writers[placed[1].offset] != main
+    assert {who for at, who in writers.items() if at < placed[1].offset} == {main}
+    assert data == parts[0].evaluate().tobytes() + whole.tobytes() + external["c"].tobytes()
+
+
 def test_data_file_write_keeps_its_chunks_bounded(
     tmp_path: Path, monkeypatch, small_chunks
 ) -> None:

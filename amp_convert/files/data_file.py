@@ -8,8 +8,10 @@ core rounds and at most a few chunks are in memory whatever the model's size
 (chunk_pool.ordered_map). One thread, the caller's, writes them at their offsets (pwrite) in
 order, and copies the kept FP32 ranges inside the kernel (copy_file_range): a write holds the
 file's inode lock, so writers on several threads only spin on it (13% of the CPU of a 1 GB
-conversion on 2 cores went to that spin), while one writer keeps the disk as busy. A failed job
-stops the others before its error propagates; the caller (io.save_model) then removes the file.
+conversion on 2 cores went to that spin), while one writer keeps the disk as busy. Only a
+tensor that is not read by range and is bigger than a chunk is written by its worker, under the
+writer's lock, rather than held until its turn. A failed job stops the others before its error
+propagates; the caller (io.save_model) then removes the file.
 """
 
 from __future__ import annotations
@@ -94,9 +96,18 @@ def write(placed: Sequence[Placed], fd: int, threads: int | None = None) -> None
     os.ftruncate(fd, end)
     local = threading.local()
     spare: list[bytearray] = []  # rounding buffers written out, for the next chunks (see Ready)
+    writing = threading.Lock()
 
     def run(batch: list[Job]) -> list[Ready]:
-        return [write_chunk(job, local, spare) for job in batch]
+        ready = [write_chunk(job, local, spare) for job in batch]
+        if sum(len(r.data) for r in ready if r.data is not None) > _copy_bytes():
+            # a whole tensor (one that cannot be read by range) is written by its worker, not
+            # held until its turn: results waiting in the pool would hold several at once
+            with writing:
+                for r in ready:
+                    r.write(fd)
+            return []
+        return ready
 
     threads = chunk_pool.workers() if threads is None else threads
     work = chunk_pool.batches(jobs(placed), _source_bytes, _copy_bytes())
@@ -104,7 +115,8 @@ def write(placed: Sequence[Placed], fd: int, threads: int | None = None) -> None
     with contextlib.closing(results):  # a failed write stops the workers before it propagates
         for ready in results:
             for item in ready:
-                item.write(fd)
+                with writing:
+                    item.write(fd)
                 if item.buffer is not None:
                     spare.append(item.buffer)
 
