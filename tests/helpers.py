@@ -18,15 +18,21 @@ FLOAT16 = onnx.TensorProto.FLOAT16
 FLOAT = onnx.TensorProto.FLOAT
 
 
-def session(model: onnx.ModelProto | str) -> ort.InferenceSession:
+def session(model: onnx.ModelProto | str, optimize: bool = True) -> ort.InferenceSession:
+    """A CPU session; `optimize=False` computes the graph as written (no fusion into other
+    kernels), e.g. a QDQ model's float semantics instead of ORT's int8 kernels."""
     options = ort.SessionOptions()
     options.log_severity_level = 3
+    if not optimize:
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     source = model if isinstance(model, str) else model.SerializeToString()
     return ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
 
 
-def run(model: onnx.ModelProto | str, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-    return session(model).run(None, feeds)
+def run(
+    model: onnx.ModelProto | str, feeds: dict[str, np.ndarray], optimize: bool = True
+) -> list[np.ndarray]:
+    return session(model, optimize).run(None, feeds)
 
 
 def all_nodes(graph: onnx.GraphProto):

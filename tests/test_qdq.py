@@ -76,7 +76,10 @@ def test_opset_upgrade_lowers_the_groups_whole(name: str) -> None:
     assert any(f.into == "to opset 19" for f in report.rewrites)
     for seed in range(3):
         feeds = _feeds(original, seed)
-        (ref,), (got,) = run(original, feeds), run(converted, feeds)
+        # The reference is the QDQ graph's own float semantics: with its default optimisations
+        # ORT CPU fuses it into int8 kernels whose requantisation depends on the host's ISA
+        # (3 output steps off the float result on an AVX2-only EPYC, within 1 on others).
+        (ref,), (got,) = run(original, feeds, optimize=False), run(converted, feeds)
         cosine = float((ref * got).sum() / np.linalg.norm(ref) / np.linalg.norm(got))
         assert cosine >= 0.999 and float(np.abs(ref - got).max()) <= 2 * step
 
