@@ -3,7 +3,7 @@
 Every click option or argument that takes a path uses ``OutputPath`` (a file the command writes,
 with the label its errors use and the flags it needs) or ``InputPath`` (a file it reads), so the
 output registry (output_rules.plan_outputs) sees every file of a run from the command's own
-declaration: a new flag cannot skip the checks (tests/test_output_registry.py enumerates them).
+declaration: a new flag cannot skip the checks (tests/files/test_outputs.py enumerates them).
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ integer ops on pieces that stay in the L2 cache (about 3.2 GB/s):
 - a piece holding anything that rounds past 65504 (inf), inf or NaN goes to numpy's cast.
 
 `bench/half_cast_check.py` compares every one of the 2**32 float32 bit patterns with numpy's
-cast; `tests/test_half_cast.py` checks the boundaries and ties.
+cast; `tests/core/test_half_cast.py` checks the boundaries and ties.
 """
 
 from __future__ import annotations

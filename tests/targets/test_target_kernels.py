@@ -14,7 +14,7 @@ from amp_convert.targets import load_target, uncovered_nodes
 from models.build import BUILDERS
 from models.cnn import bn_fp16_overflow, mobilenet_cnn
 from tests.helpers import FLOAT, FLOAT16, all_nodes, run, value_types
-from tests.test_backend_corpus import _case_id, _cases
+from tests.properties.test_backend_corpus import _case_id, _cases
 
 LEVELS = ["O1", "O2", "O3"]
 

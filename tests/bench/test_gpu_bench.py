@@ -16,7 +16,7 @@ from bench._gpu_profile import CPU_EP, placement_from_events, read_profile
 from bench._gpu_run import VARIANTS, Measurement, output_errors
 from bench.gpu_bench import NO_GPU, cpu_placed_lines, parse_args, rows
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "bench" / "gpu_bench.py"
 CUDA_EP = "CUDAExecutionProvider"
 

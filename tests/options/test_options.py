@@ -23,7 +23,7 @@ from tests.graphs import pow_model
 from tests.helpers import mypy_errors, one_line_error
 
 F32 = onnx.TensorProto.FLOAT
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _blocks() -> onnx.ModelProto:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parent.parent / "amp_convert"
+PACKAGE = Path(__file__).resolve().parents[2] / "amp_convert"
 
 
 def _module_name(path: Path) -> str:

@@ -18,7 +18,7 @@ from models.inputs import DEFAULT_DIMS, sample_inputs
 
 ort = pytest.importorskip("onnxruntime")
 
-MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
+MODELS_DIR = Path(__file__).resolve().parents[2] / "models"
 ALL = {**ALL_BLOCKS, **ALL_FOCUSED, **ALL_DECODERS, **build_mod.SAMPLES}
 #: Models whose If branches reuse names, as optimum's merged decoders do (unique per graph scope).
 BRANCH_LOCAL_NAMES = {"decoder_model_merged"}

@@ -32,7 +32,7 @@ from amp_convert.reports.conversion import ConversionReport
 from tests.graphs import mlp
 from tests.helpers import run
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def invoke(*args: object):

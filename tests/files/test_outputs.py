@@ -390,7 +390,7 @@ def test_sigterm_during_auto_leaves_no_temporary_folder(tmp_path: Path) -> None:
     src = external(tmp_path / "m.onnx")
     temp = tmp_path / "temp"
     temp.mkdir()
-    env = {**os.environ, "TMPDIR": str(temp), "PYTHONPATH": str(Path(__file__).parents[1])}
+    env = {**os.environ, "TMPDIR": str(temp), "PYTHONPATH": str(Path(__file__).parents[2])}
     child = subprocess.Popen(
         [sys.executable, "-c", _AUTO_CHILD, str(src), str(tmp_path / "o.onnx")],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,

@@ -15,7 +15,7 @@ from bench import _compare_analyze as analyze
 from bench._corpus import disk_size, external_data_files
 from bench._table import Column, Wide, columns, markdown_table, secs_text, size_text, text_table
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _vi(name: str, elem: int) -> onnx.ValueInfoProto:

@@ -22,7 +22,7 @@ from amp_convert.commands.cli import cli
 from amp_convert.files import proto_checks
 from tests.helpers import one_line_error, run
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 W = np.random.default_rng(0).standard_normal((64, 64)).astype(np.float32)
 
 

@@ -21,7 +21,7 @@ from onnx import TensorProto, helper
 
 from tests.graphs import mlp
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def saved(path: Path, model: onnx.ModelProto | None = None) -> Path:

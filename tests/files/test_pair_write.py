@@ -166,7 +166,7 @@ def test_the_command_interrupted_mid_commit_ends_as_documented(folder, step, sig
     import sys
 
     src, out, old_values, new_values = folder
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     done = subprocess.run(
         [sys.executable, "-c", _CLI_CHILD, step, signame, str(src), "-o", str(out), "--force",
          "-q"],

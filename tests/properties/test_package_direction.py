@@ -1,9 +1,9 @@
 """Packages depend one way: commands -> libraries -> vocabulary (DESIGN.md's layout).
 
-tests/test_import_graph.py forbids module cycles; this test forbids an import that points *up* the
-layer list below, so that a cycle between packages (validation <-> auto, reports <-> pages) cannot
-come back through modules that do not form a cycle themselves. Imports under ``TYPE_CHECKING`` and
-inside functions count too: a lazy import is still a dependency.
+tests/properties/test_import_graph.py forbids module cycles; this test forbids an import that
+points *up* the layer list below, so that a cycle between packages (validation <-> auto,
+reports <-> pages) cannot come back through modules that do not form a cycle themselves. Imports
+under ``TYPE_CHECKING`` and inside functions count too: a lazy import is still a dependency.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parent.parent / "amp_convert"
+PACKAGE = Path(__file__).resolve().parents[2] / "amp_convert"
 
 #: lowest first; a unit may import only from units of a lower layer (and from itself)
 LAYERS: list[set[str]] = [

@@ -20,7 +20,7 @@ from click.testing import CliRunner
 
 from amp_convert.commands.cli import cli
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 pytest.importorskip("onnxruntime")
 

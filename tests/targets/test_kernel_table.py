@@ -20,7 +20,7 @@ from amp_convert.targets.opkernel_doc import parse_operator_kernels
 
 F, H, B = ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.BFLOAT16
 I32, I64 = ir.DataType.INT32, ir.DataType.INT64
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TABLE = ROOT / "amp_convert" / "targets" / "ort_cuda_kernels.json"
 
 SAMPLE = """\

@@ -126,7 +126,7 @@ def short_typed(folder: Path) -> Path:
 
 def cycle(folder: Path) -> Path:
     """Two nodes that read each other's output: no order runs them (sorted ones are accepted:
-    tests/test_ort_loads.py)."""
+    tests/properties/test_ort_loads.py)."""
     graph = helper.make_graph(
         [
             helper.make_node("MatMul", ["x", "w"], ["h"], name="mm"),
