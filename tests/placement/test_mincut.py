@@ -9,6 +9,7 @@ gadget whose cut costs the value's Cast weight once whatever the number of disag
 from __future__ import annotations
 
 import itertools
+import random
 from dataclasses import dataclass
 
 import pytest
@@ -16,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from amp_convert.placement.mincut import INF, FlowNetwork
+from tests.placement.dinic_reference import DinicNetwork
 
 
 def _net(n: int) -> tuple[FlowNetwork, list[int]]:
@@ -370,3 +372,81 @@ def test_min_cut_chain_needs_one_cut() -> None:
     net.add_edge(chain[-1], t, INF)
     assert net.max_flow(s, t) == 4
     assert net.source_side(s) == {s, *chain[:31]}
+
+
+# ------------------------------------------------------ against the Dinic solver it replaced
+_SHAPES = ("random", "chain with leaks", "ladder", "layered DAG")
+
+
+def _reference_network(shape: str, n: int, seed: int) -> list[tuple[int, int, int]]:
+    """Edges (u, v, capacity) on vertices 0..n+1 (0 = source, 1 = sink) of one of the network
+    shapes assign builds: long chains whose vertices leak to the sink, two-rail ladders with
+    rungs, layered DAGs of wide stages, and arbitrary graphs; INF edges pin a few vertices."""
+    rnd = random.Random(seed)
+    vs = list(range(2, n + 2))
+    edges: list[tuple[int, int, int]] = []
+
+    def cap() -> int:
+        return rnd.choice([rnd.randint(1, 20), rnd.randint(1, 10**6), 10**12])
+
+    if shape == "chain with leaks":
+        edges += [(a, b, cap()) for a, b in itertools.pairwise(vs)]
+        edges += [(v, 1, rnd.randint(1, 5)) for v in vs]
+    elif shape == "ladder":
+        rails = vs[0::2], vs[1::2]
+        for rail in rails:
+            edges += [(a, b, cap()) for a, b in itertools.pairwise(rail)]
+        edges += [(a, b, cap()) for a, b in zip(rails[0], rails[1][1:], strict=False)]
+        edges += [(b, a, cap()) for a, b in zip(rails[0][1:], rails[1], strict=False)]
+    elif shape == "layered DAG":
+        width = max(2, int(n**0.5))
+        layers = [vs[i : i + width] for i in range(0, n, width)]
+        for upper, lower in itertools.pairwise(layers):
+            for v in lower:
+                edges += [(u, v, cap()) for u in rnd.sample(upper, min(len(upper), 3))]
+    else:
+        edges += [(rnd.choice(vs), rnd.choice(vs), cap()) for _ in range(3 * n)]
+    pinned = INF if rnd.random() < 0.3 else cap()
+    edges += [(0, v, pinned) for v in rnd.sample(vs, max(1, n // 8))]
+    edges += [(v, 1, INF if rnd.random() < 0.3 else cap()) for v in rnd.sample(vs, max(1, n // 8))]
+    edges += [(v, rnd.choice(vs), cap()) for v in rnd.sample(vs, n // 10)]  # back and cross
+    return edges
+
+
+@settings(max_examples=100, deadline=None)
+@given(shape=st.sampled_from(_SHAPES), n=st.integers(2, 400), seed=st.integers(0, 2**32 - 1))
+def test_flow_and_side_equal_the_dinic_solver_on_random_networks(
+    shape: str, n: int, seed: int
+) -> None:
+    """The push-relabel solver against the Dinic solver it replaced (tests/placement/
+    dinic_reference.py): the same maximum flow, and the same source side (the smallest of all
+    minimum cuts, which every maximum flow's residual graph gives)."""
+    edges = _reference_network(shape, n, seed)
+    new, old = FlowNetwork(), DinicNetwork()
+    for _ in range(n + 2):
+        new.add_vertex()
+        old.add_vertex()
+    for u, v, c in edges:
+        new.add_edge(u, v, c)
+        old.add_edge(u, v, c)
+    flow = new.max_flow(0, 1)
+    assert flow == old.max_flow(0, 1)
+    side = new.source_side(0)
+    assert side == old.source_side(0)
+    assert _cut_cost([e for e in edges if e[0] != e[1]], side) == flow  # a cut of that value
+    assert new.max_flow(0, 1) == 0  # a maximum flow: nothing left to send
+
+
+def test_chain_with_leaks_at_scale() -> None:
+    """A chain whose every vertex leaks to the sink (the network Dinic needed n phases for):
+    every leak is saturated and the rest returns to the source."""
+    net = FlowNetwork()
+    s, t = net.add_vertex(), net.add_vertex()
+    chain = [net.add_vertex() for _ in range(20_000)]
+    net.add_edge(s, chain[0], INF)
+    for u, v in itertools.pairwise(chain):
+        net.add_edge(u, v, 10**9)
+    for v in chain:
+        net.add_edge(v, t, 3)
+    assert net.max_flow(s, t) == 3 * len(chain)
+    assert net.source_side(s) == {s, *chain}
