@@ -433,6 +433,23 @@ def test_data_file_write_keeps_its_chunks_bounded(
     assert data == b"".join(t.evaluate().tobytes() for t in lows)
 
 
+def test_a_small_weight_is_rounded_into_memory_of_its_own_size(
+    tmp_path: Path, small_chunks
+) -> None:
+    """Only chunk-sized jobs take (and hand back) a chunk-sized rounding buffer: a batch of many
+    small weights held one each until written (1.7 GB for a 48-layer export's 600 weights)."""
+    external = external_arrays(
+        tmp_path, {"small": awkward_values(10, 0), "big": awkward_values(200, 1)}
+    )
+    small, big = (tensors.to_low(t, ir.DataType.FLOAT16) for t in external.values())
+    local, spare = threading.local(), []
+    ready = data_file.write_chunk(data_file.Job(small, 0, 0, 10), local, spare)
+    assert ready.buffer is None and bytes(ready.data) == small.evaluate().tobytes()
+    ready = data_file.write_chunk(data_file.Job(big, 0, 0, SMALL_CHUNK), local, spare)
+    assert ready.buffer is not None and len(ready.buffer) == 2 * SMALL_CHUNK
+    assert bytes(ready.data) == big.evaluate().tobytes()[: 2 * SMALL_CHUNK]
+
+
 def test_small_jobs_share_a_batch_big_ones_stand_alone() -> None:
     """Many small weights make few pool jobs; a batch holds about a chunk at most."""
     sizes = [10, 20, 30, 100, 5, 5, 200, 1]
