@@ -223,12 +223,18 @@ def _pwrite_all(fd: int, data: memoryview, offset: int) -> None:
 
 @contextlib.contextmanager
 def externalized(
-    model: ir.Model, folder: str, data_name: str, threshold: int, dir_fd: int | None = None
+    model: ir.Model,
+    folder: str,
+    data_name: str,
+    threshold: int,
+    dir_fd: int | None = None,
+    location: str | None = None,
 ) -> Iterator[None]:
     """Write `model`'s data file `data_name` (an existing file in `folder`, opened through
     `dir_fd` when given) and, inside the block, have its initializers refer to it as ir.save
     would: the big ones as external tensors at their offsets, the small external ones in
-    memory. The initializers are put back afterwards."""
+    memory. The initializers are put back afterwards. `location` is the name they refer to
+    it by (default `data_name`): the file is written under a temporary name, renamed later."""
     placed, inline = layout(model, threshold)
     originals: list[tuple[ir.Value, ir.TensorProtocol | None]] = [
         (p.value, p.tensor) for p in placed
@@ -248,7 +254,7 @@ def externalized(
         base_dir = os.path.normpath(folder)
         for p in placed:
             p.value.const_value = ir.ExternalTensor(
-                os.path.normpath(data_name),
+                os.path.normpath(location or data_name),
                 p.offset,
                 p.tensor.nbytes,
                 p.tensor.dtype,

@@ -285,12 +285,15 @@ def _write_pair(
 ) -> str | None:
     """Write the data file and the graph and commit them as a pair (pair_write.PairWrite)."""
 
-    def write(graph_path: str, data_name: str | None) -> None:
-        if data_name is not None:
+    def write(graph_path: str, data_tmp: str | None, data_name: str | None) -> None:
+        if data_tmp is not None:
             # the weights go first, a chunk at a time on every core (data_file): the bytes
-            # ir.save(external_data=...) would write, in a few chunks of memory
+            # ir.save(external_data=...) would write, in a few chunks of memory, under a
+            # temporary name the graph does not use (it names the final one)
             folder = os.path.dirname(graph_path)
-            with data_file.externalized(model, folder, data_name, SIZE_THRESHOLD, slot.dir_fd):
+            with data_file.externalized(
+                model, folder, data_tmp, SIZE_THRESHOLD, slot.dir_fd, location=data_name
+            ):
                 ir.save(model, graph_path)
         else:
             with _weights_in_memory(model):

@@ -6,9 +6,9 @@ folder and the final rename is made against it (``dir_fd``), so a folder swapped
 during the work cannot redirect the write; only a regular file (or nothing) is replaced; without
 ``force`` the file is linked into place (never replaced, even one that appeared meanwhile).
 
-* ``reserve``/``temp_beside``: claim a fresh name in the destination's folder (O_EXCL, so no
-  other writer gets it) with mode 0666 & ~umask, as ``open()`` would create it (not mkstemp's
-  0600).
+* ``reserve``: claim a fresh name in the destination's folder (O_EXCL, so no other writer gets
+  it) with mode 0666 & ~umask, as ``open()`` would create it (not mkstemp's 0600); temporaries
+  are named, locked and cleaned up by ``stale``.
 * ``keep_mode``: a replaced file's permission bits carry over to its replacement.
 * ``sigterm_cleans_up``: for the duration of a write, SIGTERM raises ``Terminated`` so the
   cleanup that runs on Ctrl-C (except/finally blocks) also runs on ``kill``; the signal is then
@@ -18,7 +18,8 @@ during the work cannot redirect the write; only a regular file (or nothing) is r
 * ``write_error``: an OSError of a write as one line, blaming the output, or the input when the
   failing file is one the write was reading (replaced or removed by another process meanwhile).
 * ``StagedFile``: a small file written under a temporary name now and renamed into place later
-  (a report that must not fail after the model it describes was committed).
+  (a report that must not fail after the model it describes was committed); ``output_set``
+  commits several together, all or none.
 * ``write_bytes``: the whole of the above for a small file (reports).
 """
 
@@ -38,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from amp_convert.errors import AmpConvertError, InputError, OutputError
+from amp_convert.files import stale
 
 try:
     import fcntl
@@ -156,25 +158,6 @@ def reserve(path: Path | str, dir_fd: int | None = None) -> bool:
         return False
     os.close(fd)
     return True
-
-
-def temp_beside(dst: Path | Slot, suffix: str = ".tmp") -> Path:
-    """A fresh hidden file next to `dst` (same folder, so os.replace is atomic)."""
-    if isinstance(dst, Slot):
-        return Path(dst.beside(temp_name(dst, suffix)))
-    while True:
-        tmp = dst.with_name(f".{dst.name}.{secrets.token_hex(4)}{suffix}")
-        if reserve(tmp):
-            return tmp
-
-
-def temp_name(slot: Slot, suffix: str = ".tmp") -> str:
-    """Reserve a fresh hidden name in the slot's folder; short enough for a 255-byte name."""
-    stem = slot.name[: 255 - len(suffix) - 11]  # "." + stem + "." + 8 hex + suffix
-    while True:
-        name = f".{stem}.{secrets.token_hex(4)}{suffix}"
-        if reserve(name, slot.dir_fd):
-            return name
 
 
 def keep_mode(replaced: Path | str, new: Path | str) -> None:
@@ -351,13 +334,17 @@ class StagedFile:
 
     Writing is what fails (a full disk, a size limit); the commit is a rename in a held folder.
     Staging a report before the model it describes is committed means a report that cannot be
-    written fails the run while the old output is still in place. Raises OutputError.
+    written fails the run while the old output is still in place. The temporary is held locked
+    until it is committed or discarded (``stale``). Raises OutputError.
     """
 
     def __init__(self, slot: Slot, data: bytes) -> None:
         self.slot, self.tmp = slot, None
+        self.held = stale.Held()
+        self.committed_id: tuple[int, int] | None = None
+        self.backup: str | None = None
         try:
-            self.tmp = temp_name(slot)
+            self.tmp = self.held.create(slot.name, "tmp", slot.dir_fd)
             with open(slot.beside(self.tmp), "wb") as f:
                 f.write(data)
             keep_mode(slot.beside(slot.name), slot.beside(self.tmp))
@@ -368,23 +355,74 @@ class StagedFile:
                 raise write_error(slot, e, (name,)) from None
             raise
 
-    def commit(self) -> None:
-        """Rename the staged file onto its slot (once)."""
+    def commit(self, keep_backup: bool = False) -> None:
+        """Rename the staged file onto its slot (once). With `keep_backup`, a file it replaces
+        stays linked under a held temporary name until ``drop_backup`` or ``roll_back``."""
         if self.tmp is None:
             return
+        slot = self.slot
         try:
-            with folder_lock(self.slot), signals_deferred():
-                commit(self.slot, self.tmp)
+            with folder_lock(slot), signals_deferred():
+                stale.remove_stale(slot.name, slot.dir_fd, set, list)
+                if keep_backup and slot.force:
+                    self.backup = self._backup()
+                commit(slot, self.tmp)
+                st = os.stat(slot.name, dir_fd=slot.dir_fd, follow_symlinks=False)
+                self.committed_id = (st.st_dev, st.st_ino)
                 self.tmp = None
         except OSError as e:
+            self.drop_backup()
             raise write_error(self.slot, e) from None
+        except BaseException:
+            self.drop_backup()
+            raise
         finally:
             self.discard()
+
+    def _backup(self) -> str | None:
+        """Link the file about to be replaced to a held temporary name (None: there is none)."""
+        slot = self.slot
+        if not os.path.isfile(slot.beside(slot.name)):
+            return None
+        while True:
+            name = stale.temp_name(slot.name, secrets.token_hex(4), "bak")
+            try:
+                os.link(slot.name, name, src_dir_fd=slot.dir_fd, dst_dir_fd=slot.dir_fd,
+                        follow_symlinks=False)  # fmt: skip
+            except FileExistsError:
+                continue
+            self.held.hold(os.open(name, os.O_RDONLY | os.O_CLOEXEC, dir_fd=slot.dir_fd))
+            return name
+
+    def roll_back(self) -> None:
+        """Undo ``commit``: the replaced file back in place, or the new one removed."""
+        slot, backup = self.slot, self.backup
+        with folder_lock(slot), signals_deferred():
+            if backup is not None:
+                os.replace(backup, slot.name, src_dir_fd=slot.dir_fd, dst_dir_fd=slot.dir_fd)
+                self.backup = None
+            elif self.committed_id is not None:
+                try:
+                    st = os.stat(slot.name, dir_fd=slot.dir_fd, follow_symlinks=False)
+                except FileNotFoundError:
+                    st = None
+                if st is not None and (st.st_dev, st.st_ino) == self.committed_id:
+                    unlink_quietly(slot.name, slot.dir_fd)
+            self.committed_id = None
+        self.held.release()
+
+    def drop_backup(self) -> None:
+        """The commit stands: the replaced file's backup goes."""
+        backup, self.backup = self.backup, None
+        unlink_quietly(backup, self.slot.dir_fd)
+        self.held.release()
 
     def discard(self) -> None:
         """Remove the staged file if it was not committed (idempotent)."""
         tmp, self.tmp = self.tmp, None
         unlink_quietly(tmp, self.slot.dir_fd)
+        if self.backup is None:
+            self.held.release()
 
 
 def write_bytes(dst: str | os.PathLike, data: bytes) -> None:

@@ -1,0 +1,165 @@
+"""Temporary files of an output, held by their writer, and removed by the next one once stale.
+
+Why: a writer killed by SIGKILL (or the OOM killer, or a power cut) runs no clean-up. Before,
+such a kill left a full-size ``OUT.onnx.data`` under its final name that no later run removed:
+k kills of an N GB conversion left k·N GB. Now every file a write makes before its commit has a
+hidden temporary name that says whose it is and what it is::
+
+    .OUT.<token>.tmp        the graph (or a report) being written
+    .OUT.<token>.data.tmp   the weights being written; linked to its final name at commit
+    .OUT.<token>.bak        a replaced file kept until the outputs it goes with are committed
+
+and its writer holds an exclusive ``flock`` on it for as long as it lives. The kernel drops
+that lock when the process dies, however it dies. The next writer of OUT, holding the folder's
+lock (``safe_write.folder_lock``: commits are one at a time), removes every temporary of OUT
+whose lock it can take: its writer is gone. A ``.data.tmp`` that still has a second link under a
+final data name marks a commit that was cut short: if OUT references that name, the commit went
+through and only the old pair's data files are left to remove; if not, the linked name goes too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import re
+import secrets
+from collections.abc import Callable, Collection, Iterator
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not POSIX
+    fcntl = None  # type: ignore[assignment]
+
+#: the longest stem a temporary name keeps of its output's name: "." + stem + "." + 8 hex +
+#: ".data.tmp" fits in 255 bytes
+STEM_BYTES = 255 - 1 - 1 - 8 - len(".data.tmp")
+KINDS = ("tmp", "data.tmp", "bak")
+_READ_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+_CREATE_FLAGS = os.O_CREAT | os.O_EXCL | os.O_WRONLY | getattr(os, "O_CLOEXEC", 0)
+
+
+def stem(name: str) -> str:
+    """The part of an output's name its temporaries keep (a byte budget; a cut character
+    round-trips as the surrogate escapes os.fsdecode gives it)."""
+    return os.fsdecode(os.fsencode(name)[:STEM_BYTES])
+
+
+def temp_name(output: str, token: str, kind: str) -> str:
+    return f".{stem(output)}.{token}.{kind}"
+
+
+def pattern(output: str) -> re.Pattern[str]:
+    """What the temporaries of `output` are named (see the module docstring)."""
+    kinds = "|".join(re.escape(k) for k in KINDS)
+    return re.compile(rf"\.{re.escape(stem(output))}\.(?P<token>[0-9a-f]{{8}})\.(?P<kind>{kinds})")
+
+
+class Held:
+    """Temporary files created and locked by this writer; ``release`` lets go of them all."""
+
+    def __init__(self) -> None:
+        self._fds: list[int] = []
+
+    def create(self, output: str, kind: str, dir_fd: int, token: str | None = None) -> str:
+        """A fresh temporary of `output` (mode from the umask), locked; its name."""
+        while True:
+            name = temp_name(output, token or secrets.token_hex(4), kind)
+            try:
+                fd = os.open(name, _CREATE_FLAGS, 0o666, dir_fd=dir_fd)
+            except FileExistsError:
+                if token is not None:
+                    raise
+                continue
+            self.hold(fd)
+            return name
+
+    def hold(self, fd: int) -> None:
+        """Keep `fd` open and its file locked until ``release`` (or the process ends)."""
+        if fcntl is not None:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        self._fds.append(fd)
+
+    def release(self) -> None:
+        fds, self._fds = self._fds, []
+        for fd in fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+def alive(name: str, dir_fd: int) -> bool:
+    """Whether a live writer holds temporary `name` (its lock cannot be taken)."""
+    if fcntl is None:  # pragma: no cover - no locks: never call anything stale
+        return True
+    try:
+        fd = os.open(name, _READ_FLAGS, dir_fd=dir_fd)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        return e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES)
+    finally:
+        os.close(fd)
+    return False
+
+
+def _inode(name: str, dir_fd: int) -> tuple[int, int] | None:
+    try:
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)
+
+
+def final_data_names(output: str, token: str) -> tuple[str, str]:
+    """The names a write with `token` may give its data file: OUT.data, else OUT.<token>.data."""
+    return (f"{output}.data", f"{output}.{token}.data")
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    with contextlib.suppress(FileNotFoundError):
+        yield
+
+
+def remove_stale(
+    output: str,
+    dir_fd: int,
+    referenced: Callable[[], Collection[str]],
+    orphans: Callable[[], Collection[str]],
+) -> list[str]:
+    """Remove the temporaries of `output` whose writers are gone; the names removed.
+
+    Call with the folder's lock held. `referenced()`: the data files the output in place
+    references; `orphans()`: data files of our naming it does not reference (to remove when a
+    commit went through but was killed before removing the old pair's data).
+    """
+    try:
+        names = os.listdir(dir_fd)
+    except OSError:
+        return []
+    ours = pattern(output)
+    removed: list[str] = []
+    for name in names:
+        match = ours.fullmatch(name)
+        if match is None or alive(name, dir_fd):
+            continue
+        if match["kind"] == "data.tmp":
+            mine = _inode(name, dir_fd)
+            for final in final_data_names(output, match["token"]):
+                if mine is None or _inode(final, dir_fd) != mine:
+                    continue
+                if final in referenced():  # the commit went through: finish it
+                    for orphan in orphans():
+                        with _quiet():
+                            os.unlink(orphan, dir_fd=dir_fd)
+                            removed.append(orphan)
+                else:
+                    with _quiet():
+                        os.unlink(final, dir_fd=dir_fd)
+                        removed.append(final)
+        with _quiet():
+            os.unlink(name, dir_fd=dir_fd)
+            removed.append(name)
+    return removed
