@@ -20,6 +20,7 @@ error, for ``--exclude-nodes``).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import os
@@ -44,9 +45,12 @@ from amp_convert.auto.sessions import Sessions
 from amp_convert.auto.staging import stage
 from amp_convert.errors import OptionError, ValidationError
 from amp_convert.files import io
+from amp_convert.files.output_set import OutputSet
+from amp_convert.files.outputs import planned_inputs_file
+from amp_convert.files.safe_write import Slot
 from amp_convert.options.convert import AUTO_LEVEL, ConvertKwargs, ConvertOptions, resolve
 from amp_convert.reports.conversion import ConversionReport
-from amp_convert.validation.evidence import save_npz, weak_notes, weak_outputs
+from amp_convert.validation.evidence import npz_bytes, weak_notes, weak_outputs
 from amp_convert.validation.input_search import RANDOM_CALIBRATION_WARNING, fmt_dims
 from amp_convert.validation.metrics import OutputResult, Thresholds, check_names
 from amp_convert.validation.options import AUTO_REFUSED_PROVIDERS, ValidateOptions
@@ -84,6 +88,8 @@ def auto_convert(
     margin: float = DEFAULT_MARGIN,
     memory_budget: int = DEFAULT_BUDGET,
     progress: bool = False,
+    force: bool = False,
+    outputs: OutputSet | None = None,
     **kwargs: Unpack[ConvertKwargs],
 ) -> tuple[Any, AutoReport]:
     """Convert ``model`` at its level keeping FP32 only the nodes the calibration data needs.
@@ -102,10 +108,13 @@ def auto_convert(
     AutoReport); ``report.passed`` says whether the thresholds were met (the model is returned
     either way). Both models are loaded once at ORT's default options in a child process first
     (the result before the verdict): a crash there is a LoadCrashError, never a verdict.
-    ``validation.save_inputs``: write the (first) calibration sample as an ``.npz`` for ``inputs``.
-    On random
-    inputs a reference whose float outputs are all near zero or nearly constant is refused
-    (ValidationError naming it; see the module docstring).
+    On random inputs a reference whose float outputs are all near zero or nearly constant is
+    refused (ValidationError naming it; see the module docstring). ``validation.save_inputs``
+    writes the (first) calibration sample as an ``.npz`` for ``inputs``; it goes through the
+    output registry as the command line's does (never the model, its data or an inputs file;
+    an existing file only with ``force``); it is written when the search ends, or with the
+    refusal of a degenerate reference (which says so), never by another error. ``outputs``:
+    for commands, the set the file is staged in (the caller commits it with its others).
     """
     start = time.perf_counter()
     if options is None and "level" not in kwargs:
@@ -123,6 +132,26 @@ def auto_convert(
     base = judge.thresholds if thresholds is None else thresholds
     limits = _limits(base, min_cosine=min_cosine, atol=atol, rtol=rtol, max_nan=max_nan)
 
+    with contextlib.ExitStack() as stack:
+        save = planned_inputs_file(stack, judge.save_inputs, [model], judge.inputs, force)
+        owned = outputs is None  # entered after the plan: committed while its folder is held
+        staged = stack.enter_context(OutputSet()) if outputs is None else outputs
+        result, report = _search(
+            model, opts, judge, limits, provider, max_rounds, margin, memory_budget, progress,
+            save, staged,
+        )  # fmt: skip
+        if owned:
+            staged.commit()
+    report.seconds = time.perf_counter() - start
+    return _as_kind(model, result), report
+
+
+def _search(
+    model: Any, opts: ConvertOptions, judge: ValidateOptions, limits: Thresholds, provider: str,
+    max_rounds: int, margin: float, memory_budget: int, progress: bool, save: Slot | None,
+    outputs: OutputSet,
+) -> tuple[ir.Model, AutoReport]:  # fmt: skip
+    """Load, stage and search (the body of ``auto_convert``)."""
     work = io.load_model(model)
     renamed = name_nodes(work)
     settings = Settings(opts, limits, float(margin))
@@ -138,12 +167,12 @@ def auto_convert(
     if renamed:
         report.warnings.append(f"{renamed} unnamed or duplicate node names were made unique")
     dims = dict(judge.dims) or None
+    search.save = (save, outputs)
     try:
-        result = search.run(report, judge.inputs, dims, judge.seed, max_rounds, judge.save_inputs)
+        result = search.run(report, judge.inputs, dims, judge.seed, max_rounds)
     finally:
         sessions.close()
-    report.seconds = time.perf_counter() - start
-    return _as_kind(model, result), report
+    return result, report
 
 
 def _judging(
@@ -229,10 +258,12 @@ class Search:
         self.log = log
         self.last: Candidate | None = None
         self._feeds: list[dict[str, np.ndarray]] = []
+        #: where the calibration inputs go (``save_inputs``), and the set staging them
+        self.save: tuple[Slot | None, OutputSet] = (None, OutputSet())
 
     def run(
         self, report: AutoReport, inputs: Any, dims: Mapping[str, int] | None, seed: int,
-        max_rounds: int, save_inputs: str | os.PathLike | None = None,
+        max_rounds: int,
     ) -> ir.Model:  # fmt: skip
         """Steps 1-3 of the module docstring; the last candidate (the report says if it passed)."""
         sessions = self.sessions
@@ -240,8 +271,9 @@ class Search:
         if not late:
             report.warnings += sessions.check_loads([(sessions.ref_staged, "the original")])
         self.facts = sessions.open_reference(inputs, dims, seed)
-        if save_inputs is not None:
-            save_npz(save_inputs, sessions.samples[0])
+        slot, outputs = self.save
+        if slot is not None:  # staged: committed when the search ends
+            outputs.stage(slot, npz_bytes(sessions.samples[0]))
         if not sessions.reference_comparable(self.facts.graph_outputs):
             raise ValidationError(NOTHING_TO_COMPARE)
         self._inputs(report, seed)
@@ -313,7 +345,12 @@ class Search:
         assert gathered is not None
         if weak and gathered.random and floats and floats <= set(weak):
             name = next(n for n in outputs if n in weak)
-            raise ValidationError(DEGENERATE_REFERENCE.format(name=name, why=weak[name]))
+            message = DEGENERATE_REFERENCE.format(name=name, why=weak[name])
+            slot, staged = self.save
+            if slot is not None:  # the inputs the message speaks of: kept, and said so
+                staged.commit()
+                message += f"; the generated inputs were written to {slot.path}"
+            raise ValidationError(message)
         report.warnings += weak_notes(weak, random=False)
 
     def _next_steps(self, pinned: Mapping[str, PinnedNode]) -> list[str]:

@@ -14,8 +14,9 @@ import click
 from amp_convert.auto.search import auto_convert
 from amp_convert.core.user_text import printable, terminal
 from amp_convert.errors import OptionError
-from amp_convert.files import io, safe_write
+from amp_convert.files import io
 from amp_convert.files import outputs as output_rules
+from amp_convert.files.output_set import OutputSet
 from amp_convert.options.convert import ConvertOptions
 from amp_convert.pages import html as html_report
 from amp_convert.pages.auto import auto_page
@@ -53,43 +54,44 @@ def run_auto(
     refused = AUTO_REFUSED_PROVIDERS.get(validation.provider)
     if refused is not None:  # before the outputs are planned
         raise OptionError(refused)
-    with output_rules.plan_outputs(writes, read, force) as plan:
+    with output_rules.plan_outputs(writes, read, force) as plan, OutputSet() as staged:
         samples = validation.replace(  # one sample per file
             inputs=[str(f) for f in files] or None, save_inputs=plan.get("inputs file")
         )
         result, report = auto_convert(
-            model, options=options, validation=samples, progress=not quiet
+            model, options=options, validation=samples, progress=not quiet, outputs=staged
         )
         if not quiet:
             click.echo(terminal(report.summary()))
-        # the reports are staged first and committed after the model: one that cannot be
-        # written fails the run before anything is replaced, and a model that cannot be
-        # written leaves no new report behind
-        staged: list[safe_write.StagedFile] = []
-        try:
-            if plan.get("report") is not None:
-                staged.append(safe_write.StagedFile(plan["report"], report.json_bytes()))
-            if plan.get("HTML report") is not None:
-                page = auto_page(report, f"amp-convert --auto: {Path(model).name}")
-                html = html_report.render(page).encode("utf-8")
-                staged.append(safe_write.StagedFile(plan["HTML report"], html))
-            if report.passed or force_write:
-                # an input with external data gives an output with external data (never one
-                # protobuf holding every weight)
-                external = True if len(inputs_read) > 1 else None
-                io.save_model(result, plan["output"], external=external, keep=inputs_read)
-            for s in staged:
-                s.commit()
-        finally:
-            for s in staged:
-                s.discard()
+        # the reports are staged first (a report that cannot be written fails the run before
+        # anything is replaced), put in place when the model is written and not yet committed,
+        # and rolled back if the model's commit fails: all of the outputs or none
+        if plan.get("report") is not None:
+            staged.stage(plan["report"], report.json_bytes())
+        if plan.get("HTML report") is not None:
+            page = auto_page(report, f"amp-convert --auto: {Path(model).name}")
+            staged.stage(plan["HTML report"], html_report.render(page).encode("utf-8"))
+        if report.passed or force_write:
+            # an input with external data gives an output with external data (never one
+            # protobuf holding every weight)
+            external = True if len(inputs_read) > 1 else None
+            try:
+                io.save_model(
+                    result, plan["output"], external=external, keep=inputs_read,
+                    before_commit=lambda size: staged.commit(),
+                )  # fmt: skip
+            except BaseException:
+                staged.roll_back()
+                raise
+        else:
+            staged.commit()
         if report.passed or force_write:
             if not quiet:
                 click.echo(printable(f"wrote {output}"))
         else:
             click.echo(
-                "amp-convert: the thresholds cannot be met with these inputs; nothing written "
-                "(--force-write writes the closest model anyway)",
+                "amp-convert: the thresholds cannot be met with these inputs; the model was not "
+                "written (--force-write writes the closest model anyway)",
                 err=True,
             )
     return 0 if report.passed else 1

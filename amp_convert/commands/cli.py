@@ -36,6 +36,7 @@ from amp_convert.commands.validate import (
 from amp_convert.core import user_text
 from amp_convert.errors import AmpConvertError, InputError
 from amp_convert.files import safe_write
+from amp_convert.files.output_set import OutputSet
 from amp_convert.files.outputs import default_output_path
 from amp_convert.options.convert import AUTO_LEVEL, ConvertOptions, cli_fields, option_names
 
@@ -341,7 +342,7 @@ def _run_convert(run: _Run, verbose: bool) -> int:
     ) as conversion:  # fmt: skip
         plan = conversion.plan
         codes: list[int] = []
-        staged: list[safe_write.StagedFile] = []
+        outputs = OutputSet()
         report_slot = plan.get("report")
 
         def show(report: Any) -> None:
@@ -352,24 +353,29 @@ def _run_convert(run: _Run, verbose: bool) -> int:
                         line = f"  {n.precision:5s} {n.op_type:22s} {n.name}: {n.reason}"
                         click.echo(user_text.printable(line))
 
-        def stage_report(report: Any) -> None:  # before the model replaces anything
+        def commit_others(report: Any) -> None:
+            """The model is written, not yet in place: stage its report, then put every other
+            output in place (a failure here leaves the old files); the model commits last, and
+            if it fails they are rolled back."""
             if report_slot is not None:
-                staged.append(safe_write.StagedFile(report_slot, report.json_bytes()))
+                outputs.stage(report_slot, report.json_bytes())
+            outputs.commit()
 
         def gate(model: Any, report: Any, external: bool | None) -> bool:
             """--validate: judge the converted model before it is written."""
             show(report)
-            codes.append(_validate_staged(run, plan, model, external))
+            codes.append(_validate_staged(run, plan, model, external, outputs))
             return codes[0] == 0 or run.ctx.params["force_write"]
 
-        try:
-            report = conversion.run(gate if validating else None, before_commit=stage_report)
-            for s in staged:
-                s.commit()
-        finally:
-            for s in staged:
-                s.discard()
-        written = not validating or codes[0] == 0 or run.ctx.params["force_write"]
+        with outputs:
+            try:
+                report = conversion.run(gate if validating else None, before_commit=commit_others)
+            except BaseException:
+                outputs.roll_back()
+                raise
+            written = not validating or codes[0] == 0 or run.ctx.params["force_write"]
+            if not written and codes[0] == 1:  # the model stays unwritten; its reports are due
+                commit_others(report)
         if written and not run.quiet:
             click.echo(user_text.printable(f"wrote {run.output}"))
         if not validating:
@@ -383,9 +389,12 @@ def _run_convert(run: _Run, verbose: bool) -> int:
         return codes[0] if validating else 0
 
 
-def _validate_staged(run: _Run, plan: Any, model: Any, external: bool | None) -> int:
+def _validate_staged(
+    run: _Run, plan: Any, model: Any, external: bool | None, outputs: OutputSet
+) -> int:
     """The converted model, saved in a temporary folder under its output's name, validated
-    against the original (the exit code ``validate`` would give); the folder goes afterwards."""
+    against the original (the exit code ``validate`` would give); the folder goes afterwards.
+    Its reports are staged in ``outputs``, committed with the model."""
     from amp_convert.files import io
 
     with safe_write.temp_folder("amp-validate-") as tmp:
@@ -398,7 +407,7 @@ def _validate_staged(run: _Run, plan: Any, model: Any, external: bool | None) ->
         return run_cli_validation(
             run.model, staged, report_path=plan.get("validation report"),
             junit_path=plan.get("JUnit report"), force=run.force, quiet=run.quiet,
-            on_report=relabel, **run.validation,
+            on_report=relabel, outputs=outputs, **run.validation,
         )  # fmt: skip
 
 

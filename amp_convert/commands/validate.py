@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable, Mapping
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -35,7 +36,8 @@ from amp_convert.commands.paths import InputPath, OutputPath, declared_inputs, d
 from amp_convert.core.user_text import printable, terminal
 from amp_convert.cost.dims import parse_dims
 from amp_convert.errors import AmpConvertError, ValidationError
-from amp_convert.files.outputs import check_outputs, model_files, plan_outputs
+from amp_convert.files.output_set import OutputSet
+from amp_convert.files.outputs import model_files, plan_outputs
 from amp_convert.files.safe_write import Slot, sigterm_cleans_up
 from amp_convert.validation.decode import MAX_DECODE_STEPS
 from amp_convert.validation.metrics import Thresholds
@@ -243,22 +245,22 @@ def _coerce_threshold(key: str, raw: Any) -> ThresholdOption:
     return parse_threshold(key, tuple(str(r) for r in raw))
 
 
-def _checked_reports(
-    reference: str | Path,
-    candidate: str | Path,
-    inputs: list[Path],
-    report_path: str | os.PathLike | None,
-    junit_path: str | os.PathLike | None,
+def _slots(
+    stack: ExitStack,
+    paths: dict[str, str | os.PathLike | None],
+    read: list[list[Path]],
     force: bool,
-) -> tuple[str | os.PathLike | None, str | os.PathLike | None]:
-    """The report paths checked by the output registry (Slots already are: planned by the CLI)."""
-    given = [(label, p) for label, p in (("report", report_path), ("JUnit report", junit_path))
-             if p is not None]  # fmt: skip
-    if all(isinstance(p, Slot) for _, p in given):
-        return report_path, junit_path
-    read = [model_files(Path(reference)), model_files(Path(candidate)), inputs]
-    check_outputs([(label, Path(p)) for label, p in given], read, force)
-    return report_path, junit_path
+) -> dict[str, Slot]:
+    """The output paths as Slots: planned by the output registry here unless a command's plan
+    made them already (never one of the models' files or the inputs, never each other, an
+    existing file only with `force`)."""
+    given = {label: p for label, p in paths.items() if p is not None}
+    todo = [(label, Path(p)) for label, p in given.items() if not isinstance(p, Slot)]
+    plan = stack.enter_context(plan_outputs(todo, read, force)) if todo else None
+    return {
+        label: p if isinstance(p, Slot) else plan[label]  # type: ignore[index]
+        for label, p in given.items()
+    }
 
 
 def run_cli_validation(
@@ -272,6 +274,7 @@ def run_cli_validation(
     decode_steps: int | None = None,
     on_report: Callable[[ValidationReport], None] | None = None,
     save_inputs: str | os.PathLike | None = None,
+    outputs: OutputSet | None = None,
     **validation_option_values: Any,
 ) -> int:
     """Validate, print the table (stdout) or errors (stderr), write reports; return exit code.
@@ -281,45 +284,55 @@ def run_cli_validation(
     output plan are checked already). ``decode_steps``: ``validate --decode-steps N``;
     ``save_inputs``: ``--save-inputs FILE.npz`` (the inputs used, for ``--inputs``).
     ``on_report`` receives the report the exit code comes from (``--html`` shows its verdict).
+    Every file is staged and committed together once nothing else can fail (exit 2 leaves no
+    new file); with ``outputs`` they are staged there and the caller commits them with its own.
     """
     unknown = set(validation_option_values) - set(VALIDATION_OPTION_NAMES)
     if unknown:
         raise TypeError(f"run_cli_validation: unknown option(s) {', '.join(sorted(unknown))}")
     files = validation_option_values.get("inputs")
     input_files = [Path(f) for f in _as_list(files) if isinstance(f, str | Path)]
-    try:
-        report_path, junit_path = _checked_reports(
-            reference_path, candidate_path, input_files, report_path, junit_path, force
-        )
-        if save_inputs is not None and not isinstance(save_inputs, Slot):
-            read = [model_files(Path(reference_path)), model_files(Path(candidate_path))]
-            check_outputs([("inputs file", Path(save_inputs))], [*read, input_files], force)
-        options = cli_validate_options(validation_option_values, decode_steps, save_inputs)
-        from amp_convert.validation.core import validate  # on use: --help stays light
-
-        report = validate(reference_path, candidate_path, options=options, progress=not quiet)
-    except AmpConvertError as e:
-        click.echo(f"error: {printable(e)}", err=True)
-        return 2
-    except Exception as e:  # a bug: one line (exit 3), never a traceback read as "failed"
-        click.echo(f"internal error: {type(e).__name__}: {printable(e)}", err=True)
-        return 3
-    if on_report is not None:
-        on_report(report)
-    if not quiet:
-        click.echo(terminal(report.format_table()))
-    elif report.failed:
-        click.echo(printable(report.summary_line()), err=True)
-    for path, write, what in (
-        (report_path, report.to_json, "report"),
-        (junit_path, report.to_junit, "JUnit report"),
-    ):
-        if path is None:
-            continue
+    with ExitStack() as stack:
+        owned = outputs is None
         try:
-            write(path)
+            read = [model_files(Path(reference_path)), model_files(Path(candidate_path))]
+            slots = _slots(
+                stack,
+                {"report": report_path, "JUnit report": junit_path, "inputs file": save_inputs},
+                [*read, input_files],
+                force,
+            )
+            # after the plan: committed (or discarded) while the folders are still held
+            staged = stack.enter_context(OutputSet()) if outputs is None else outputs
+            options = cli_validate_options(
+                validation_option_values, decode_steps, slots.get("inputs file")
+            )
+            from amp_convert.validation.core import validate_into  # on use: --help stays light
+
+            report = validate_into(
+                reference_path, candidate_path, options, staged, progress=not quiet, force=force
+            )
         except AmpConvertError as e:
-            click.echo(f"error: cannot write {what}: {printable(e)}", err=True)
+            click.echo(f"error: {printable(e)}", err=True)
+            return 2
+        except Exception as e:  # a bug: one line (exit 3), never a traceback read as "failed"
+            click.echo(f"internal error: {type(e).__name__}: {printable(e)}", err=True)
+            return 3
+        if on_report is not None:
+            on_report(report)
+        if not quiet:
+            click.echo(terminal(report.format_table()))
+        elif report.failed:
+            click.echo(printable(report.summary_line()), err=True)
+        try:
+            writers = {"report": report.json_bytes, "JUnit report": report.junit_bytes}
+            for label, data in writers.items():
+                if label in slots:
+                    staged.stage(slots[label], data())
+            if owned:
+                staged.commit()
+        except AmpConvertError as e:
+            click.echo(f"error: {printable(e)}; no file was written", err=True)
             return 2
     return 1 if report.failed else 0
 
@@ -371,32 +384,40 @@ def validate_command(
     try:
         plan = plan_outputs(declared_outputs(ctx), declared_inputs(ctx), force)
     except AmpConvertError as e:
-        click.echo(f"error: {e}", err=True)
+        click.echo(f"error: {printable(e)}", err=True)
         ctx.exit(2)
-    with plan, sigterm_cleans_up():
+    with plan, sigterm_cleans_up(), OutputSet() as outputs:
         reports: list[ValidationReport] = []
         code = run_cli_validation(
             original, converted, report_path=plan.get("report"),
             junit_path=plan.get("JUnit report"), force=force, quiet=quiet,
             decode_steps=decode_steps, save_inputs=plan.get("inputs file"),
-            on_report=reports.append, **values,
+            on_report=reports.append, outputs=outputs, **values,
         )  # fmt: skip
         html = plan.get("HTML report")
-        if html is not None and code != 2:
+        if html is not None and code not in (2, 3):
             # on use: the page's probes load --auto's machinery, which `validate` alone never needs
-            from amp_convert.pages.trace import write_validation_html
+            from amp_convert.pages.trace import validation_html
 
             try:
-                write_validation_html(
-                    original, converted, html, thresholds=thresholds_from_options(values),
+                outputs.stage(html, validation_html(
+                    original, converted, thresholds=thresholds_from_options(values),
                     provider=values.get("provider"), inputs=values.get("inputs"),
                     dims=values.get("dim"), seed=values.get("seed") or 0,
                     report=reports[0] if reports else None,
-                )  # fmt: skip
-            except (AmpConvertError, OSError) as e:
-                click.echo(f"error: cannot write HTML report {html_path}: {e}", err=True)
+                ))  # fmt: skip
+            except AmpConvertError as e:
+                click.echo(f"error: cannot write HTML report {printable(html_path)}: "
+                           f"{printable(e)}; no file was written", err=True)  # fmt: skip
                 code = 2
             except Exception as e:  # a bug: one line (exit 3), never a traceback
-                click.echo(f"internal error: HTML report: {type(e).__name__}: {e}", err=True)
+                click.echo(f"internal error: HTML report: {type(e).__name__}: {printable(e)}",
+                           err=True)  # fmt: skip
                 code = 3
+        if code not in (2, 3):
+            try:
+                outputs.commit()
+            except AmpConvertError as e:
+                click.echo(f"error: {printable(e)}; no file was written", err=True)
+                code = 2
     ctx.exit(code)

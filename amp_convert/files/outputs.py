@@ -16,6 +16,7 @@ io.save_model) create and rename files only inside that folder. The rules:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 from collections.abc import Iterable, Iterator, Sequence
@@ -192,6 +193,25 @@ def plan_outputs(
             os.close(fd)
         raise
     return OutputPlan(slots)
+
+
+def planned_inputs_file(
+    stack: contextlib.ExitStack,
+    path: str | os.PathLike | None,
+    models: Iterable[object],
+    inputs: object,
+    force: bool,
+) -> Slot | None:
+    """An API's ``save_inputs`` through the registry, as the command line's ``--save-inputs``:
+    never one of the `models` given as paths (nor their data) or an `inputs` file, an existing
+    file only with `force`. A Slot a command planned already is returned as it is."""
+    if path is None or isinstance(path, Slot):
+        return path
+    read = [model_files(Path(m)) for m in models if isinstance(m, str | os.PathLike)]
+    files = inputs if isinstance(inputs, list | tuple) else [inputs]
+    read += [[Path(f)] for f in files if isinstance(f, str | os.PathLike)]
+    plan = stack.enter_context(plan_outputs([("inputs file", Path(path))], read, force))
+    return plan["inputs file"]
 
 
 def default_output_path(src: str | os.PathLike, dtype: str) -> Path:

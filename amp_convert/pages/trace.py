@@ -42,6 +42,7 @@ from amp_convert.auto.sessions import worst
 from amp_convert.auto.staging import lean_options
 from amp_convert.core import proto_walk
 from amp_convert.core.dtypes import LOW_TYPES, low_numpy_type
+from amp_convert.files import safe_write
 from amp_convert.pages import html as html_report
 from amp_convert.pages.html import Page
 from amp_convert.reports.value_map import Fate, ValueMap, read_reasons
@@ -391,9 +392,15 @@ def _page(
 
 
 def write_validation_html(
+    original: str | Path, converted: str | Path, path: str | os.PathLike, **kw: Any
+) -> None:
+    """``validation_html`` written to ``path`` atomically."""
+    safe_write.write_bytes(path, validation_html(original, converted, **kw))
+
+
+def validation_html(
     original: str | Path,
     converted: str | Path,
-    path: str | os.PathLike,
     *,
     thresholds: Thresholds | Mapping[str, Any] | None,
     provider: str | None = None,
@@ -401,7 +408,7 @@ def write_validation_html(
     dims: Mapping[str, int] | None = None,
     seed: int = 0,
     report: ValidationReport | None = None,
-) -> None:
+) -> bytes:
     """``validate --html``: per-node trace of ``converted`` vs ``original`` (two more sessions);
     the outputs table and verdict are ``report``'s, the comparison the exit code came from."""
     files = inputs or None
@@ -411,4 +418,4 @@ def write_validation_html(
         original, converted, provider=provider or "auto", inputs=files, dims=dims or None,
         seed=seed or 0, thresholds=thresholds, report=report,
     )  # fmt: skip
-    html_report.write(page, path)
+    return html_report.render(page).encode("utf-8")

@@ -8,6 +8,7 @@ output of every sample (``metrics``), time both when asked, and assemble the rep
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Mapping
 from contextlib import ExitStack
@@ -17,6 +18,9 @@ import numpy as np
 
 from amp_convert.core.dtypes import low_numpy_type
 from amp_convert.errors import ValidationError
+from amp_convert.files.output_set import OutputSet
+from amp_convert.files.outputs import planned_inputs_file
+from amp_convert.files.safe_write import Slot
 from amp_convert.validation.decode import (
     DecodeResult,
     DecoderIO,
@@ -26,7 +30,7 @@ from amp_convert.validation.decode import (
 )
 from amp_convert.validation.evidence import (
     Tolerances,
-    save_npz,
+    npz_bytes,
     weak_flags,
     weak_notes,
     weak_outputs,
@@ -65,6 +69,7 @@ def validate(
     *,
     options: ValidateOptions | None = None,
     progress: bool = False,
+    force: bool = False,
     **kwargs: Unpack[ValidateKwargs],
 ) -> ValidationReport:
     """Run ``reference`` (FP32) and ``candidate`` (converted) on the same inputs and provider.
@@ -90,16 +95,46 @@ def validate(
     the (first sample's) inputs as an ``.npz`` that ``inputs`` reads back. The report's
     ``weak_evidence`` flags random inputs and reference outputs near zero or nearly constant;
     on FAIL a warning gives the smallest thresholds that would pass (evidence.py).
+    ``save_inputs`` goes through the output registry as the command line's does (never one of
+    the models, their data or the inputs files; an existing file only with ``force``) and is
+    written only when the validation reaches a verdict: an error leaves no new file.
     """
     req = resolve(options, kwargs)
+    with ExitStack() as stack:  # the folder held open until the file is committed
+        save = planned_inputs_file(
+            stack, req.save_inputs, [reference, candidate], req.inputs, force
+        )
+        if save is not None:
+            req = dataclasses.replace(req, save_inputs=save)
+        outputs = stack.enter_context(OutputSet())
+        report = validate_into(reference, candidate, req, outputs, progress=progress, force=force)
+        outputs.commit()
+    return report
+
+
+def validate_into(
+    reference: ModelArg,
+    candidate: ModelArg,
+    req: ValidateOptions,
+    outputs: OutputSet,
+    *,
+    progress: bool = False,
+    force: bool = False,
+) -> ValidationReport:
+    """``validate``, its files staged in ``outputs`` for the caller to commit with its own (a
+    ``save_inputs`` path is planned here; a Slot is used as it is, its folder held by the
+    caller until the commit)."""
     ort = import_ort()
     log = PhaseLog(progress)
     # sources close last: the runners' sessions may map their temporary files
     with ExitStack() as stack:
+        save = planned_inputs_file(
+            stack, req.save_inputs, [reference, candidate], req.inputs, force
+        )
         ref_src = stack.enter_context(load_source(reference, "reference"))
         cand_src = stack.enter_context(load_source(candidate, "candidate"))
         check_order(ref_src, cand_src)
-        return _validate(ort, ref_src, cand_src, req, log, stack)
+        return _validate(ort, ref_src, cand_src, req, log, stack, save, outputs)
 
 
 def _validate(
@@ -109,6 +144,8 @@ def _validate(
     req: ValidateOptions,
     log: PhaseLog,
     stack: ExitStack,
+    save: Slot | None = None,
+    outputs: OutputSet | None = None,
 ) -> ValidationReport:
     """The steps of a validation, in order (see the module docstring)."""
     log.phase("loading both models once with ONNX Runtime's default options (crash check)")
@@ -126,8 +163,8 @@ def _validate(
         what=f"reference {ref_src.label}",
     )  # fmt: skip
     warnings += samples.warnings
-    if req.save_inputs is not None:
-        save_npz(req.save_inputs, samples.first.arrays)
+    if save is not None and outputs is not None:  # staged: committed with the verdict
+        outputs.stage(save, npz_bytes(samples.first.arrays))
     weak = weak_outputs(s.result for s in samples.items)
     warnings += weak_notes(weak, random=False)
     log.phase(f"running the candidate on {samples.describe()}")

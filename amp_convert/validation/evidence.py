@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from amp_convert.core.user_text import printable
+from amp_convert.errors import OutputError
 from amp_convert.files.safe_write import write_bytes
 from amp_convert.validation.metrics import OutputResult, Thresholds
 
@@ -149,9 +151,29 @@ def _down(x: float) -> str:
     return f"{math.floor(x * 1e6) / 1e6:.6f}"
 
 
-def save_npz(path: str | os.PathLike, arrays: Mapping[str, np.ndarray]) -> None:
-    """Write ``arrays`` as an ``.npz`` that ``--inputs`` reads (strings as unicode, no pickle);
-    written whole or not at all (safe_write)."""
+#: longest member name a zip file holds (its header stores the length in 16 bits)
+MAX_MEMBER_BYTES = 0xFFFF
+
+
+def npz_bytes(arrays: Mapping[str, np.ndarray]) -> bytes:
+    """``arrays`` as an ``.npz`` that ``--inputs`` reads back (strings as unicode, no pickle).
+
+    A name the file cannot hold so that it reads back the same (a NUL, which ends the name
+    inside the zip; one longer than a zip member name) is refused in one line (OutputError).
+    """
+    for name in arrays:
+        member = f"{name}.npy"
+        why = ""
+        if "\x00" in name:
+            why = "holds a NUL character"
+        elif len(member.encode("utf-8", "surrogatepass")) > MAX_MEMBER_BYTES:
+            why = f"is longer than a .npz member name can be ({MAX_MEMBER_BYTES} bytes)"
+        if why:
+            raise OutputError(
+                "cannot save the inputs as .npz: input name "
+                f"'{printable(name[:60])}{'...' if len(name) > 60 else ''}' {why}; --inputs "
+                "could not read it back"
+            )
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as z:
         for name, value in arrays.items():
@@ -160,4 +182,9 @@ def save_npz(path: str | os.PathLike, arrays: Mapping[str, np.ndarray]) -> None:
                 arr = arr.astype(str)
             with z.open(f"{name}.npy", "w", force_zip64=True) as f:
                 np.lib.format.write_array(f, arr, allow_pickle=False)
-    write_bytes(path, buf.getvalue())
+    return buf.getvalue()
+
+
+def save_npz(path: str | os.PathLike, arrays: Mapping[str, np.ndarray]) -> None:
+    """Write ``arrays`` as an ``.npz`` (``npz_bytes``), whole or not at all (safe_write)."""
+    write_bytes(path, npz_bytes(arrays))

@@ -246,7 +246,7 @@ def load_inputs(
     dims: dict[str, int] = {}
     notes: list[str] = []
     for spec in specs:
-        arr = arrays[spec.name]
+        arr = arrays[spec.name] = _raw_as(spec, arrays[spec.name])
         _check_array(where, spec, arr)
         for axis, got in enumerate(arr.shape):
             key = axis_key(spec.name, spec.shape, axis)
@@ -299,6 +299,16 @@ def _read_arrays(
     raise ValidationError(
         f"inputs: expected a .npz path or a dict of arrays, got {type(source).__name__}"
     )
+
+
+def _raw_as(spec: InputSpec, arr: np.ndarray) -> np.ndarray:
+    """An array ``np.save`` stored as raw bytes (``|V2``: NumPy has no bfloat16 of its own, so
+    ``--save-inputs`` and ``np.savez`` write ml_dtypes arrays so) read as the type the input
+    wants, when the sizes match."""
+    want = spec.dtype
+    if arr.dtype.kind == "V" and want.kind == "V" and arr.dtype.itemsize == want.itemsize:
+        return arr.view(want)
+    return arr
 
 
 def _check_array(where: str, spec: InputSpec, arr: np.ndarray) -> None:

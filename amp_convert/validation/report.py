@@ -202,7 +202,11 @@ class ValidationReport(Report, tool="amp-convert validate", schema_version=SCHEM
         return self.format_table()
 
     def to_junit(self, path: str | os.PathLike) -> None:
-        """JUnit XML for CI: one testcase per output, failures carry the numbers (atomic write)."""
+        """JUnit XML for CI (``junit_bytes``), written atomically."""
+        safe_write.write_bytes(path, self.junit_bytes())
+
+    def junit_bytes(self) -> bytes:
+        """JUnit XML for CI: one testcase per output, failures carry the numbers."""
         suite = ET.Element(
             "testsuite",
             name="amp-convert validate",
@@ -238,7 +242,7 @@ class ValidationReport(Report, tool="amp-convert validate", schema_version=SCHEM
         root = ET.Element("testsuites")
         root.append(suite)
         ET.indent(root)
-        safe_write.write_bytes(path, ET.tostring(root, encoding="utf-8", xml_declaration=True))
+        return ET.tostring(root, encoding="utf-8", xml_declaration=True)
 
     # ---------------------------------------------------------------- terminal
     def format_table(self) -> str:
