@@ -89,14 +89,11 @@ def convert(
     """
     opts = resolve(options, kwargs)
     work = io.load_model(model)
-    report = convert_ir(work, opts)
-    result: object
-    if isinstance(model, onnx.ModelProto):
-        result = ir.serde.serialize_model(work)
-    elif isinstance(model, bytes | bytearray | memoryview):
-        result = ir.serde.serialize_model(work).SerializeToString()
-    else:
-        result = work
+    try:
+        report = convert_ir(work, opts)
+        result = io.same_kind(model, work)
+    finally:
+        io.give_back(work)  # the caller's proto keeps its names
     return (result, report) if return_report else result
 
 

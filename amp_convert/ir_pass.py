@@ -13,7 +13,9 @@ The conversion runs in place (``convert_ir``); the pass keeps the last ``Convers
 ``report``. ``modified`` is honest: False for O0 and for a model this conversion already produced
 (a second run of the same pass), True otherwise. Options are ``ConvertOptions`` and/or its fields
 as keywords (over it), checked when the pass is built: a misspelt option fails before any model
-is touched.
+is touched. The model is checked as a file's would be at load (dtype attributes, references,
+tensor data) before the pass changes anything: a bad model raises one ``InputError`` line and
+is left as it was.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import TYPE_CHECKING
 import onnx_ir as ir
 
 from amp_convert.api import convert_ir
+from amp_convert.files import io
 from amp_convert.options.convert import ConvertKwargs, ConvertOptions, Level, resolve
 from amp_convert.reports.conversion import ConversionReport
 
@@ -41,6 +44,7 @@ class MixedPrecisionPass(ir.passes.InPlacePass):
         self.report: ConversionReport | None = None
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
+        io.check_model(model)  # what the file entry points check at load, before any change
         report = convert_ir(model, self.options)
         self.report = report
         modified = self.options.level != Level.O0 and not report.already_converted

@@ -14,6 +14,7 @@ Imported by Olive only: ``import amp_convert`` never loads Olive.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,14 +24,17 @@ from olive.hardware.accelerator import AcceleratorSpec
 from olive.model import ONNXModelHandler
 from olive.model.utils import resolve_onnx_path
 from olive.passes import Pass
-from olive.passes.onnx.common import get_external_data_config, ir_model_to_olive_model
+from olive.passes.onnx.common import get_external_data_config
 from olive.passes.pass_config import BasePassConfig, PassConfigParam
 from olive.resource_path import LocalFolder
 from olive.search.search_parameter import Categorical
 
 from amp_convert.api import convert_ir
+from amp_convert.core.user_text import printable, text_problem
 from amp_convert.errors import AmpConvertError, OptionError
 from amp_convert.files import io
+from amp_convert.files import outputs as output_rules
+from amp_convert.files.output_set import OutputSet
 from amp_convert.options.convert import ConvertOptions
 from amp_convert.reports.base import Report
 
@@ -48,6 +52,11 @@ class OliveOptionError(OptionError, ValueError):
 
 class OliveConversionError(AmpConvertError, ValueError):
     """Any other amp-convert error (bad input model, unwritable output), let through likewise."""
+
+
+class OliveThresholdsNotMet(OliveConversionError):
+    """``auto``: the thresholds cannot be met; nothing written (``force_write`` writes the closest
+    model), as ``amp-convert --auto`` exits 1 and writes nothing."""
 
 
 def target_for(accelerator: AcceleratorSpec | None, configured: str | None) -> str:
@@ -72,8 +81,9 @@ def _array(value: Any) -> np.ndarray:
     return np.asarray(value.numpy() if hasattr(value, "numpy") else value)
 
 
-def _samples(config: BasePassConfig) -> list[dict[str, np.ndarray]]:
-    """The data config's batches as {input name: array} samples for --auto."""
+def _samples(config: BasePassConfig, input_names: list[str]) -> list[dict[str, np.ndarray]]:
+    """The data config's batches as {input name: array} samples for --auto (a batch of one
+    tensor, as Olive's containers give for a one-input model, feeds that input)."""
     from olive.common.config_utils import validate_config
 
     data_config = validate_config(config.data_config, DataConfig)
@@ -81,12 +91,33 @@ def _samples(config: BasePassConfig) -> list[dict[str, np.ndarray]]:
     samples = []
     for batch in loader:
         feeds = batch[0] if isinstance(batch, tuple | list) else batch
-        samples.append(
-            {k: np.asarray(getattr(v, "numpy", lambda v=v: v)()) for k, v in feeds.items()}
-        )
+        if not isinstance(feeds, Mapping):
+            if len(input_names) != 1:
+                raise OptionError(
+                    f"AmpConvert: data_config gives one tensor per batch, but the model takes "
+                    f"{len(input_names)} inputs ({', '.join(input_names)}); give a dict of them"
+                )
+            feeds = {input_names[0]: feeds}
+        samples.append({str(k): _array(v) for k, v in feeds.items()})
         if len(samples) >= config.auto_samples:
             break
     return samples
+
+
+def _data_name(config: BasePassConfig) -> str | None:
+    """Olive's ``external_data_name``, refused unless it is a plain file name: the data file is
+    written next to the model, and ORT refuses a location that leaves its folder."""
+    name = getattr(config, "external_data_name", None)
+    if not name or not getattr(config, "save_as_external_data", False):
+        return None
+    if problem := text_problem(name):
+        raise OptionError(f"AmpConvert: external_data_name '{printable(name)}': {problem}")
+    if Path(name).name != name or name in (".", "..") or "\\" in name:
+        raise OptionError(
+            f"AmpConvert: external_data_name {name!r} must be a file name without folder parts "
+            "(the data file goes next to the model)"
+        )
+    return str(name)
 
 
 class AmpConvert(Pass):
@@ -149,6 +180,12 @@ class AmpConvert(Pass):
                 default_value=None,
                 description="auto's threshold (default 0.999, as amp-convert --auto).",
             ),
+            "force_write": PassConfigParam(
+                type_=bool,
+                default_value=False,
+                description="With auto: write the closest model when the thresholds cannot be "
+                "met (amp-convert --force-write); otherwise the pass fails and writes nothing.",
+            ),
         }
         config.update(get_external_data_config())
         return config
@@ -158,6 +195,8 @@ class AmpConvert(Pass):
     ) -> ONNXModelHandler:
         try:
             return self._convert(model, config, output_model_path)
+        except (OliveOptionError, OliveConversionError):
+            raise
         except OptionError as e:
             raise OliveOptionError(str(e)) from None
         except AmpConvertError as e:
@@ -168,23 +207,59 @@ class AmpConvert(Pass):
     ) -> ONNXModelHandler:
         target = target_for(getattr(self, "accelerator_spec", None), config.target)
         values = _option_values(config, target)
-        output = Path(resolve_onnx_path(output_model_path, Path(model.model_path).name))
-        work = io.load_model(Path(model.model_path))
-        report: Report
-        if config.auto:
-            if not config.data_config:
-                raise OptionError("AmpConvert: auto needs a data_config (its batches calibrate it)")
-            from amp_convert.auto import auto_convert
+        data_name = _data_name(config)
+        if config.auto and not config.data_config:
+            raise OptionError("AmpConvert: auto needs a data_config (its batches calibrate it)")
+        src = Path(model.model_path)
+        output = Path(resolve_onnx_path(output_model_path, src.name))
+        read = output_rules.model_files(src)
+        writes = [
+            ("output", output),
+            ("output data file", output.with_name(data_name) if data_name else
+             output_rules.data_file_name(output)),
+            ("report", output.with_name(REPORT_NAME)),
+        ]  # fmt: skip
+        # the same registry as the command line's: never an input, never an existing file
+        with output_rules.plan_outputs(writes, [read], force=False) as plan, OutputSet() as out:
+            work = io.load_model(src)
+            report: Report
+            if config.auto:
+                from amp_convert.auto import auto_convert
 
-            thresholds = {"min_cosine": config.min_cosine} if config.min_cosine else {}
-            work, report = auto_convert(work, inputs=_samples(config), **thresholds, **values)
-        else:
-            report = convert_ir(work, ConvertOptions.from_kwargs(**values))
-        ir_model_to_olive_model(work, output, config)
-        report.to_json(output.with_name(REPORT_NAME))
+                names = [str(v.name) for v in work.graph.inputs if not v.is_initializer()]
+                thresholds = {"min_cosine": config.min_cosine} if config.min_cosine else {}
+                work, report = auto_convert(
+                    work, inputs=_samples(config, names), **thresholds, **values
+                )
+                if not report.passed and not config.force_write:
+                    raise OliveThresholdsNotMet(
+                        "AmpConvert: auto's thresholds cannot be met with these inputs "
+                        f"({_worst(report)}); nothing written (force_write writes the closest "
+                        "model anyway)"
+                    )
+            else:
+                report = convert_ir(work, ConvertOptions.from_kwargs(**values))
+            out.stage(plan["report"], report.json_bytes())
+            external = True if config.save_as_external_data else None
+            try:
+                io.save_model(
+                    work, plan["output"], external=external, keep=read, data_name=data_name,
+                    before_commit=lambda size: out.commit(),
+                )  # fmt: skip
+            except BaseException:
+                out.roll_back()
+                raise
         # a folder, so that Olive carries the report (and any data file) with the model
         folder = LocalFolder({"path": output.parent})
         return ONNXModelHandler(model_path=folder, onnx_file_name=output.name)
+
+
+def _worst(report: Any) -> str:
+    failing = [o for o in report.outputs if not o.passed and o.status != "skipped"]
+    if not failing:
+        return "no output compared"
+    o = failing[0]
+    return f"output '{printable(o.name)}': " + printable("; ".join(o.failures))[:200]
 
 
 PACKAGE_CONFIG = Path(__file__).with_name("olive_package_config.json")

@@ -241,3 +241,55 @@ def test_interface_values_keep_names() -> None:
     assert [i.name for i in out.graph.input] == [i.name for i in model.graph.input]
     feeds = sample_inputs(model)
     np.testing.assert_array_equal(run(model, feeds)[1], run(out, feeds)[1])
+
+
+def _loop_shadowing_an_initializer() -> onnx.ModelProto:
+    """A Loop body holding its own initializer `w`, named like the main graph's (the ONNX
+    checker accepts it; ORT computes the body with the body's own)."""
+    from onnx import TensorProto as T
+    from onnx import helper as h
+    from onnx import numpy_helper as nh
+
+    rng = np.random.default_rng(0)
+    inner = nh.from_array(rng.standard_normal((4, 4)).astype(np.float32), "w")
+    body = h.make_graph(
+        [h.make_node("MatMul", ["v", "w"], ["v2"]), h.make_node("Identity", ["cond"], ["c2"])],
+        "body",
+        [h.make_tensor_value_info("i", T.INT64, []), h.make_tensor_value_info("cond", T.BOOL, []),
+         h.make_tensor_value_info("v", T.FLOAT, [1, 4])],
+        [h.make_tensor_value_info("c2", T.BOOL, []),
+         h.make_tensor_value_info("v2", T.FLOAT, [1, 4])],
+        [inner],
+    )  # fmt: skip
+    graph = h.make_graph(
+        [h.make_node("MatMul", ["x", "w"], ["z"]),
+         h.make_node("Loop", ["n", "t", "z"], ["y"], body=body)],
+        "g",
+        [h.make_tensor_value_info("x", T.FLOAT, [1, 4])],
+        [h.make_tensor_value_info("y", T.FLOAT, [1, 4]),
+         h.make_tensor_value_info("z", T.FLOAT, [1, 4])],
+        [nh.from_array(rng.standard_normal((4, 4)).astype(np.float32), "w"),
+         nh.from_array(np.array(3, np.int64), "n"), nh.from_array(np.array(True), "t")],
+    )  # fmt: skip
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+def test_a_shadowing_subgraph_initializer_converts_to_what_ort_computes(tmp_path: Path) -> None:
+    """convert(proto) renamed the body's `w` apart in the caller's proto too: the original then
+    computed with the outer `w` (max difference 13 here) and only validate noticed."""
+    model = _loop_shadowing_an_initializer()
+    before = model.SerializeToString()
+    x = {"x": np.ones((1, 4), np.float32)}
+    expected = run(onnx.ModelProto.FromString(before), x)
+    out = amp_convert.convert(model, level="O2")
+    assert model.SerializeToString() == before  # the caller's proto, names included
+    for got, want in zip(run(out, x), expected, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-2, atol=1e-2)
+    src, dst = tmp_path / "m.onnx", tmp_path / "o.onnx"
+    onnx.save(model, src)
+    amp_convert.convert_file(src, dst, level="O3")
+    for got, want in zip(run(str(dst), x), expected, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-2, atol=1e-2)

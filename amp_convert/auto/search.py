@@ -30,7 +30,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import onnx
 import onnx_ir as ir
 
 from amp_convert.api import convert_ir
@@ -50,7 +49,13 @@ from amp_convert.files.outputs import planned_inputs_file
 from amp_convert.files.safe_write import Slot
 from amp_convert.options.convert import AUTO_LEVEL, ConvertKwargs, ConvertOptions, resolve
 from amp_convert.reports.conversion import ConversionReport
-from amp_convert.validation.evidence import npz_bytes, weak_notes, weak_outputs
+from amp_convert.validation.evidence import (
+    ZERO_REFERENCE,
+    all_zero,
+    npz_bytes,
+    weak_notes,
+    weak_outputs,
+)
 from amp_convert.validation.input_search import RANDOM_CALIBRATION_WARNING, fmt_dims
 from amp_convert.validation.metrics import OutputResult, Thresholds, check_names
 from amp_convert.validation.options import AUTO_REFUSED_PROVIDERS, ValidateOptions
@@ -136,23 +141,25 @@ def auto_convert(
         save = planned_inputs_file(stack, judge.save_inputs, [model], judge.inputs, force)
         owned = outputs is None  # entered after the plan: committed while its folder is held
         staged = stack.enter_context(OutputSet()) if outputs is None else outputs
+        work = io.load_model(model)
+        stack.callback(io.give_back, work)  # a caller's proto keeps its names, once serialised
         result, report = _search(
-            model, opts, judge, limits, provider, max_rounds, margin, memory_budget, progress,
-            save, staged,
+            model, work, opts, judge, limits, provider, max_rounds, margin, memory_budget,
+            progress, save, staged,
         )  # fmt: skip
         if owned:
             staged.commit()
+        converted = io.same_kind(model, result)
     report.seconds = time.perf_counter() - start
-    return _as_kind(model, result), report
+    return converted, report
 
 
 def _search(
-    model: Any, opts: ConvertOptions, judge: ValidateOptions, limits: Thresholds, provider: str,
-    max_rounds: int, margin: float, memory_budget: int, progress: bool, save: Slot | None,
-    outputs: OutputSet,
+    model: Any, work: ir.Model, opts: ConvertOptions, judge: ValidateOptions, limits: Thresholds,
+    provider: str, max_rounds: int, margin: float, memory_budget: int, progress: bool,
+    save: Slot | None, outputs: OutputSet,
 ) -> tuple[ir.Model, AutoReport]:  # fmt: skip
-    """Load, stage and search (the body of ``auto_convert``)."""
-    work = io.load_model(model)
+    """Stage and search (the body of ``auto_convert``)."""
     renamed = name_nodes(work)
     settings = Settings(opts, limits, float(margin))
     original = str(model) if isinstance(model, str | os.PathLike) else None
@@ -201,14 +208,6 @@ def _limits(thresholds: Any, **flat: Any) -> Thresholds:
     if not base.active:
         base = Thresholds.coerce({**base.to_dict(), "min_cosine": DEFAULT_MIN_COSINE})
     return base
-
-
-def _as_kind(model: Any, result: ir.Model) -> Any:
-    if isinstance(model, onnx.ModelProto):
-        return ir.serde.serialize_model(result)
-    if isinstance(model, bytes | bytearray | memoryview):
-        return ir.serde.serialize_model(result).SerializeToString()
-    return result
 
 
 @dataclass(frozen=True)
@@ -343,6 +342,8 @@ class Search:
         }  # fmt: skip
         gathered = self.sessions.gathered
         assert gathered is not None
+        if all_zero(refs):
+            raise ValidationError(ZERO_REFERENCE.format(label="model"))
         if weak and gathered.random and floats and floats <= set(weak):
             name = next(n for n in outputs if n in weak)
             message = DEGENERATE_REFERENCE.format(name=name, why=weak[name])

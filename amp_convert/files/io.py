@@ -65,12 +65,32 @@ def _check_versions(model: ir.Model, where: str) -> None:
 LOAD_NOTES = "amp_convert.load_notes"
 
 
-def _from_proto(proto: onnx.ModelProto, where: str, path: Path | None = None) -> ir.Model:
+def check_proto(proto: onnx.ModelProto, where: str) -> bool:
+    """The checks a model passes before anything deserialises or changes it (one InputError
+    line each); whether the graph holds nodes out of order (``load_repairs`` sorts them)."""
+    _check_graph(proto, where)
+    return proto_checks.check_references(proto, where)
+
+
+def _check_graph(proto: onnx.ModelProto, where: str) -> None:
     if not proto.HasField("graph"):
         raise InputError(f"{where}: not an ONNX model (no graph)")
     proto_checks.check_tensor_data(proto, where)
     graph_checks.check_dtype_attributes(proto, where)
     graph_checks.check_single_assignment(proto, where)
+
+
+def check_model(model: ir.Model, where: str = "model") -> None:
+    """``check_proto`` on an ir.Model given in memory (the onnx-ir pass): a model that fails
+    is refused before the pass changes anything."""
+    from amp_convert.files import onnx_checks
+
+    onnx_checks.call_on_stripped(model, lambda proto: check_proto(proto, where))
+    _check_versions(model, where)
+
+
+def _from_proto(proto: onnx.ModelProto, where: str, path: Path | None = None) -> ir.Model:
+    _check_graph(proto, where)
     if path is not None:
         proto_checks.check_external_data(proto, path)
     proto, notes = _repaired(proto, where)
@@ -156,6 +176,11 @@ def load_model(src: ModelLike) -> ir.Model:
     elif isinstance(src, onnx.ModelProto):
         where = "model"
         model = _from_proto(src, where)
+        # the model's tensors wrap the caller's TensorProtos, and renaming an initializer
+        # renames the proto it wraps (onnx-ir): remember the names to give them back
+        model.meta[BORROWED_NAMES] = [
+            (t, t.name) for g in proto_walk.graphs(src.graph) for t in g.initializer
+        ]
     elif isinstance(src, bytes | bytearray | memoryview):
         where = "bytes"
         try:
@@ -170,6 +195,27 @@ def load_model(src: ModelLike) -> ir.Model:
         raise InputError(f"cannot convert an object of type {type(src).__name__}")
     _check_versions(model, where)
     return model
+
+
+#: key in ir.Model.meta of (TensorProto, name) of a caller's proto the model wraps
+BORROWED_NAMES = "amp_convert.borrowed_names"
+
+
+def give_back(model: ir.Model) -> None:
+    """Put back the initializer names of the caller's proto `model` was loaded from (a
+    subgraph initializer renamed apart renamed the caller's tensor too; ``load_model``). Call
+    once the model is serialised or no longer used."""
+    for tensor, name in model.meta.get(BORROWED_NAMES, ()):
+        tensor.name = name
+
+
+def same_kind(source: object, result: ir.Model) -> object:
+    """`result` as the kind of model `source` was given as (a path gives the ir.Model)."""
+    if isinstance(source, onnx.ModelProto):
+        return ir.serde.serialize_model(result)
+    if isinstance(source, bytes | bytearray | memoryview):
+        return ir.serde.serialize_model(result).SerializeToString()
+    return result
 
 
 def _inline_small_external(model: ir.Model) -> None:
@@ -250,8 +296,12 @@ def save_model(
     external: bool | None = None,
     keep: Iterable[Path] = (),
     before_commit: pair_write.BeforeCommit | None = None,
+    data_name: str | None = None,
 ) -> Path | None:
     """Write `model` to `dst` atomically; return the external-data file written, if any.
+
+    `data_name`: the data file's name when it is free (a plain name in dst's folder: Olive's
+    ``external_data_name``), instead of DST.data.
 
     `dst` is a path or a checked safe_write.Slot (output_rules.plan_outputs); everything is
     written in the folder the slot holds open, so a folder swapped meanwhile cannot redirect it.
@@ -272,8 +322,8 @@ def save_model(
     external = external and _has_external_worthy_tensor(model)
     with safe_write.adhoc_slot(dst) as slot, safe_write.sigterm_cleans_up():
         ids = {file_identity(Path(p)) for p in keep}
-        data_name = _write_pair(model, slot, external, ids, before_commit)
-    return slot.path.with_name(data_name) if data_name else None
+        written = _write_pair(model, slot, external, ids, before_commit, data_name)
+    return slot.path.with_name(written) if written else None
 
 
 def _write_pair(
@@ -282,6 +332,7 @@ def _write_pair(
     external: bool,
     inputs: set[tuple],
     before_commit: pair_write.BeforeCommit | None = None,
+    data_name: str | None = None,
 ) -> str | None:
     """Write the data file and the graph and commit them as a pair (pair_write.PairWrite)."""
 
@@ -299,7 +350,7 @@ def _write_pair(
             with _weights_in_memory(model):
                 ir.save(model, graph_path)
 
-    return pair_write.write_pair(slot, external, inputs, write, before_commit)
+    return pair_write.write_pair(slot, external, inputs, write, before_commit, data_name)
 
 
 def files_size(paths: Iterable[Path]) -> int:

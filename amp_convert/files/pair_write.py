@@ -116,10 +116,12 @@ def unreferenced_data_files(slot: safe_write.Slot, inputs: Collection[tuple]) ->
     )
 
 
-def data_file_name(slot: safe_write.Slot, token: str) -> str:
-    """OUT.data when no file has that name, else OUT.<token>.data: a name no reader uses."""
+def data_file_name(slot: safe_write.Slot, token: str, preferred: str | None = None) -> str:
+    """OUT.data (or `preferred`) when no file has that name, else OUT.<token>.data: a name no
+    reader uses."""
     conventional, unique = stale.final_data_names(slot.name, token)
-    return unique if os.path.lexists(slot.beside(conventional)) else conventional
+    wanted = preferred or conventional
+    return unique if os.path.lexists(slot.beside(wanted)) else wanted
 
 
 def _relocate(graph_path: str, old: str, new: str) -> None:
@@ -145,9 +147,11 @@ class PairWrite:
         external: bool,
         inputs: Collection[tuple],
         before_commit: BeforeCommit | None = None,
+        preferred: str | None = None,
     ) -> None:
         self.slot, self.external, self.inputs = slot, external, inputs
         self.before_commit = before_commit
+        self.preferred = preferred
         self.step = Step.START
         self.token = secrets.token_hex(4)
         self.held = stale.Held()
@@ -171,7 +175,7 @@ class PairWrite:
             self.tmp = self.held.create(slot.name, "tmp", slot.dir_fd, self.token)
             if self.external:
                 self.data_tmp = self.held.create(slot.name, "data.tmp", slot.dir_fd, self.token)
-                self.data_name = data_file_name(slot, self.token)
+                self.data_name = data_file_name(slot, self.token, self.preferred)
             self._enter(Step.RESERVED)
             write(slot.beside(self.tmp), self.data_tmp, self.data_name)
             safe_write.keep_mode(slot.beside(slot.name), slot.beside(self.tmp))
@@ -274,9 +278,11 @@ def write_pair(
     inputs: Collection[tuple],
     write: Writer,
     before_commit: BeforeCommit | None = None,
+    data_name: str | None = None,
 ) -> str | None:
-    """Write a model pair into `slot` (PairWrite); an OSError becomes one OutputError line."""
-    pair = PairWrite(slot, external, inputs, before_commit)
+    """Write a model pair into `slot` (PairWrite); an OSError becomes one OutputError line.
+    `data_name`: the data file's name when free (else OUT.<hex>.data)."""
+    pair = PairWrite(slot, external, inputs, before_commit, data_name)
     try:
         return pair.run(write)
     except OSError as e:

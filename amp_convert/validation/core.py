@@ -29,7 +29,9 @@ from amp_convert.validation.decode import (
     roll_out,
 )
 from amp_convert.validation.evidence import (
+    ZERO_REFERENCE,
     Tolerances,
+    all_zero,
     npz_bytes,
     weak_flags,
     weak_notes,
@@ -51,6 +53,9 @@ from amp_convert.validation.runtime import (
 )
 from amp_convert.validation.sessions import Sessions, open_sessions
 
+#: what the report says of ORT's graph optimisations under emulate: the reference runs as users
+#: run it, the emulated copy unoptimised so that its rounding Casts stay
+EMULATED_OPTIMIZATIONS = "default (the emulated candidate: disabled)"
 #: timed runs when ``runs`` is not given: only a GPU's latency means anything
 DEFAULT_CUDA_RUNS = 20
 
@@ -165,6 +170,8 @@ def _validate(
     warnings += samples.warnings
     if save is not None and outputs is not None:  # staged: committed with the verdict
         outputs.stage(save, npz_bytes(samples.first.arrays))
+    if all_zero(s.result for s in samples.items):
+        raise ValidationError(ZERO_REFERENCE.format(label=ref_src.label))
     weak = weak_outputs(s.result for s in samples.items)
     warnings += weak_notes(weak, random=False)
     log.phase(f"running the candidate on {samples.describe()}")
@@ -193,11 +200,13 @@ def _validate(
 
 
 def check_order(ref_src: ModelSource, cand_src: ModelSource) -> None:
-    """Refuse swapped arguments: a reference amp-convert converted (its stamp, low-precision
-    values) against a candidate with no low-precision value would "pass" with the roles reversed,
-    and a CI gate would go green on the FP32 file."""
+    """Refuse swapped arguments: a reference amp-convert converted (its stamp) against a
+    candidate it did not convert that holds less in low precision would "pass" with the roles
+    reversed, and a CI gate would go green on the FP32 file. Judged by the stamp and by how much
+    of each graph is low (``low_share``), never by whether the candidate holds any low value at
+    all: an FP32 original may hold one FP16 round trip."""
     from amp_convert.pipeline import STAMP_KEY  # on use: the converter is not needed to validate
-    from amp_convert.validation.emulate import low_dtype_names
+    from amp_convert.validation.emulate import low_dtype_names, low_share
 
     def stamped(src: ModelSource) -> bool:
         return any(p.key == STAMP_KEY for p in src.proto.metadata_props)
@@ -205,12 +214,13 @@ def check_order(ref_src: ModelSource, cand_src: ModelSource) -> None:
     if not stamped(ref_src) or stamped(cand_src):
         return
     ref_low = low_dtype_names(ref_src.proto)
-    if not ref_low or low_dtype_names(cand_src.proto):
+    ref_share, cand_share = low_share(ref_src.proto), low_share(cand_src.proto)
+    if not ref_low or ref_share <= cand_share:
         return
     raise ValidationError(
         f"the arguments look swapped: the reference {ref_src.label} was converted by amp-convert "
-        f"(it holds {', '.join(ref_low)} values) and the candidate {cand_src.label} holds no "
-        "low-precision value; pass the original FP32 model first, then the converted one"
+        f"({ref_share:.0%} of it in {', '.join(ref_low)}) and the candidate {cand_src.label} was "
+        f"not ({cand_share:.0%} low); pass the original FP32 model first, then the converted one"
     )
 
 
@@ -391,7 +401,11 @@ def _report(
         provider=sessions.mode,
         ort_providers=sessions.candidate.providers,
         onnxruntime_version=str(getattr(ort, "__version__", "unknown")),
-        graph_optimizations="disabled" if sessions.mode == "emulate" else "default",
+        graph_optimizations=(
+            "default (the emulated candidate: disabled)"
+            if sessions.mode == "emulate"
+            else "default"
+        ),
         inputs_source=first.source,
         seed=req.seed,
         dims=first.dims,

@@ -94,6 +94,9 @@ class EmulatedModel:
     unknown_types: list[str] = field(default_factory=list)
     #: low nodes whose kernel holds a sum in the low type, emulated so (held_sums.py)
     held_sums: list[str] = field(default_factory=list)
+    #: inputs of constant-reading kernels computed from constants, made initializers as ORT's
+    #: constant folding makes them (``fold_constant_inputs``)
+    folded_inputs: list[str] = field(default_factory=list)
 
     def summary(self) -> dict:
         """JSON-ready description for the report."""
@@ -104,6 +107,7 @@ class EmulatedModel:
             "retargeted_attributes": self.retargeted_attributes,
             "unknown_types": list(self.unknown_types),
             "held_sums": list(self.held_sums),
+            "folded_constant_inputs": list(self.folded_inputs),
         }
 
 
@@ -133,12 +137,15 @@ def build_emulated_model(model: onnx.ModelProto, base_dir: str | None = None) ->
         untyped = [v for node in clone.graph.all_nodes() for v in node.outputs if v.type is None]
         _, inferred = analyse(clone)
         InferDtypesPass(inferred)(clone)
-        emulate = EmulatePass(UniqueNames.of_model(clone))
+        unique = UniqueNames.of_model(clone)
+        folded = fold_constant_inputs(clone, unique)
+        emulate = EmulatePass(unique)
         emulate(clone)
         for value in untyped:  # typed only to decide the rounding: ORT infers them again
             if not value.is_graph_output():
                 value.type = None
         result = emulate.result
+        result.folded_inputs = folded
         result.model = ir.serde.serialize_model(clone)
     finally:
         for tensor, name in names:
@@ -198,6 +205,69 @@ def _read_as_constant(value: ir.Value) -> bool:
         node.domain == "com.microsoft" and node.op_type in CONSTANT_INPUT_OPS
         for node, _ in value.uses()
     )
+
+
+#: ops a chain of constants may pass through and still be folded here (as ORT folds them)
+_FOLDABLE = frozenset({"Identity", "Constant", "Cast"})
+_FOLD_DEPTH = 16
+
+
+def _constant_array(value: ir.Value, depth: int = 0) -> np.ndarray | None:
+    """The value of `value` when it is computed from constants alone through ``_FOLDABLE`` ops
+    (an initializer, a Constant node, Identity and Cast of those), else None."""
+    if value.is_initializer() and value.const_value is not None:
+        return np.asarray(value.const_value.numpy())
+    node = value.producer()
+    if node is None or depth > _FOLD_DEPTH or not is_default_domain(node.domain):
+        return None
+    if node.op_type not in _FOLDABLE or any(sub for sub in _subgraphs(node)):
+        return None
+    if node.op_type == "Constant":
+        tensor = ir.convenience.get_const_tensor(value)
+        return None if tensor is None else np.asarray(tensor.numpy())
+    source = node.inputs[0] if node.inputs else None
+    arr = None if source is None else _constant_array(source, depth + 1)
+    if arr is None or node.op_type == "Identity":
+        return arr
+    to = node.attributes.get("to")
+    if to is None or to.type != ir.AttributeType.INT:
+        return None
+    try:
+        return arr.astype(ir.DataType(to.value).numpy())
+    except (ValueError, TypeError):
+        return None
+
+
+def fold_constant_inputs(model: ir.Model, names: UniqueNames) -> list[str]:
+    """Make each input of a ``CONSTANT_INPUT_OPS`` kernel that constants alone compute an
+    initializer, as ORT's constant folding does at its default level; names of those folded.
+
+    Why: those kernels prepack what they read at session creation, from initializers only. The
+    emulated copy runs with optimisations disabled (its rounding Casts must stay), so scales
+    that reach MatMulNBits through an Identity or a Constant node would never be folded and the
+    kernel would compute with scales it never received (zeros), unlike the model as users run it.
+    """
+    folded: list[str] = []
+    for graph in model.graphs():
+        for node in list(graph):
+            if node.domain != "com.microsoft" or node.op_type not in CONSTANT_INPUT_OPS:
+                continue
+            for i, value in enumerate(node.inputs[1:], start=1):
+                if value is None or value.is_initializer():
+                    continue
+                arr = _constant_array(value)
+                if arr is None:
+                    continue
+                name = names.take(f"{value.name or 'input'}__emu_folded")
+                tensor = ir.tensor(arr, name=name)
+                const = ir.Value(
+                    name=name, type=ir.TensorType(tensor.dtype), shape=ir.Shape(arr.shape),
+                    const_value=tensor,
+                )  # fmt: skip
+                graph.register_initializer(const)
+                node.replace_input_with(i, const)
+                folded.append(str(value.name))
+    return folded
 
 
 def _store_as_float(value: ir.Value) -> None:
@@ -367,3 +437,34 @@ def low_dtype_names(model: onnx.ModelProto) -> list[str]:
                 if is_dtype and a.i in _LOW_PROTO:
                     found.add(_LOW_PROTO[a.i])
     return sorted(found)
+
+
+_FLOAT_PROTO = {int(t) for t in (FLOAT, ir.DataType.DOUBLE, *LOW_TYPES)}
+
+
+def low_share(model: onnx.ModelProto) -> float:
+    """How much of ``model`` is in low precision, 0 to 1: the low share of its float weights
+    (by elements) and of its typed float values (graph I/O, value_info, Cast targets), averaged
+    over the two where both exist. A converted model is mostly low; an FP32 original holding one
+    FP16 round trip is all but none."""
+    weights = [0, 0]  # low, all
+    values = [0, 0]
+    for graph in proto_walk.graphs(model.graph):
+        for t in graph.initializer:
+            if t.data_type in _FLOAT_PROTO:
+                n = int(np.prod(t.dims)) if len(t.dims) else 1
+                weights[0] += n if t.data_type in _LOW_PROTO else 0
+                weights[1] += n
+        for vi in itertools.chain(graph.input, graph.output, graph.value_info):
+            e = _proto_elem(vi.type)
+            if e in _FLOAT_PROTO:
+                values[0] += e in _LOW_PROTO
+                values[1] += 1
+        for node in graph.node:
+            if node.op_type == "Cast" and is_default_domain(node.domain):
+                to = next((a.i for a in node.attribute if a.name == "to"), None)
+                if to in _FLOAT_PROTO:
+                    values[0] += to in _LOW_PROTO
+                    values[1] += 1
+    shares = [low / total for low, total in (weights, values) if total]
+    return sum(shares) / len(shares) if shares else 0.0

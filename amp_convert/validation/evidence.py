@@ -5,6 +5,7 @@
   where the cosine measures rounding, not the model) or *nearly constant* (spread below
   ``FLAT`` of the magnitude: any candidate close to the constant matches). Outputs of one
   element are never called weak (a scalar is constant by nature).
+* ``all_zero``: a reference whose every output is exactly zero, which no verdict may rest on.
 * ``Tolerances``: on FAIL, the smallest thresholds that would have passed each failing output
   (Polygraphy prints the same): the ``--atol`` at the given ``--rtol``, the ``--min-cosine``, the
   ``--max-nan`` (of the worst result), over every failing sample and decode step (runs that
@@ -29,6 +30,11 @@ from amp_convert.errors import OutputError
 from amp_convert.files.safe_write import write_bytes
 from amp_convert.validation.metrics import OutputResult, Thresholds
 
+ZERO_REFERENCE = (
+    "the reference {label} computes exactly zero for every output on these inputs: no verdict "
+    "can rest on it (any candidate returning zeros would match); give inputs it computes "
+    "something for with --inputs FILE.npz"
+)
 NEAR_ZERO = 1e-3
 FLAT = 1e-4
 
@@ -58,6 +64,24 @@ def weak_outputs(references: Iterable[Mapping[str, np.ndarray | None]]) -> dict[
         elif spread <= FLAT * top:
             weak[name] = f"nearly constant ({low[name]:.6g} to {high[name]:.6g})"
     return weak
+
+
+def all_zero(references: Iterable[Mapping[str, np.ndarray | None]]) -> bool:
+    """Whether every reference output with elements is exactly zero on every sample.
+
+    Such a reference is no evidence at all: any candidate that also returns zeros "matches"
+    it, a broken one included (ORT's MatMulNBits returns zeros when it never received its
+    scales). The verdict is refused rather than given.
+    """
+    seen = False
+    for ref in references:
+        for value in ref.values():
+            if value is None or value.size == 0 or value.dtype.kind not in "fiub":
+                continue
+            if np.any(value):
+                return False
+            seen = True
+    return seen
 
 
 def weak_notes(weak: Mapping[str, str], random: bool) -> list[str]:

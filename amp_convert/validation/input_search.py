@@ -28,6 +28,7 @@ from amp_convert.validation.inputs import (
     load_inputs,
     random_inputs,
     random_scalars,
+    sample_rate_choices,
     sample_rate_inputs,
 )
 from amp_convert.validation.runtime import RunError
@@ -131,7 +132,7 @@ def find_runnable(
     plan = DimPlan.of(specs, dims, output_shapes(model))
     plan.check_user(dims)
     rates = sample_rate_inputs(specs)
-    choices = [dict.fromkeys(rates, r) for r in SAMPLE_RATES] if rates else [{}]
+    choices = sample_rate_choices(specs)
     tried: list[tuple[Inputs, str]] = []
     for scalars in choices:
         for attempt in plan.attempts(dims):

@@ -8,8 +8,8 @@ Random values are dtype-aware so that models with ids and masks run as intended:
 * integers: in a small valid range, chosen in this order:
   1. the model's ``input_range:<name>`` metadata (``"low,high"``, half-open; written by the
      test-model builders and honoured by anyone who sets it),
-  2. names containing ``mask`` → all ones; ``token_type`` / ``segment`` → all zeros;
-     ``position`` → 0, 1, 2, ... along the last axis,
+  2. names containing ``mask`` → all ones (float masks too); ``token_type`` / ``segment`` →
+     all zeros; ``position`` → 0, 1, 2, ... along the last axis,
   3. a scalar whose name says it is a sample rate (``sr``, ``sample_rate``, ``sampling_rate``)
      takes a conventional rate (``SAMPLE_RATES``: 16000 first; ``input_search`` tries the others
      when the model cannot run on it),
@@ -85,15 +85,22 @@ class Inputs:
         return {k: str(v.dtype) for k, v in self.arrays.items()}
 
 
+#: the longest ``input_range:`` value read (two int64 and a comma fit in 41 characters)
+MAX_RANGE_TEXT = 64
+_INT64 = np.iinfo(np.int64)
+
+
 def _metadata_ranges(model: onnx.ModelProto) -> dict[str, tuple[int, int]]:
+    """``input_range:<name>`` metadata: untrusted text, so one that is not two int64 bounds
+    (malformed, too long, beyond int64: 10**30 raised deep in NumPy) is ignored."""
     ranges: dict[str, tuple[int, int]] = {}
     for p in model.metadata_props:
-        if p.key.startswith(INPUT_RANGE_KEY):
+        if p.key.startswith(INPUT_RANGE_KEY) and len(p.value) <= MAX_RANGE_TEXT:
             try:
                 lo, hi = (int(v) for v in p.value.split(","))
             except ValueError:
                 continue
-            if hi > lo:
+            if _INT64.min <= lo < hi <= _INT64.max:
                 ranges[p.key[len(INPUT_RANGE_KEY) :]] = (lo, hi)
     return ranges
 
@@ -120,16 +127,43 @@ def _is_scalar(spec: InputSpec) -> bool:
     return all(d == 1 for d in spec.shape)
 
 
+def rate_fits(spec: InputSpec, rate: int) -> bool:
+    """Whether `spec`'s element type holds `rate` exactly (an int8 "sr" cannot hold 16000: it
+    would wrap, and the run would say it used a rate it never fed)."""
+    dtype = NP_DTYPES.get(spec.type_str)
+    if dtype is None or dtype.kind not in "iuf":
+        return False
+    if dtype.kind == "f":  # float16 holds 16000 but rounds 22050 to 22048
+        return bool(float(np.asarray(rate, np.float64).astype(dtype)) == rate)
+    info = np.iinfo(dtype)
+    return bool(info.min <= rate <= info.max)
+
+
 def sample_rate_inputs(specs: list[InputSpec]) -> list[str]:
-    """Integer or float scalar inputs named like a sample rate (their value matters)."""
+    """Integer or float scalar inputs named like a sample rate whose type holds a conventional
+    rate (their value matters)."""
     return [
         s.name
         for s in specs
         if _is_scalar(s)
-        and s.type_str != "tensor(bool)"
-        and s.type_str != "tensor(string)"
         and SAMPLE_RATE_NAMES.match(s.name)
+        and any(rate_fits(s, r) for r in SAMPLE_RATES)
     ]
+
+
+def sample_rate_choices(specs: list[InputSpec]) -> list[dict[str, int]]:
+    """The values to try for the sample-rate inputs, the most common rate first: each input
+    gets only rates its type holds (its first such rate in place of one it cannot)."""
+    rates = {s.name: s for s in specs if s.name in set(sample_rate_inputs(specs))}
+    choices: list[dict[str, int]] = []
+    for rate in SAMPLE_RATES:
+        choice = {
+            n: rate if rate_fits(s, rate) else next(r for r in SAMPLE_RATES if rate_fits(s, r))
+            for n, s in rates.items()
+        }
+        if choice not in choices:
+            choices.append(choice)
+    return choices or [{}]
 
 
 def random_scalars(specs: list[InputSpec], model: onnx.ModelProto) -> list[str]:
@@ -162,10 +196,10 @@ def random_inputs(
 
     ``dims`` sets free dynamic dims (the rest take their defaults, expression dims are computed);
     ``plan`` is ``DimPlan.of(specs, dims)`` when the caller already has it; ``scalars`` sets the
-    value of scalar inputs (a sample rate), by default the first of ``SAMPLE_RATES`` for those
-    named like a sample rate.
+    value of scalar inputs (a sample rate), by default the first of ``SAMPLE_RATES`` their type
+    holds for those named like a sample rate.
     """
-    fixed: dict[str, int | float] = dict.fromkeys(sample_rate_inputs(specs), SAMPLE_RATES[0])
+    fixed: dict[str, int | float] = dict(sample_rate_choices(specs)[0])
     fixed.update(scalars or {})
     dims = dict(dims or {})
     plan = plan or DimPlan.of(specs, dims)
@@ -199,13 +233,15 @@ def _values(
         return np.ones(shape, np.bool_)
     if dtype.kind == "O":  # tensor(string)
         return rng.choice(np.array(WORDS, dtype=object), size=shape)
+    if np.issubdtype(dtype, np.integer) and spec.name in ranges:
+        info = np.iinfo(dtype)  # the metadata's range within what the input's type holds
+        lo, hi = max(ranges[spec.name][0], int(info.min)), min(ranges[spec.name][1], int(info.max))
+        if lo < hi:
+            return _drawn(shape, dtype, lambda n: rng.integers(lo, hi, size=n))
+    if "mask" in lname:  # a float mask too (TF/Keras exports): noise in one gives NaN
+        return np.ones(shape, dtype)
     if not np.issubdtype(dtype, np.integer):
         return _drawn(shape, dtype, lambda n: rng.standard_normal(n).astype(np.float32))
-    if spec.name in ranges:
-        lo, hi = ranges[spec.name]
-        return _drawn(shape, dtype, lambda n: rng.integers(lo, hi, size=n))
-    if "mask" in lname:
-        return np.ones(shape, dtype)
     if "token_type" in lname or "segment" in lname:
         return np.zeros(shape, dtype)
     if "position" in lname and shape:

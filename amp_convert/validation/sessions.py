@@ -149,7 +149,9 @@ def _open(
         from amp_convert.validation.emulate import build_emulated_model
 
         emulated = build_emulated_model(cand_src.proto, cand_src.base_dir)
-        ref = session(ref_src, "reference", "cpu", True)
+        # the reference as users run it (ORT's default optimisations: constant folding feeds
+        # prepacking kernels their weights); only the emulated copy keeps its Casts unoptimised
+        ref = session(ref_src, "reference", "cpu", False)
         cand = session(cand_src, "candidate", "cpu", True, model_override=emulated.model)
         return ref, cand, emulated
     if mode == "cpu":

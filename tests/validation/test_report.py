@@ -154,7 +154,8 @@ def test_json_report(tmp_path: Path) -> None:
     assert d["passed"] is False and d["verdict"] == "fail"
     assert d["provider"] == {
         "requested": "emulate", "used": "emulate", "ort_providers": ["CPUExecutionProvider"],
-        "onnxruntime_version": report.onnxruntime_version, "graph_optimizations": "disabled",
+        "onnxruntime_version": report.onnxruntime_version,
+        "graph_optimizations": "default (the emulated candidate: disabled)",
     }  # fmt: skip
     assert d["inputs"]["dims"] == {"batch": 1} and d["inputs"]["shapes"] == {"x": [1, 8]}
     (y,) = d["outputs"]
