@@ -209,6 +209,7 @@ def genai_llama(
     max_positions: int = 128,
     attention: str = "gqa",
     seed: int = 32,
+    packed: bool = False,
 ) -> onnx.ModelProto:
     """A Llama as onnxruntime-genai's builder writes it for CUDA in FP32, with a KV cache.
 
@@ -218,6 +219,9 @@ def genai_llama(
     with past (kv_heads = heads). Both: SimplifiedLayerNormalization in the ONNX domain for the
     first norm, SkipSimplifiedLayerNormalization for the others, SiLU-gated MLP, I/O named
     ``past_key_values.{i}.key/value`` and ``present.{i}.key/value`` [batch, kv_heads, len, head].
+    ``packed=True`` (GQA only): as the builder (0.18) writes its CPU FP32 and int4 models: one
+    ``qkv_proj`` MatMul feeds GroupQueryAttention (key and value inputs empty) and the caches'
+    head axis is the symbolic ``kv_cache_dim`` (its size is only in the attention node).
     """
     if attention not in ("gqa", "mha"):
         raise ValueError("attention must be 'gqa' or 'mha'")
@@ -231,8 +235,11 @@ def genai_llama(
     pos = None
     if attention == "mha":
         pos = b.input("position_ids", INT64, ["batch_size", "sequence_length"], value_range=(0, 8))
-    cache = ["batch_size", kv_heads, PAST, head_dim]
-    present = ["batch_size", kv_heads, TOTAL, head_dim]
+    if packed and attention != "gqa":
+        raise ValueError("packed=True is the GroupQueryAttention layout")
+    head_axis: int | str = "kv_cache_dim" if packed else head_dim
+    cache = ["batch_size", kv_heads, PAST, head_axis]
+    present = ["batch_size", kv_heads, TOTAL, head_axis]
     caches = rotary_caches(max_positions, head_dim)
     cos = b.initializer("cos_cache", caches[0])
     sin = b.initializer("sin_cache", caches[1])
@@ -264,9 +271,13 @@ def genai_llama(
                 f"{p}/input_layernorm/SkipLayerNorm", domain=MS, epsilon=1e-6,
                 outputs=[f"{p}/input_layernorm/out", "", "", f"{p}/input_layernorm/residual"],
             )  # fmt: skip
-        q = _matmul(b, h, f"{p}/attn/q_proj", hidden, hidden)
-        k = _matmul(b, h, f"{p}/attn/k_proj", hidden, kv_heads * head_dim)
-        v = _matmul(b, h, f"{p}/attn/v_proj", hidden, kv_heads * head_dim)
+        if packed:
+            q = _matmul(b, h, f"{p}/attn/qkv_proj", hidden, (heads + 2 * kv_heads) * head_dim)
+            k = v = ""
+        else:
+            q = _matmul(b, h, f"{p}/attn/q_proj", hidden, hidden)
+            k = _matmul(b, h, f"{p}/attn/k_proj", hidden, kv_heads * head_dim)
+            v = _matmul(b, h, f"{p}/attn/v_proj", hidden, kv_heads * head_dim)
         past_k = b.input(f"past_key_values.{i}.key", FLOAT, cache)
         past_v = b.input(f"past_key_values.{i}.value", FLOAT, cache)
         outs = [f"{p}/attn/out", f"present.{i}.key", f"present.{i}.value"]

@@ -12,6 +12,12 @@
   ``kv_cache_dim`` (the mask's ``total_sequence_length`` is past + current all the same).
 * :func:`merged_decoder_misnamed_mask`: optimum's merged decoder whose ``attention_mask`` axis is
   named ``sequence_length`` though the with-cache branch needs past + current columns.
+* :func:`text_recognizer`: a CRNN-style text-line recognizer whose H is dynamic in the file but
+  must be 33-48 pixels: its last convolution collapses the height to 1 for a Squeeze.
+* :func:`vad_state_model`: a VAD with a recurrent ``state`` input ``[2, ?, 128]`` whose unnamed
+  axis is the batch (the LSTM's initial state), beside ``input`` and ``sr``.
+* :func:`genai_packed_decoder`: ORT GenAI's packed-QKV GroupQueryAttention layout whose cache
+  head axis is the symbolic ``kv_cache_dim``, with a head size other than the default 128.
 """
 
 from __future__ import annotations
@@ -23,11 +29,14 @@ from models._graph import FLOAT, INT64, GraphBuilder, first_doc_paragraph
 
 __all__ = [
     "genai_kv_cache_dim_decoder",
+    "genai_packed_decoder",
     "merged_decoder_misnamed_mask",
     "paddle_text_detector",
     "text_like_image",
+    "text_recognizer",
     "unnamed_hw_cnn",
     "vad_model",
+    "vad_state_model",
 ]
 
 
@@ -135,3 +144,78 @@ def merged_decoder_misnamed_mask() -> onnx.ModelProto:
     from models.decoders import SEQ, decoder_model_merged
 
     return decoder_model_merged(mask_axis=SEQ)
+
+
+def text_recognizer(classes: int = 12, channels: int = 8, seed: int = 21) -> onnx.ModelProto:
+    """CRNN-style recognizer ``[?, 3, ?, ?]`` that runs only on 33-48 pixel high text lines.
+
+    Four 3x3 convolutions (strides 2x2, 2x2, 2x1, 2x1: H/16, W/4), a 3x1 convolution without
+    padding that leaves a height of 1 only when H/16 is 3, a Squeeze of that axis, then per
+    column a linear layer and a Softmax over the classes: ``probs`` [batch, columns, classes].
+    """
+    b = GraphBuilder("text_recognizer", seed)
+    x = b.input("x", FLOAT, [None, 3, None, None])
+    h, c_in = x, 3
+    for i, stride in enumerate(([2, 2], [2, 2], [2, 1], [2, 1])):
+        w = b.weight(f"backbone.conv{i}.weight", [channels, c_in, 3, 3])
+        h = b.op("Conv", [h, w, b.weight(f"backbone.conv{i}.bias", [channels])],
+                 f"backbone/conv{i}/Conv", kernel_shape=[3, 3], strides=stride,
+                 pads=[1, 1, 1, 1])  # fmt: skip
+        h = b.op("Relu", [h], f"backbone/conv{i}/Relu")
+        c_in = channels
+    w = b.weight("neck.collapse.weight", [channels, channels, 3, 1])
+    h = b.op("Conv", [h, w], "neck/collapse/Conv", kernel_shape=[3, 1])
+    h = b.op("Squeeze", [h, b.i64("neck.axes", [2])], "neck/Squeeze")
+    h = b.op("Transpose", [h], "neck/Transpose", perm=[0, 2, 1])
+    h = b.op("MatMul", [h, b.weight("head.fc.weight", [channels, classes])], "head/fc/MatMul")
+    h = b.op("Add", [h, b.weight("head.fc.bias", [classes])], "head/fc/Add")
+    b.op("Softmax", [h], "head/Softmax", axis=-1, outputs=["probs"])
+    b.output("probs", FLOAT, [None, None, classes])
+    return b.model(doc=first_doc_paragraph(text_recognizer))
+
+
+def vad_state_model(hidden: int = 128, seed: int = 22) -> onnx.ModelProto:
+    """A silero-style VAD: ``input`` [?, ?] audio, ``state`` [2, ?, hidden], ``sr`` int64 scalar.
+
+    The audio is cut into frames of ``sr // 250`` samples (64 at 16 kHz) and run through an LSTM
+    whose initial hidden and cell states are the two rows of ``state``: ORT refuses a state whose
+    batch differs from the audio's. Outputs ``output`` [?, 1] (speech probability) and
+    ``stateN`` [2, ?, hidden].
+    """
+    b = GraphBuilder("vad_state_model", seed)
+    audio = b.input("input", FLOAT, [None, None])
+    state = b.input("state", FLOAT, [2, None, hidden])
+    sr = b.input("sr", INT64, [])
+    frame = b.op("Div", [sr, b.i64("k250", 250)], "frame/Div")
+    shape = b.op("Concat", [b.i64("lead", [0, -1]), b.op("Unsqueeze", [frame, b.i64("ax0", [0])],
+                 "frame/Unsqueeze")], "frame/Concat", axis=0)  # fmt: skip
+    frames = b.op("Reshape", [audio, shape], "frame/Reshape")  # [B, T, 64]
+    seq = b.op("Transpose", [frames], "frame/Transpose", perm=[1, 0, 2])  # [T, B, 64]
+    h0 = b.op("Slice", [state, b.i64("s0", [0]), b.i64("s1", [1]), b.i64("sax", [0])],
+              "state/h0")  # fmt: skip
+    c0 = b.op("Slice", [state, b.i64("s1b", [1]), b.i64("s2", [2]), b.i64("sax2", [0])],
+              "state/c0")  # fmt: skip
+    w = b.weight("lstm.W", [1, 4 * hidden, 64], std=0.05)
+    r = b.weight("lstm.R", [1, 4 * hidden, hidden], std=0.05)
+    bias = b.weight("lstm.B", [1, 8 * hidden], std=0.05)
+    _, y_h, y_c = b.op("LSTM", [seq, w, r, bias, "", h0, c0], "lstm/LSTM", hidden_size=hidden,
+                       outputs=["lstm/Y", "lstm/Y_h", "lstm/Y_c"])  # fmt: skip
+    b.op("Concat", [y_h, y_c], "state/Concat", axis=0, outputs=["stateN"])
+    last = b.op("Squeeze", [y_h, b.i64("sq0", [0])], "head/Squeeze")  # [B, hidden]
+    score = b.op("MatMul", [b.op("Relu", [last], "head/Relu"),
+                 b.weight("head.weight", [hidden, 1])], "head/MatMul")  # fmt: skip
+    b.op("Sigmoid", [score], "head/Sigmoid", outputs=["output"])
+    b.output("output", FLOAT, [None, 1])
+    b.output("stateN", FLOAT, [2, None, hidden])
+    return b.model(doc=first_doc_paragraph(vad_state_model))
+
+
+def genai_packed_decoder(head_dim: int = 32, max_positions: int = 128) -> onnx.ModelProto:
+    """ORT GenAI's packed GroupQueryAttention Llama (``models.fused.genai_llama(packed=True)``):
+    head size ``head_dim`` (not the default 128), cache head axis ``kv_cache_dim``."""
+    from models.fused import genai_llama
+
+    model = genai_llama(hidden=4 * head_dim, heads=4, kv_heads=2, max_positions=max_positions,
+                        packed=True)  # fmt: skip
+    model.doc_string = first_doc_paragraph(genai_packed_decoder)
+    return model

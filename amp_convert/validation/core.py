@@ -165,7 +165,7 @@ def _validate(
     samples = gather_samples(
         specs, ref_src.proto, lambda feeds: run_once(ref, feeds, f"reference {ref_src.label}"),
         inputs=req.inputs, dims=_first_step_dims(io, req.dims), seed=req.seed,
-        what=f"reference {ref_src.label}",
+        what=f"reference {ref_src.label}", reserve=req.decode_steps or 0,
     )  # fmt: skip
     warnings += samples.warnings
     if save is not None and outputs is not None:  # staged: committed with the verdict

@@ -34,6 +34,7 @@ from amp_convert.errors import ValidationError
 from amp_convert.files.budget import memory_budget
 from amp_convert.validation.decoder_inputs import is_cross_cache
 from amp_convert.validation.metrics import OutputResult
+from amp_convert.validation.runtime import RunError
 
 #: input name -> output name pairs: past_key_values.X / past.X / past_X (ORT's GPT-2) in,
 #: present.X / present_X out
@@ -130,6 +131,8 @@ class DecodeResult:
     merged: bool
     kv_pairs: int
     notes: list[str] = field(default_factory=list)
+    #: the steps asked for (more than ``len(steps)`` when the model's positions ended first)
+    requested: int | None = None
 
     @property
     def token_agreement(self) -> float:
@@ -157,6 +160,7 @@ class DecodeResult:
             "first_divergence": self.first_divergence,
             "merged": self.merged,
             "kv_pairs": self.kv_pairs,
+            "requested": len(self.steps) if self.requested is None else self.requested,
             "notes": list(self.notes),
         }
 
@@ -164,8 +168,10 @@ class DecodeResult:
         """The table's decode section: a summary line, then one line per step."""
         n, same = len(self.steps), sum(s.same_token for s in self.steps)
         div = self.first_divergence
+        asked = "" if self.requested in (None, n) else f" of {self.requested} asked (see below)"
         out = [
-            f"decode: {n} steps{' (merged decoder: step 1 without past)' if self.merged else ''}, "
+            f"decode: {n} steps{asked}"
+            f"{' (merged decoder: step 1 without past)' if self.merged else ''}, "
             f"same greedy token in {same}/{n} ({self.token_agreement:.1%}), first divergence: "
             + ("none" if div is None else f"step {div}")
             + "; each output above shows its worst of the single run and the steps"
@@ -257,8 +263,15 @@ def roll_out(
     ref_feeds = cand_feeds = first_feeds(io, feeds)
     done: list[DecodeStep] = []
     sizes: list[int] = []
+    notes: list[str] = []
     for step in range(1, steps + 1):
-        ref_out = run_reference(ref_feeds)
+        try:
+            ref_out = run_reference(ref_feeds)
+        except RunError as e:
+            if step == 1:
+                raise
+            notes.append(_stopped(step, steps, ref_feeds, e))
+            break
         cand_out = run_candidate(cand_feeds)
         if step <= 2:
             sizes.append(cache_bytes(io, ref_out))
@@ -270,7 +283,19 @@ def roll_out(
         if step < steps:
             ref_feeds = next_feeds(io, ref_feeds, ref_out, ref_tok)
             cand_feeds = next_feeds(io, cand_feeds, cand_out, cand_tok)
-    return DecodeResult(done, io.merged, len(io.kv))
+    return DecodeResult(done, io.merged, len(io.kv), notes, requested=steps)
+
+
+def _stopped(step: int, steps: int, feeds: Mapping[str, np.ndarray], error: RunError) -> str:
+    """Why the roll-out ended early: the reference itself cannot run the next step (the model's
+    positions end there), so the steps it ran are judged and the rest cannot be."""
+    mask = feeds.get("attention_mask")
+    at = f" at {np.asarray(mask).shape[-1]} positions" if mask is not None else ""
+    return (
+        f"stopped after step {step - 1} of {steps}: the reference cannot run step {step}{at} "
+        f"({error.detail}); the model's positions end there, so steps {step}-{steps} are not "
+        "judged (start from a shorter sequence with --dim or --inputs to judge more)"
+    )
 
 
 def cache_bytes(io: DecoderIO, outputs: Outputs) -> int:

@@ -31,7 +31,9 @@ from amp_convert.validation.inputs import (
     sample_rate_choices,
     sample_rate_inputs,
 )
+from amp_convert.validation.model_sizes import model_sizes
 from amp_convert.validation.runtime import RunError
+from amp_convert.validation.shape_screen import ShapeScreen
 
 T = TypeVar("T")
 
@@ -84,14 +86,18 @@ def gather_samples(
     dims: Mapping[str, int] | None = None,
     seed: int = 0,
     what: str = "reference",
+    reserve: int = 0,
 ) -> Samples[T]:
     """The user's samples (each checked and run), or random inputs found by ``find_runnable``.
 
     ``inputs``: None (random), one ``.npz`` path or dict of arrays, or a list of them (one sample
-    each). ``dims`` apply to random inputs only (a warning says so otherwise).
+    each). ``dims`` apply to random inputs only (a warning says so otherwise). ``reserve``:
+    positions a decoder's random inputs leave free (decode steps).
     """
     if inputs is None:
-        feeds, result, warnings = find_runnable(specs, model, run, dims=dims, seed=seed, what=what)
+        feeds, result, warnings = find_runnable(
+            specs, model, run, dims=dims, seed=seed, what=what, reserve=reserve
+        )
         return Samples([Sample(feeds, result)], True, warnings)
     sources = _as_list(inputs)
     if not sources:
@@ -121,44 +127,73 @@ def find_runnable(
     dims: Mapping[str, int] | None = None,
     seed: int = 0,
     what: str = "reference",
+    reserve: int = 0,
 ) -> tuple[Inputs, T, list[str]]:
-    """Random inputs ``run`` succeeds on: the default dims, else the next larger ones.
+    """Random inputs ``run`` succeeds on: the default dims, else the next ones on the ladders.
 
-    Stops at the first set of dims that runs and says which when it is not the first; one clear
-    error naming the model, every shape tried and the way out (``--dim``, ``--inputs``) when
-    none runs.
+    Stops at the first set of dims that runs and says which when it is not the first. Attempts
+    after the first are screened by ONNX shape inference (``ShapeScreen``) when it explains the
+    first failure, so sizes the graph refuses cost no run. One clear error naming the model, the
+    values tried, the first error's cause and the way out (``--dim``, ``--inputs``) when none
+    runs.
     """
     dims = dict(dims or {})
-    plan = DimPlan.of(specs, dims, output_shapes(model))
+    plan = DimPlan.of(specs, dims, output_shapes(model), model_sizes(model), reserve)
     plan.check_user(dims)
     rates = sample_rate_inputs(specs)
     choices = sample_rate_choices(specs)
     tried: list[tuple[Inputs, str]] = []
+    screen: ShapeScreen | None = None
     for scalars in choices:
-        for attempt in plan.attempts(dims):
+        for i, attempt in enumerate(plan.attempts(dims)):
             feeds = random_inputs(specs, model, dims=attempt, seed=seed, plan=plan, scalars=scalars)
+            if screen is not None and i > 0:
+                refused = screen.refuses(feeds.arrays)
+                if refused:
+                    tried.append((feeds, f"shape inference: {refused}"))
+                    continue
             try:
                 result = run(feeds.arrays)
             except RunError as e:
                 tried.append((feeds, ort_status(e.detail)))
+                if screen is None and i == 0:
+                    screen = ShapeScreen.explaining(model, feeds.arrays)
                 continue
             return feeds, result, _found_warnings(tried, feeds, scalars)
+    raise ValidationError(_nothing_ran(what, tried, plan, rates, specs, model))
+
+
+def _nothing_ran(
+    what: str,
+    tried: list[tuple[Inputs, str]],
+    plan: DimPlan,
+    rates: list[str],
+    specs: list[InputSpec],
+    model: onnx.ModelProto,
+) -> str:
+    """The one error when no attempt runs: the values tried, the first error and the way out."""
+    keys = sorted(plan.keys)
+    values = ""
+    if keys:
+        seen = {k: list(dict.fromkeys(f.dims[k] for f, _ in tried if k in f.dims)) for k in keys}
+        values = "; values tried: " + ", ".join(
+            f"{k} = {'/'.join(map(str, v))}" for k, v in seen.items() if v
+        )
     shapes = "; ".join(
         dict.fromkeys(
             ", ".join(f"{n}{list(a.shape)}" for n, a in f.arrays.items()) for f, _ in tried
         )
     )
-    keys = sorted(plan.keys)
     how = f"set the dynamic dims with --dim NAME=VALUE ({', '.join(keys)}) or " if keys else ""
-    values = ""
+    extra = ""
     if rates:
-        values = (
+        extra = (
             f"; sample-rate input {', '.join(repr(r) for r in rates)} tried at "
             f"{', '.join(map(str, SAMPLE_RATES))}"
         )
     scalars_left = random_scalars(specs, model)
     if scalars_left:
-        values += (
+        extra += (
             "; integer scalar input "
             + ", ".join(
                 f"{n!r} took the random value {tried[0][0].arrays[n].reshape(-1)[0]}"
@@ -166,9 +201,11 @@ def find_runnable(
             )
             + " (its value may be what the model refuses)"
         )
-    raise ValidationError(
-        f"{what} cannot run on the generated inputs; shapes tried: {shapes} "
-        f"(on the first: {tried[0][1]}){values}; {how}give real inputs with --inputs FILE.npz"
+    first = tried[0]
+    return (
+        f"{what} cannot run on the generated inputs ({len(tried)} attempts){values}; "
+        f"the first, dims {fmt_dims(first[0].dims)}, failed with: {first[1]}; shapes tried: "
+        f"{shapes}{extra}; {how}give real inputs with --inputs FILE.npz"
     )
 
 

@@ -65,8 +65,9 @@ def test_o2_decodes_8_steps_with_the_same_tokens(o2, kind: str) -> None:
     assert report.passed, report.summary_line()
     # each step after the first reads one more cached position than the one before
     lengths = [next(o for o in s.outputs if o.name == "present.0.key").shape[2] for s in steps]
-    # the default dims (dim_defaults): merged: step 1 without past; with past: 128 + 128
-    first = 128 if kind == "merged" else 256
+    # the 128 positions of wpe less the 8 steps: merged: step 1 without past, 120 tokens;
+    # with past: 60 + 60
+    first = 120
     assert lengths == list(range(first, first + 8))
     assert all(len(s.outputs) == 5 for s in steps)
     assert all(o.cosine is not None and o.cosine >= 0.999 for s in steps for o in s.outputs)

@@ -88,8 +88,9 @@ def test_merged_decoder_whose_mask_axis_is_named_sequence_length_validates(tmp_p
                                                 "--min-cosine", "0.999"])  # fmt: skip
     assert res.exit_code == 0, res.output
     assert "result: PASS" in res.output
-    assert "attention_mask[1, 256]" in res.output  # past 128 + current 128
-    assert "past_key_values.0.key[1, 4, 128, 8]" in res.output  # never grown as an image
+    # past 64 + current 64: the mask spans both, and both fit the 128 positions of wpe
+    assert "attention_mask[1, 128]" in res.output
+    assert "past_key_values.0.key[1, 4, 64, 8]" in res.output  # never grown as an image
 
 
 def test_genai_decoder_with_kv_cache_dim_validates_without_dim(tmp_path) -> None:
@@ -97,7 +98,8 @@ def test_genai_decoder_with_kv_cache_dim_validates_without_dim(tmp_path) -> None
     res = CliRunner().invoke(validate_command, [ref, cand, "--provider", "emulate",
                                                 "--min-cosine", "0.999"])  # fmt: skip
     assert res.exit_code == 0, res.output
-    assert "kv_cache_dim=128" in res.output and "attention_mask[1, 256]" in res.output
+    # past (kv_cache_dim) + current within the 128 rows of the rotary cache, the mask spans both
+    assert "kv_cache_dim=64" in res.output and "attention_mask[1, 128]" in res.output
 
 
 def test_head_size_comes_from_the_models_present_outputs() -> None:
@@ -183,3 +185,60 @@ def test_a_sample_rate_no_convention_fits_is_named_in_the_error() -> None:
         validate(*_pair(im.vad_model(11025)), provider="emulate", runs=0)
     assert "sample-rate input 'sr' tried at 16000, 8000, 22050, 44100, 48000" in str(err.value)
     assert "--inputs FILE.npz" in str(err.value)
+
+
+def test_a_recognizer_needing_height_48_validates_on_default_inputs() -> None:
+    """H dynamic in the file, but the last convolution collapses only a 33-48 pixel line to 1:
+    224 and 640 are refused by shape inference (no ORT run), the text-line height 48 runs."""
+    report = validate(*_pair(im.text_recognizer()), provider="emulate", runs=0, thresholds=STRICT)
+    assert report.passed, report.format_table()
+    assert report.input_shapes == {"x": [1, 3, 48, 320]}
+    note = next(w for w in report.warnings if "default dims" in w)
+    assert "Squeeze" in note and "x[2]=48, x[3]=320" in note
+
+
+def test_a_vad_state_inputs_batch_follows_the_audio_batch() -> None:
+    """silero-style ``state`` [2, ?, 128]: its unnamed axis is the LSTM's batch, not a length."""
+    model = im.vad_state_model()
+    report = validate(*_pair(model), provider="emulate", runs=0, thresholds=STRICT)
+    assert report.passed, report.format_table()
+    assert report.input_shapes["state"] == [2, 1, 128]
+    assert report.input_shapes["input"][0] == 1
+    plan = DimPlan.of(_specs(model), {"input[0]": 3})
+    assert plan.shape(_specs(model)[1], {"input[0]": 3}) == [2, 3, 128]
+    assert "state[1]" not in plan.keys  # computed from the batch, no dim of its own
+
+
+def test_a_packed_gqa_decoder_gets_its_head_size_from_the_model(tmp_path) -> None:
+    """ORT GenAI's packed layout: past [batch, 2, past, kv_cache_dim], head 32 (not 128) only in
+    GroupQueryAttention's num_heads/kv_num_heads and the qkv_proj width; no --dim needed."""
+    ref, cand = _save(tmp_path, im.genai_packed_decoder(head_dim=32), "packed")
+    res = CliRunner().invoke(validate_command, [ref, cand, "--provider", "emulate",
+                                                "--min-cosine", "0.999"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert "kv_cache_dim=32" in res.output
+    assert "cannot run on the default dims" not in res.output  # right the first time
+
+
+def test_decode_steps_leave_room_in_a_decoders_positions(tmp_path) -> None:
+    """24 rotary positions and 8 steps: the start (past + current) leaves 8 positions free."""
+    ref, cand = _save(tmp_path, im.genai_packed_decoder(max_positions=24), "short")
+    args = [ref, cand, "--provider", "emulate", "--min-cosine", "0.99", "--decode-steps", "8"]
+    res = CliRunner().invoke(validate_command, args)
+    assert res.exit_code == 0, res.output
+    assert "decode: 8 steps" in res.output
+    assert "attention_mask[1, 16]" in res.output  # 8 + 8, then 8 steps: 24
+
+
+def test_a_roll_out_past_the_positions_stops_there_and_says_so(tmp_path) -> None:
+    """Dims the user set leave no room: the steps the model can run are judged, the report says
+    where and why it stopped instead of failing the whole validation."""
+    ref, cand = _save(tmp_path, im.genai_packed_decoder(max_positions=24), "short")
+    report = validate(ref, cand, provider="emulate", runs=0, thresholds=STRICT, decode_steps=8,
+                      dims={"sequence_length": 10, "past_sequence_length": 10})  # fmt: skip
+    assert report.decode is not None
+    ran = len(report.decode.steps)
+    assert 1 <= ran < 8
+    assert report.decode.to_dict()["requested"] == 8
+    assert any(f"stopped after step {ran} of 8" in n for n in report.decode.notes)
+    assert f"decode: {ran} steps of 8 asked" in report.format_table()

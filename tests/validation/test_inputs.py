@@ -214,9 +214,9 @@ def test_dims_attempts_grow_each_kind_of_dim_along_its_ladder() -> None:
     col = {k: [a[k] for a in attempts] for k in attempts[0]}
     assert col["nchw[0]"] == [1, 1, 1, 1, 1]
     assert col["batch"] == [1, 1, 1, 1, 1]
-    assert col["height"] == col["width"] == [224, 640, 640, 640, 640]
-    assert col["nchw[2]"] == col["nchw[3]"] == [224, 640, 640, 640, 640]  # never 1x1
-    assert col["h_in"] == col["w_in"] == [224, 640, 640, 640, 640]  # NHWC with 3 channels
+    # H: 640, then text-line heights 48 and 32 with a wide W (320)
+    assert col["height"] == col["nchw[2]"] == col["h_in"] == [224, 640, 48, 32, 32]  # never 1x1
+    assert col["width"] == col["nchw[3]"] == col["w_in"] == [224, 640, 320, 320, 320]
     assert col["seq"] == [128, 256, 1024, 64, 16]  # longer first, then shorter
     assert col["wave[0]"] == [128, 256, 1024, 64, 16]  # rank 1: axis 0 is not a batch
     # user dims are never changed; nothing left to grow means one attempt
@@ -242,19 +242,29 @@ def test_reference_that_fails_on_defaults_is_retried_with_larger_dims(build, dim
     assert f"these dims worked: ({worked})" in note
 
 
-def test_no_generated_dims_work_is_one_clear_error() -> None:
+def test_a_size_the_graph_implies_is_tried() -> None:
+    """Reshape to a fixed [7, 13]: the only length that runs is its element count, 91."""
     ref, cand = picky.fixed_length_pair(91)
+    report = validate(ref, cand, provider="emulate", runs=0)
+    assert report.input_shapes == {"x": [1, 91]}
+    assert any("these dims worked: (length=91)" in w for w in report.warnings)
+
+
+def test_no_generated_dims_work_is_one_clear_error() -> None:
+    """Every value tried is named, then the first error's cause, then the way out."""
+    ref, cand = picky.fixed_length_pair(7 * 715)  # 5005: beyond the sizes the search tries
     with pytest.raises(ValidationError) as err:
         validate(ref, cand, provider="emulate", runs=0)
     assert str(err.value) == (
-        "reference <ModelProto> cannot run on the generated inputs; shapes tried: x[1, 128]; "
-        "x[1, 256]; x[1, 1024]; x[1, 64]; x[1, 16] (on the first: Reshape: The input tensor "
-        "cannot be "
-        "reshaped to the requested shape. Input shape:{1,128}, requested shape:{7,13}); set the "
-        "dynamic dims with --dim NAME=VALUE (length) or give real inputs with --inputs FILE.npz"
+        "reference <ModelProto> cannot run on the generated inputs (6 attempts); values tried: "
+        "length = 128/256/1024/64/16/715; the first, dims (length=128), failed with: Reshape: "
+        "The input tensor cannot be reshaped to the requested shape. Input shape:{1,128}, "
+        "requested shape:{7,715}; shapes tried: x[1, 128]; x[1, 256]; x[1, 1024]; x[1, 64]; "
+        "x[1, 16]; x[1, 715]; set the dynamic dims with --dim NAME=VALUE (length) or give real "
+        "inputs with --inputs FILE.npz"
     )
-    report = validate(ref, cand, provider="emulate", runs=0, dims={"length": 91})
-    assert report.input_shapes == {"x": [1, 91]}
+    report = validate(ref, cand, provider="emulate", runs=0, dims={"length": 5005})
+    assert report.input_shapes == {"x": [1, 5005]}
     assert not any("default dims" in w for w in report.warnings)
 
 
