@@ -79,6 +79,7 @@ from amp_convert.passes.rewrite import RewriteResult, rewrite
 from amp_convert.passes.verify import Verified, verify
 from amp_convert.placement.plan import PrecisionPlan
 from amp_convert.reports.conversion import ConversionReport, FoldNote, NodeDecision
+from amp_convert.reports.figures import ir_weights
 from amp_convert.reports.value_map import (
     METADATA_KEY,
     REASONS_KEY,
@@ -102,6 +103,7 @@ def run(model: ir.Model, options: ConvertOptions) -> ConversionReport:
         level=options.level.value, dtype=options.dtype, keep_io_types=options.keep_io_types
     )
     report.casts_before = report.casts_after = count_casts(model)
+    report.weight_bytes_before = report.weight_bytes_after = ir_weights(model).total
     lists = build_lists(options)  # validates op list files even at O0
     check_op_lists(lists, model)
     check_ops(options, model)  # a misspelt --fp32-ops/--fp16-ops name: an error at every entry
@@ -167,6 +169,7 @@ def run(model: ir.Model, options: ConvertOptions) -> ConversionReport:
     report.limits = list(limits)
     _describe_target(report, model, target)
     report.casts_after = count_casts(model)
+    report.weight_bytes_after = ir_weights(model).total  # Constant-held weights too
     report.casts = cast_notes(model, shapes)
     report.traffic = {
         "original": before.original,

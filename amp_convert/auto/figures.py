@@ -13,8 +13,8 @@ import onnx_ir as ir
 from amp_convert.auto.graph import GraphFacts
 from amp_convert.auto.localise import ValueStats
 from amp_convert.auto.report import AutoReport, PinnedNode, TracePoint
-from amp_convert.core.dtypes import FLOAT, LOW_TYPES
 from amp_convert.core.precision import Precision
+from amp_convert.reports.figures import count_nodes, ir_nodes, ir_weights
 from amp_convert.reports.value_map import Fate, ValueMap
 
 
@@ -31,20 +31,6 @@ def node_label(value_map: ValueMap, name: str, pinned: bool = False) -> tuple[st
     return (p.value if p in (Precision.LOW, Precision.FP32) else "n/a"), ""
 
 
-def weight_bytes(report: AutoReport, cand: ir.Model) -> None:
-    """Float weight bytes (in FP32 bytes) and the share stored low."""
-    for graph in cand.graphs():
-        for value in graph.initializers.values():
-            t = value.const_value
-            if t is None or t.dtype not in (FLOAT, *LOW_TYPES):
-                continue
-            if t.dtype in LOW_TYPES:
-                report.low_weight_bytes += 2 * t.nbytes  # in FP32 bytes
-                report.float_weight_bytes += 2 * t.nbytes
-            else:
-                report.float_weight_bytes += t.nbytes
-
-
 def fill_figures(
     report: AutoReport,
     cand: ir.Model,
@@ -55,11 +41,15 @@ def fill_figures(
     final: Mapping[str, ValueStats],
     pinned: Mapping[str, PinnedNode],
 ) -> None:
-    """Node and weight shares, and one trace point per float node (body nodes after theirs)."""
-    precisions = [value_map.precision(n) for n in value_map.nodes]
-    report.low_nodes = sum(p == Precision.LOW for p in precisions)
-    report.float_nodes = report.low_nodes + sum(p == Precision.FP32 for p in precisions)
-    weight_bytes(report, cand)
+    """Node and weight shares (``reports.figures``: the rules every command and page counts by,
+    on the model as written), and one trace point per float node (body nodes after theirs)."""
+    counts = count_nodes(ir_nodes(cand))
+    report.low_nodes, report.float_nodes = counts.low, counts.total
+    report.by_op = dict(counts.by_op)
+    weights = ir_weights(cand)
+    report.float_weight_bytes = weights.float_as_fp32
+    report.low_weight_bytes = 2 * weights.low
+    report.weight_bytes_after = weights.total
     for node in facts.nodes:
         floats = [v for v in node.outputs if v in ref_max or v in first]
         if not floats:

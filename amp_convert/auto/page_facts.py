@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 
-import numpy as np
 import onnx
 
 from amp_convert.core import proto_walk
 from amp_convert.core.dtypes import LOW_TYPES
+from amp_convert.reports.figures import count_nodes, proto_nodes, proto_weights
 from amp_convert.reports.value_map import Fate, ValueMap
 
 _LOW = {int(t) for t in LOW_TYPES}
@@ -42,23 +42,9 @@ def node_names(proto: onnx.ModelProto) -> dict[str, str]:
 
 
 def precision_by_op(proto: onnx.ModelProto, types: Mapping[str, int]) -> dict[str, tuple[int, int]]:
-    """op type -> (low, FP32) nodes of the converted graph, by the element types of their float
-    outputs (any low output: low). Casts (the conversion's own boundaries) and Constants (weights,
-    counted with them) are not counted."""
-    by_op: dict[str, tuple[int, int]] = {}
-    for node in all_nodes(proto.graph):
-        if node.op_type in ("Cast", "Constant") and node.domain in ("", "ai.onnx"):
-            continue
-        out_types = {types.get(v) for v in node.output if v}
-        if out_types & _LOW:
-            low, high = 1, 0
-        elif _FLOAT in out_types:
-            low, high = 0, 1
-        else:
-            continue  # no float data path
-        a, b = by_op.get(node.op_type, (0, 0))
-        by_op[node.op_type] = (a + low, b + high)
-    return by_op
+    """op type -> (low, FP32) float nodes of the converted graph (``reports.figures``' rule: by
+    the element types of their outputs; Casts and Constants are not counted)."""
+    return count_nodes(proto_nodes(proto, types)).by_op
 
 
 def folded_by_op(vm: ValueMap) -> dict[str, int]:
@@ -78,27 +64,5 @@ def cast_count(proto: onnx.ModelProto) -> int:
 
 def weight_bytes(proto: onnx.ModelProto) -> int:
     """Bytes of every weight: initializers and the tensors of Constant nodes (exporters such as
-    TorchScript hold weights there), in every graph."""
-    total = 0
-    for g in proto_walk.graphs(proto.graph):
-        for t in g.initializer:
-            total += _tensor_bytes(t)
-        for node in g.node:
-            if node.op_type != "Constant" or node.domain not in ("", "ai.onnx"):
-                continue
-            for attr in node.attribute:
-                if attr.name == "value" and attr.type == onnx.AttributeProto.TENSOR:
-                    total += _tensor_bytes(attr.t)
-                elif attr.name == "sparse_value":
-                    total += _tensor_bytes(attr.sparse_tensor.values)
-    return total
-
-
-def _tensor_bytes(t: onnx.TensorProto) -> int:
-    try:
-        size = onnx.helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
-    except (KeyError, ValueError, TypeError):
-        return 0  # an unknown or string type: no weight bytes to speak of
-    if t.data_type in (onnx.TensorProto.STRING, onnx.TensorProto.UNDEFINED):
-        return 0
-    return int(size * int(np.prod(t.dims, dtype=np.int64)))
+    TorchScript hold weights there), in every graph (``reports.figures.proto_weights``)."""
+    return proto_weights(proto).total

@@ -7,6 +7,7 @@ from typing import Any
 
 from amp_convert.reports.base import Report, json_ready
 from amp_convert.reports.conversion import ConversionReport
+from amp_convert.reports.figures import bytes_text
 from amp_convert.validation.metrics import OutputResult
 
 SCHEMA_VERSION = 1
@@ -73,6 +74,11 @@ class AutoReport(Report, tool="amp-convert --auto", schema_version=SCHEMA_VERSIO
     low_nodes: int = 0
     float_weight_bytes: int = 0
     low_weight_bytes: int = 0
+    #: every weight (initializers and Constant tensors) as stored, before and after
+    weight_bytes_before: int = 0
+    weight_bytes_after: int = 0
+    #: float nodes per op type (low, FP32) of the result, as the page shows them
+    by_op: dict[str, tuple[int, int]] = field(default_factory=dict)
     trace: list[TracePoint] = field(default_factory=list)
     history: list[dict[str, Any]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
@@ -107,8 +113,9 @@ class AutoReport(Report, tool="amp-convert --auto", schema_version=SCHEMA_VERSIO
             f"{self.sessions} ONNX Runtime sessions, {self.runs} runs, {self.rounds} candidate "
             f"round(s), {self.seconds:.2f} s",
             f"nodes {low}: {self.low_nodes} of {self.float_nodes} float nodes "
-            f"({self.low_node_percent:.1f}%); weights {low}: {self.low_weight_percent:.1f}% "
-            f"of {self.float_weight_bytes / 1e6:.2f} MB",
+            f"({self.low_node_percent:.1f}%); weights {bytes_text(self.weight_bytes_before)} -> "
+            f"{bytes_text(self.weight_bytes_after)} ({low}: {self.low_weight_percent:.1f}% of "
+            "the float weights)",
             f"kept FP32 by the search: {len(self.pinned)}",
         ]
         for p in self.pinned:

@@ -49,6 +49,7 @@ from amp_convert.files.outputs import planned_inputs_file
 from amp_convert.files.safe_write import Slot
 from amp_convert.options.convert import AUTO_LEVEL, ConvertKwargs, ConvertOptions, resolve
 from amp_convert.reports.conversion import ConversionReport
+from amp_convert.reports.figures import ir_weights
 from amp_convert.validation.evidence import (
     ZERO_REFERENCE,
     all_zero,
@@ -311,6 +312,7 @@ class Search:
         report.pinned = sorted(pinned.values(), key=lambda p: self.facts.order(p.name))
         report.sessions = self.sessions.sessions
         report.runs = self.sessions.runs
+        report.weight_bytes_before = ir_weights(self.work).total
         fill_figures(
             report, self.last.model, self.last.conversion.value_map, self.facts, ref_max,
             first.stats, self.last.stats, pinned,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from amp_convert.auto.report import AutoReport
-from amp_convert.core.precision import Precision
 from amp_convert.pages.html import Page, bytes_text, thresholds_text
 from amp_convert.reports.value_map import Fate
 
@@ -11,10 +10,6 @@ from amp_convert.reports.value_map import Fate
 def auto_page(report: AutoReport, title: str = "amp-convert --auto") -> Page:
     """The page for an AutoReport (precision per node from the converter's value map)."""
     conv = report.conversion
-    by_op: dict[str, list[int]] = {}
-    for n in conv.value_map.nodes.values() if conv is not None else ():
-        if n.precision in (Precision.LOW, Precision.FP32):
-            by_op.setdefault(n.op_type, [0, 0])[0 if n.precision == Precision.LOW else 1] += 1
     one = report.rounds == 1
     facts = [
         ("start level", f"{report.level}, {report.dtype.upper()}"),
@@ -30,11 +25,10 @@ def auto_page(report: AutoReport, title: str = "amp-convert --auto") -> Page:
                             f"({report.low_node_percent:.1f}%)"),
         ("kept FP32 by the search", str(len(report.pinned))),
     ]  # fmt: skip
-    after = report.float_weight_bytes - report.low_weight_bytes + report.low_weight_bytes // 2
-    sizes = [
-        ("float weights (FP32 bytes)", bytes_text(report.float_weight_bytes)),
-        ("of which stored low", f"{report.low_weight_percent:.1f}%"),
-        ("weights after", bytes_text(after)),
+    sizes = [  # the validate page's figures, by the same rules (reports.figures)
+        ("weights before", bytes_text(report.weight_bytes_before)),
+        ("weights after", bytes_text(report.weight_bytes_after)),
+        ("float weights stored low", f"{report.low_weight_percent:.1f}%"),
     ]
     folded = []
     if conv is not None:
@@ -50,7 +44,7 @@ def auto_page(report: AutoReport, title: str = "amp-convert --auto") -> Page:
         outputs=report.outputs,
         trace=report.trace,
         pinned=report.pinned,
-        by_op={k: (v[0], v[1]) for k, v in by_op.items()},
+        by_op=dict(report.by_op),
         sizes=sizes,
         traffic=getattr(conv, "traffic", None),
         warnings=report.warnings,

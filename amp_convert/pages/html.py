@@ -24,6 +24,7 @@ from amp_convert.core.user_text import markup
 from amp_convert.files import safe_write
 from amp_convert.pages.chart import chart, error_of, worst_nodes
 from amp_convert.pages.page import LABELLED, Page, num
+from amp_convert.reports.figures import bytes_text
 from amp_convert.reports.value_map import ValueFate
 from amp_convert.validation.metrics import OutputResult
 
@@ -250,14 +251,6 @@ def _sort_key(v: float) -> str:
     if isinstance(v, float) and math.isnan(v):
         return "1e309"
     return repr(float(v)) if math.isfinite(v) else ("1e308" if v > 0 else "-1e308")
-
-
-def bytes_text(n: float) -> str:
-    """A byte count in the unit that suits it (e.g. '1.20 MB')."""
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
-        if abs(n) >= scale:
-            return f"{n / scale:.2f} {unit}"
-    return f"{int(n)} B"
 
 
 def thresholds_text(t: Mapping[str, Any]) -> str:

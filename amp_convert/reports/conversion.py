@@ -10,6 +10,7 @@ import ml_dtypes
 from amp_convert.core.dtypes import low_numpy_type
 from amp_convert.core.reasons import Reason
 from amp_convert.reports.base import Report
+from amp_convert.reports.figures import bytes_text, cast_change
 from amp_convert.reports.value_map import ValueMap
 
 SCHEMA_VERSION = 1
@@ -98,6 +99,9 @@ class ConversionReport(Report, tool="amp-convert", schema_version=SCHEMA_VERSION
     tensors: list[TensorNote] = field(default_factory=list)
     size_before: int = 0
     size_after: int = 0
+    #: every weight (initializers and Constant tensors, ``reports.figures``) as stored
+    weight_bytes_before: int = 0
+    weight_bytes_after: int = 0
     seconds: float = 0.0
     already_converted: bool = False
     warnings: list[str] = field(default_factory=list)
@@ -127,15 +131,22 @@ class ConversionReport(Report, tool="amp-convert", schema_version=SCHEMA_VERSION
         return self.casts_after - self.casts_before
 
     def count(self, precision: str) -> Counter[str]:
-        return Counter(n.op_type for n in self.nodes if n.precision == precision)
+        """Float nodes of ``precision`` by op type; Casts and Constants are not counted (the one
+        rule of ``reports.figures``, shared by every command and page)."""
+        return Counter(
+            n.op_type
+            for n in self.nodes
+            if n.precision == precision
+            and not (n.op_type in ("Cast", "Constant") and n.domain in ("", "ai.onnx"))
+        )
 
     @property
     def nodes_low(self) -> int:
-        return sum(1 for n in self.nodes if n.precision == "low")
+        return sum(self.count("low").values())
 
     @property
     def nodes_fp32(self) -> int:
-        return sum(1 for n in self.nodes if n.precision == "fp32")
+        return sum(self.count("fp32").values())
 
     def decision(self, name: str) -> NodeDecision:
         for n in self.nodes:
@@ -163,11 +174,15 @@ class ConversionReport(Report, tool="amp-convert", schema_version=SCHEMA_VERSION
             + (f", target {self.target}" if self.target else ""),
             f"nodes {low_name}: {self.nodes_low}  " + _top(self.count("low")),
             f"nodes FP32: {self.nodes_fp32}  " + _top(self.count("fp32")),
-            f"casts inserted: {self.casts_inserted} (Cast nodes {self.casts_before} -> "
-            f"{self.casts_after})",
+            f"casts inserted: {cast_change(self.casts_before, self.casts_after)}",
             f"initializers converted: {self.initializers_converted}, "
             f"kept FP32: {self.initializers_kept}",
         ]
+        if self.weight_bytes_before:
+            lines.append(
+                f"weights: {bytes_text(self.weight_bytes_before)} -> "
+                f"{bytes_text(self.weight_bytes_after)} (initializers and Constant tensors)"
+            )
         if self.traffic.get("original"):
             lines.append(self._traffic_line())
         if self.folds:
@@ -179,7 +194,7 @@ class ConversionReport(Report, tool="amp-convert", schema_version=SCHEMA_VERSION
         if self.rewrites:
             kinds = Counter(f"{f.action} {f.into}".strip() for f in self.rewrites)
             lines.append("rewritten: " + ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())))
-        if self.size_before:
+        if self.size_before and self.size_after:  # not before the file is written (--validate)
             before, after = _sizes(self.size_before, self.size_after)
             lines.append(f"size: {before} -> {after} in {self.seconds:.2f} s")
         for note in self.tensors:
