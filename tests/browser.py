@@ -42,14 +42,16 @@ def _run(args: list[str], tmp: Path) -> subprocess.CompletedProcess:
     )  # fmt: skip
 
 
-def dom(page: Path, script: str = "") -> str:
-    """The page's DOM after its own scripts, then ``script`` (appended to a copy), have run."""
+def dom(page: Path, script: str = "", width: int | None = None) -> str:
+    """The page's DOM after its own scripts, then ``script`` (appended to a copy), have run;
+    ``width``: the window's width in pixels (layout measurements depend on it)."""
     target = page
     if script:
         target = page.with_name(page.stem + ".under-test.html")
         text = page.read_text(encoding="utf-8")
         target.write_text(text.replace("</body>", f"<script>{script}</script></body>", 1))
-    done = _run(["--virtual-time-budget=5000", "--dump-dom", target.as_uri()], page.parent)
+    size = [f"--window-size={width},1000"] if width else []
+    done = _run(["--virtual-time-budget=5000", *size, "--dump-dom", target.as_uri()], page.parent)
     return done.stdout.decode("utf-8")
 
 

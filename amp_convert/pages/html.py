@@ -62,7 +62,7 @@ def _render(page: Page) -> str:
         parts.append("<h2>Nodes kept FP32 by the search</h2>")
         parts.append(_pinned(page.pinned))
     parts.append("<h2>Values folded or removed by the conversion</h2>")
-    parts.append(_folded(page.folded, page.notes))
+    parts.append(_folded(page.folded, page.map_problem))
     parts.append("<h2>Size and memory traffic</h2>")
     parts.append(_table(["", ""], [[e(k), e(v)] for k, v in page.sizes], cls="facts"))
     parts.append(_traffic(page.traffic))
@@ -173,10 +173,12 @@ def _pinned(pinned: Sequence[PinnedNode]) -> str:
     return _table(["node", "op", "why", "when", "evidence"], rows, cls="grid")
 
 
-def _folded(folded: Sequence[ValueFate], notes: Sequence[str]) -> str:
+def _folded(folded: Sequence[ValueFate], map_problem: str | None) -> str:
+    """The values the conversion folded or removed; with no usable value map, why not, said
+    here (never a pointer to a note that may not be there)."""
     if not folded:
-        if notes:
-            return "<p class='note'>Unknown: no usable value map (see the note above).</p>"
+        if map_problem:
+            return f"<p class='note'>Unknown: {html.escape(map_problem)}.</p>"
         return "<p class='note'>None: every value of the original is carried by the result.</p>"
     rows = [
         [html.escape(v.name), f"<span class='fate {v.fate.value}'>{v.fate.value}</span>",
@@ -289,8 +291,9 @@ h3{font-size:15px}
 .verdict{font-size:17px;font-weight:600;padding:6px 10px;border-radius:4px;display:inline-block}
 .verdict.ok{background:#e3f4e9;color:#1e6b3c}.verdict.bad{background:#fbe4e1;color:#9b2a1f}
 span.ok{color:#1e6b3c;font-weight:600}span.bad{color:#9b2a1f;font-weight:600}
-table{border-collapse:collapse;margin:6px 0}td,th{padding:3px 10px;text-align:left;
-vertical-align:top}
+table{border-collapse:collapse;margin:6px 0;max-width:100%}td,th{padding:3px 10px;
+text-align:left;vertical-align:top;overflow-wrap:anywhere}
+table.facts td:last-child{word-break:break-word}svg.chart{max-width:100%;height:auto}
 table.grid td,table.grid th{border-bottom:1px solid #eee}table.grid th{background:#f6f6f6}
 table.sortable th{cursor:pointer}table.sortable th:hover{background:#e8eef6}
 table.facts td:first-child{color:#666}

@@ -53,6 +53,8 @@ class Page:
     folded: Sequence[ValueFate] = ()
     #: op type -> original nodes folded into another node (not in the converted graph)
     folded_ops: Mapping[str, int] = field(default_factory=dict)
+    #: why the value map cannot say what was folded (None: it can)
+    map_problem: str | None = None
 
 
 def num(v: float | None, digits: int = 4) -> str:

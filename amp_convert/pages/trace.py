@@ -51,10 +51,15 @@ from amp_convert.validation.evidence import weak_notes, weak_outputs
 from amp_convert.validation.input_search import Samples, gather_samples
 from amp_convert.validation.inputs import InputSpec
 from amp_convert.validation.metrics import OutputResult, Thresholds, compare_output
-from amp_convert.validation.report import ValidationReport
+from amp_convert.validation.report import ValidationReport, output_notes
 from amp_convert.validation.runtime import ModelSource, cuda_available, load_source
 
 _LOW = {int(t) for t in LOW_TYPES}
+#: what the folded-values section says of a model that carries no value map of ours
+NO_MAP = (
+    "the converted model carries no amp-convert value map (converted elsewhere, or stripped): "
+    "values are matched by name, and what the conversion folded or removed is not known"
+)
 
 
 def candidate_value_map(reference: onnx.ModelProto, candidate: onnx.ModelProto) -> ValueMap:
@@ -222,16 +227,25 @@ def _trace(
     names: _Names,
 ) -> list[TracePoint]:
     trace = []
+    absorbed = _absorbed(facts, vm)
     for node in facts.nodes:
         floats = [v for v in node.outputs if facts.types.get(v) == FLOAT]
         if not floats:
             continue
-        label, into = _precision(floats, vm, types)
-        compared = [v for v in floats if v in stats]
         name = names.name(node.name, node.outputs, node.op_type)
+        fate = vm.nodes.get(name)
+        if fate is not None and fate.fate == Fate.FOLDED:
+            # its work is in the node it was folded into: drawn there, never here
+            label, into, compared = "folded", fate.into, []
+        else:
+            own = [v for v in floats if not _folded_into(vm, v, name)]
+            carried = own + absorbed.get(name, [])
+            label, into = _precision(carried or floats, vm, types)
+            compared = [v for v in carried if v in stats]
         trace.append(
             TracePoint(
-                name, node.op_type, max((ref_max.get(v, 0.0) for v in floats), default=None),
+                name, node.op_type,
+                max((ref_max.get(v, 0.0) for v in compared or floats), default=None),
                 None, max((stats[v].error for v in compared), default=None), label, into,
                 reason=names.reason(label, floats, vm, name),
                 hidden=not node.name and node.op_type == "Constant",
@@ -250,6 +264,25 @@ def _trace(
                 )
             )  # fmt: skip
     return trace
+
+
+def _folded_into(vm: ValueMap, value: str, node: str) -> bool:
+    """``value`` (a node's own output) was folded into that very node: a Conv's output before
+    the BatchNormalization it now computes too."""
+    fate = vm.fate(value)
+    return fate.fate == Fate.FOLDED and fate.into == node
+
+
+def _absorbed(facts: GraphFacts, vm: ValueMap) -> dict[str, list[str]]:
+    """Node -> the float outputs of the nodes folded into it (a BatchNormalization's output is
+    the Conv's error once the Conv computes it)."""
+    out: dict[str, list[str]] = {}
+    for node in facts.nodes:
+        fate = vm.nodes.get(node.name)
+        if fate is not None and fate.fate == Fate.FOLDED and fate.into:
+            floats = [v for v in node.outputs if facts.types.get(v) == FLOAT]
+            out.setdefault(fate.into, []).extend(floats)
+    return out
 
 
 def validation_page(
@@ -385,9 +418,11 @@ def _page(
         warnings=[
             *gathered.warnings,
             *weak_notes(weak_outputs(s.result for s in gathered.items), gathered.random),
+            *output_notes(outputs),  # the norm-ratio line the terminal prints, here too
         ],
         notes=notes,
         folded=vm.with_fate(Fate.FOLDED, Fate.REMOVED) if vm.complete else [],
+        map_problem=None if vm.complete else (vm.note or NO_MAP),
     )
 
 

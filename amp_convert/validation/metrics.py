@@ -22,9 +22,10 @@ matching NaN, is identical and belongs to neither set).
   empty). It says how close the finite part is; it is never what thresholds check;
 * NaN/Inf counts of candidate and reference, and ``nonfinite = |M|``;
 * ``top1`` = fraction of rows whose argmax over the last axis agrees, a row with a position in
-  ``M`` counting as disagreeing. Computed for outputs shaped like class logits (float, rank 2
-  ``[N, C]`` with ``C > 1``), and for any float output whose last axis has at least 2 elements
-  when asked for by name (``--top1 NAME``); None otherwise.
+  ``M`` counting as disagreeing. Computed for outputs that look like class scores (float, rank
+  2 ``[N, C]`` with ``C > 1``, not named like a box/landmark/embedding regression, and named like
+  scores or wider than 10 columns: ``looks_like_class_scores``), and for any float output whose
+  last axis has at least 2 elements when asked for by name (``--top1 NAME``); None otherwise.
 
 Order-insensitive outputs (``match="sort"``, CLI ``--match NAME:sort``): both arrays are sorted
 along their last axis before anything above is computed, so two near-equal scores that swap places
@@ -55,6 +56,7 @@ Threshold rules:
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
@@ -217,7 +219,8 @@ def compare_output(
 ) -> OutputResult:
     """Compare one output pair and apply ``limits`` (already resolved for this output).
 
-    ``top1``: None computes top-1 agreement only for class-logit shapes (rank 2, ``C > 1``),
+    ``top1``: None computes top-1 agreement only for outputs that look like class scores
+    (``looks_like_class_scores``: rank 2, not a box or landmark regression),
     True for any float output whose last axis has 2 or more elements, False never.
     ``match="sort"`` compares both after sorting along the last axis (no top-1 then).
     """
@@ -260,9 +263,27 @@ def compare_output(
     return res
 
 
-def is_class_logits(shape: tuple[int, ...] | list[int]) -> bool:
-    """Shaped like class logits: rank 2 ``[N, C]`` with more than one class."""
-    return len(shape) == 2 and shape[1] > 1
+#: output names that say "regression": boxes, landmarks, keypoints, offsets (top-1 means nothing)
+_REGRESSION = re.compile(
+    r"box|bbox|landmark|lmk|kpt|keypoint|point|coord|loc(ation)?s?\b|regress|reg\b|delta|"
+    r"offset|pose|depth|angle|embed|feature|hidden|vector",
+    re.I,
+)
+#: output names that say "class scores"
+_CLASSES = re.compile(r"logit|score|prob|class|cls|label|pred|softmax", re.I)
+#: below this many columns an output named neither way is more likely a box or a point set
+_FEW_COLUMNS = 10
+
+
+def looks_like_class_scores(name: str, shape: tuple[int, ...] | list[int]) -> bool:
+    """Top-1 means something: rank 2 ``[N, C]``, ``C > 1``, not named like a regression (boxes,
+    landmarks, embeddings), and named like class scores or wider than a box or a point set
+    (``C > 10``)."""
+    if len(shape) != 2 or shape[1] <= 1:
+        return False
+    if _REGRESSION.search(name):
+        return False
+    return bool(_CLASSES.search(name)) or shape[1] > _FEW_COLUMNS
 
 
 def _is_float(a: np.ndarray) -> bool:
@@ -326,7 +347,7 @@ def _compare_float(
             extra = res.nonfinite * (s2 if s2 > 0.0 else 1.0)
             rr, cc = rr + extra, cc + extra
         res.cosine = _cosine(dot, rr, cc)
-        want_top1 = is_class_logits(r.shape) if top1 is None else top1
+        want_top1 = looks_like_class_scores(res.name, r.shape) if top1 is None else top1
         if want_top1 and r.ndim >= 1 and r.shape[-1] >= 2:
             clean_row = ~np.any(~both & ~same_nonfinite, axis=-1)
             agree = (np.argmax(r, axis=-1) == np.argmax(c, axis=-1)) & clean_row

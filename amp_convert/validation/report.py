@@ -44,6 +44,7 @@ from __future__ import annotations
 import math
 import os
 import xml.etree.ElementTree as ET
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -352,17 +353,7 @@ class ValidationReport(Report, tool="amp-convert validate", schema_version=SCHEM
 
     def notes(self) -> list[str]:
         """What the numbers alone hide: a scale change (norms > 1% apart), empty outputs."""
-        out = []
-        for o in self.outputs:
-            if o.norm_ratio is not None and abs(o.norm_ratio - 1.0) > NORM_TOLERANCE:
-                out.append(
-                    f"{o.name}: norms differ: ||candidate|| / ||reference|| = {o.norm_ratio:.4g} "
-                    "(a scale change cosine does not see)"
-                )
-            if o.kind == "skipped" and o.reference_dtype != "non-tensor":
-                why = "0 elements" if o.elements == 0 else "no finite reference value"
-                out.append(f"{o.name}: {why}, nothing compared")
-        return out
+        return output_notes(self.outputs)
 
     def summary_line(self) -> str:
         """One line for quiet mode and assertion messages."""
@@ -420,3 +411,19 @@ def _numbers_line(o: OutputResult) -> str:
         f"cosine={cos} nan={o.candidate_nan} inf={o.candidate_inf} "
         f"new_nonfinite={o.nonfinite}{top1} thresholds={o.thresholds}"
     )
+
+
+def output_notes(outputs: Sequence[OutputResult]) -> list[str]:
+    """What the numbers alone hide, for the table, the summary and the HTML page alike: a scale
+    change (norms more than 1% apart), outputs with nothing compared."""
+    out = []
+    for o in outputs:
+        if o.norm_ratio is not None and abs(o.norm_ratio - 1.0) > NORM_TOLERANCE:
+            out.append(
+                f"{o.name}: norms differ: ||candidate|| / ||reference|| = {o.norm_ratio:.4g} "
+                "(a scale change cosine does not see)"
+            )
+        if o.kind == "skipped" and o.reference_dtype != "non-tensor":
+            why = "0 elements" if o.elements == 0 else "no finite reference value"
+            out.append(f"{o.name}: {why}, nothing compared")
+    return out
