@@ -51,9 +51,12 @@ from amp_convert.options.convert import AUTO_LEVEL, ConvertKwargs, ConvertOption
 from amp_convert.reports.conversion import ConversionReport
 from amp_convert.reports.figures import ir_weights
 from amp_convert.validation.evidence import (
+    BROKEN_COSINE,
     ZERO_REFERENCE,
     all_zero,
+    broken_line,
     npz_bytes,
+    scale_notes,
     weak_notes,
     weak_outputs,
 )
@@ -273,7 +276,9 @@ class Search:
         self.facts = sessions.open_reference(inputs, dims, seed)
         slot, outputs = self.save
         if slot is not None:  # staged: committed when the search ends
-            outputs.stage(slot, npz_bytes(sessions.samples[0]))
+            gathered = sessions.gathered  # generated inputs carry their origin into the file
+            provenance = gathered.provenance if gathered is not None else None
+            outputs.stage(slot, npz_bytes(sessions.samples[0], provenance))
         if not sessions.reference_comparable(self.facts.graph_outputs):
             raise ValidationError(NOTHING_TO_COMPARE)
         self._inputs(report, seed)
@@ -355,6 +360,10 @@ class Search:
                 message += f"; the generated inputs were written to {slot.path}"
             raise ValidationError(message)
         report.warnings += weak_notes(weak, random=False)
+        if gathered.random:  # the scale random data assumes, and inputs whose real one differs
+            hints = scale_notes(gathered.first.arrays)
+            if hints:
+                report.warnings.append(f"random calibration inputs{hints}")
 
     def _next_steps(self, pinned: Mapping[str, PinnedNode]) -> list[str]:
         """What the user can do when the thresholds are not met: concrete options."""
@@ -363,11 +372,13 @@ class Search:
         gathered = self.sessions.gathered
         if gathered is not None and gathered.random:
             steps.append("next step: calibrate on real data with --inputs FILE.npz")
-        reached = [
+        reached = [  # only near the bar: a broken output is no threshold question (evidence.py)
             f"--min-cosine {o.name}:{math.floor(o.cosine * 1e6) / 1e6:.6f}"
             for o in self.last.outputs
-            if o.failed and o.cosine is not None and o.cosine > 0
+            if o.failed and o.cosine is not None and o.cosine >= BROKEN_COSINE and not o.nonfinite
         ]
+        steps += [broken_line(o) for o in self.last.outputs if o.failed and (
+            o.nonfinite or (o.cosine is not None and o.cosine < BROKEN_COSINE))]  # fmt: skip
         if reached:
             steps.append(
                 "next step: if this accuracy is enough for the output, a per-output threshold: "

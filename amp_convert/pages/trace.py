@@ -417,7 +417,12 @@ def _page(
         searched=False,
         warnings=[
             *gathered.warnings,
-            *weak_notes(weak_outputs(s.result for s in gathered.items), gathered.random),
+            *weak_notes(
+                weak_outputs(s.result for s in gathered.items),
+                gathered.random,
+                gathered.first.arrays,
+                gathered.origin,
+            ),
             *output_notes(outputs),  # the norm-ratio line the terminal prints, here too
         ],
         notes=notes,

@@ -99,7 +99,8 @@ def validate(
     the report's ``decode`` holds every step, and every step is judged. ``save_inputs``: write
     the (first sample's) inputs as an ``.npz`` that ``inputs`` reads back. The report's
     ``weak_evidence`` flags random inputs and reference outputs near zero or nearly constant;
-    on FAIL a warning gives the smallest thresholds that would pass (evidence.py).
+    on FAIL a warning gives the smallest thresholds that would pass when the result is near
+    them, and says the output is broken (``broken``) when it is far from them (evidence.py).
     ``save_inputs`` goes through the output registry as the command line's does (never one of
     the models, their data or the inputs files; an existing file only with ``force``) and is
     written only when the validation reaches a verdict: an error leaves no new file.
@@ -168,12 +169,14 @@ def _validate(
         what=f"reference {ref_src.label}", reserve=req.decode_steps or 0,
     )  # fmt: skip
     warnings += samples.warnings
-    if save is not None and outputs is not None:  # staged: committed with the verdict
-        outputs.stage(save, npz_bytes(samples.first.arrays))
+    if (
+        save is not None and outputs is not None
+    ):  # staged: committed with the verdict; generated inputs carry their origin
+        outputs.stage(save, npz_bytes(samples.first.arrays, samples.provenance))
     if all_zero(s.result for s in samples.items):
         raise ValidationError(ZERO_REFERENCE.format(label=ref_src.label))
     weak = weak_outputs(s.result for s in samples.items)
-    warnings += weak_notes(weak, random=False)
+    warnings += weak_notes(weak, samples.random, samples.first.arrays, samples.origin)
     log.phase(f"running the candidate on {samples.describe()}")
     needs = Tolerances()
     results, cand_feeds = _compare_samples(sessions, samples, req, cand_src.label, needs)
@@ -194,7 +197,8 @@ def _validate(
     report = _report(ort, ref_src, cand_src, sessions, samples, req, results, runs, latency)
     report.warnings.extend(warnings)
     report.decode = decode
-    report.weak_evidence = weak_flags(weak, samples.random)
+    report.weak_evidence = weak_flags(weak, samples.random, samples.origin)
+    report.broken = needs.broken(results)
     log.phase(report.result_line())
     return report
 

@@ -6,22 +6,34 @@
   ``FLAT`` of the magnitude: any candidate close to the constant matches). Outputs of one
   element are never called weak (a scalar is constant by nature).
 * ``all_zero``: a reference whose every output is exactly zero, which no verdict may rest on.
-* ``Tolerances``: on FAIL, the smallest thresholds that would have passed each failing output
-  (Polygraphy prints the same): the ``--atol`` at the given ``--rtol``, the ``--min-cosine``, the
-  ``--max-nan`` (of the worst result), over every failing sample and decode step (runs that
-  passed are within the thresholds set, which the suggestion never tightens).
+* ``Tolerances``: on FAIL, for an output *near the bar* (cosine at least ``BROKEN_COSINE``
+  and no new NaN/Inf), the smallest thresholds that would have passed it (Polygraphy prints the
+  same): the ``--atol`` at the given ``--rtol``, the ``--min-cosine``, over every failing sample
+  and decode step (runs that passed are within the thresholds set, which the suggestion never
+  tightens). *Far from it* (a cosine below 0.99, or NaN/Inf the original does not have: an FP16
+  or BF16 conversion that works measures 0.999+ on every output), no threshold is suggested:
+  the line says the conversion is broken for that output and how to find the node
+  (``broken`` lists those outputs; the command line names the worst node).
 * ``save_npz``: the inputs a run used, as an ``.npz`` that ``--inputs`` reads back (Polygraphy's
-  ``--save-inputs``), one array per model input by name.
+  ``--save-inputs``), one array per model input by name. Generated inputs carry their origin in
+  the archive's comment (``PROVENANCE_KEY``: JSON, invisible to numpy and to the model), so
+  that fed back with ``--inputs`` they are still called random (``read_provenance``); data
+  re-saved by another tool has no such comment and counts as the user's.
+* ``scale_notes``: what random inputs assume (floats drawn from N(0, 1)), and the inputs whose
+  real scale likely differs (raw audio samples up to 32768, 0-255 pixels), with the next step.
 """
 
 from __future__ import annotations
 
 import io
+import json
 import math
 import os
+import re
 import zipfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -37,6 +49,12 @@ ZERO_REFERENCE = (
 )
 NEAR_ZERO = 1e-3
 FLAT = 1e-4
+#: below this cosine (or with new NaN/Inf) an output is broken, not near a threshold
+BROKEN_COSINE = 0.99
+#: the key of the JSON object a generated .npz carries in its archive comment
+PROVENANCE_KEY = "amp_convert_inputs"
+_AUDIO = re.compile(r"audio|wave|wav|speech|pcm|signal|samples|^input_values$|^input$", re.I)
+_IMAGE = re.compile(r"pixel|image|img|^x$|^input$|^images?$|^data$", re.I)
 
 
 def weak_outputs(references: Iterable[Mapping[str, np.ndarray | None]]) -> dict[str, str]:
@@ -84,24 +102,54 @@ def all_zero(references: Iterable[Mapping[str, np.ndarray | None]]) -> bool:
     return seen
 
 
-def weak_notes(weak: Mapping[str, str], random: bool) -> list[str]:
-    """The lines a report shows: one per weak output, and the random inputs."""
+def weak_notes(
+    weak: Mapping[str, str],
+    random: bool,
+    inputs: Mapping[str, np.ndarray] | None = None,
+    origin: str = "",
+) -> list[str]:
+    """The lines a report shows: one per weak output, and the random inputs with the scale they
+    assume (``scale_notes`` of ``inputs``); ``origin`` says where random inputs came from when
+    they were read back from a file."""
     notes = [
         f"weak evidence: reference output {name!r} is {why} on these inputs: its metrics measure "
         "rounding, not the model; give real inputs with --inputs FILE.npz"
         for name, why in weak.items()
     ]
     if random:
+        came = f" ({origin})" if origin else ""
         notes.append(
-            "weak evidence: the inputs are random, not data the model was made for; give real "
-            "inputs with --inputs FILE.npz (--save-inputs FILE.npz writes these to start from)"
+            f"weak evidence: the inputs are random{came}, not data the model was made for"
+            f"{scale_notes(inputs or {})}; give real inputs with --inputs FILE.npz "
+            "(--save-inputs FILE.npz writes these to start from), or let --auto calibrate on them"
         )
     return notes
 
 
-def weak_flags(weak: Mapping[str, str], random: bool) -> list[str]:
-    """Short flags for the result line: ``random inputs``, ``reference 'maps' near zero``."""
-    flags = ["random inputs"] if random else []
+def scale_notes(inputs: Mapping[str, np.ndarray]) -> str:
+    """``; assumed scale: floats ~N(0, 1) ...; 'audio' may be raw samples ...`` (or ``""``)."""
+    floats = {n: a for n, a in inputs.items() if np.asarray(a).dtype.kind == "f"}
+    if not floats:
+        return ""
+    parts = ["floats drawn from N(0, 1) (|x| < 5)"]
+    audio = [n for n, a in floats.items() if a.ndim in (1, 2) and _AUDIO.search(n)
+             and a.shape[-1] >= 64]  # fmt: skip
+    images = [n for n, a in floats.items() if a.ndim == 4 and (a.shape[1] in (1, 3, 4)
+              or a.shape[-1] in (1, 3, 4)) and _IMAGE.search(n)]  # fmt: skip
+    for names, what in (
+        (audio, "audio samples, which a front end may expect raw (int16 scale, up to 32768: "
+         "a power spectrum then reaches 1e11, far past FP16's 65504)"),
+        (images, "pixels, which a model exported without its normalisation expects in 0-255"),
+    ):  # fmt: skip
+        if names:
+            parts.append(f"{', '.join(repr(n) for n in names)} may be {what}")
+    return "; assumed scale: " + "; ".join(parts)
+
+
+def weak_flags(weak: Mapping[str, str], random: bool, origin: str = "") -> list[str]:
+    """Short flags for the result line: ``random inputs``, ``reference 'maps' near zero``;
+    random inputs read back from a file say so (``random inputs, generated by ...``)."""
+    flags = [f"random inputs, {origin}" if origin else "random inputs"] if random else []
     flags += [f"reference {n!r} {why.split(' (')[0]}" for n, why in weak.items()]
     return flags
 
@@ -139,11 +187,21 @@ class Tolerances:
         cos = float(np.dot(rv, cv)) / denom if denom > 0 else 1.0
         self.cosine[name] = min(self.cosine.get(name, 1.0), cos)
 
+    def broken(self, results: Iterable[OutputResult]) -> list[str]:
+        """Failing outputs far from any threshold (see the module docstring)."""
+        return [r.name for r in results if r.failed and _far(r, self.cosine.get(r.name))]
+
     def lines(self, results: Iterable[OutputResult], limits: Thresholds) -> list[str]:
-        """For each failing output, the smallest thresholds that would have passed it."""
+        """For each failing output near the bar, the smallest thresholds that would have passed
+        it; for one far from it, that it is broken (never a threshold that accepts it)."""
         out = []
         for r in results:
-            if not r.failed or r.name not in self.atol:
+            if not r.failed:
+                continue
+            if _far(r, self.cosine.get(r.name)):
+                out.append(broken_line(r))
+                continue
+            if r.name not in self.atol:
                 continue
             t = limits.for_output(r.name)
             parts = []
@@ -155,11 +213,30 @@ class Tolerances:
             if t.min_cosine is not None:
                 cosine = min(self.cosine[r.name], t.min_cosine)
                 parts.append(f"--min-cosine {r.name}:{_down(cosine)}")
-            if r.nonfinite:
-                parts.append(f"--max-nan {r.name}:{r.nonfinite}")
             if parts:
                 out.append(f"smallest thresholds that would pass {r.name!r}: {', '.join(parts)}")
         return out
+
+
+def _far(r: OutputResult, cosine: float | None) -> bool:
+    """New NaN/Inf, or the lowest cosine seen (this result's, any failing run's) below 0.99."""
+    seen = [c for c in (cosine, r.cosine) if c is not None]
+    return bool(r.nonfinite) or (bool(seen) and min(seen) < BROKEN_COSINE)
+
+
+def broken_line(r: OutputResult) -> str:
+    """What a FAIL far from the bar says: broken, and where to look; no threshold."""
+    what = []
+    if r.cosine is not None:
+        what.append(f"cosine {r.cosine:.6f}")
+    if r.nonfinite:
+        what.append(f"{r.nonfinite} new NaN/Inf")
+    return (
+        f"{r.name!r} is far from any threshold ({', '.join(what)}; a conversion that works "
+        f"measures 0.999+): the converted model is broken for this output, no threshold is "
+        "suggested; --html shows the error node by node and names the worst, --auto keeps "
+        "FP32 the nodes that introduce it, --exclude-nodes NODE keeps one"
+    )
 
 
 def _up(x: float) -> str:
@@ -179,8 +256,12 @@ def _down(x: float) -> str:
 MAX_MEMBER_BYTES = 0xFFFF
 
 
-def npz_bytes(arrays: Mapping[str, np.ndarray]) -> bytes:
-    """``arrays`` as an ``.npz`` that ``--inputs`` reads back (strings as unicode, no pickle).
+def npz_bytes(
+    arrays: Mapping[str, np.ndarray], provenance: Mapping[str, Any] | None = None
+) -> bytes:
+    """``arrays`` as an ``.npz`` that ``--inputs`` reads back (strings as unicode, no pickle);
+    ``provenance`` (generated inputs: their origin, seed and dims) goes in the archive comment,
+    where ``read_provenance`` finds it.
 
     A name the file cannot hold so that it reads back the same (a NUL, which ends the name
     inside the zip; one longer than a zip member name) is refused in one line (OutputError).
@@ -200,6 +281,8 @@ def npz_bytes(arrays: Mapping[str, np.ndarray]) -> bytes:
             )
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as z:
+        if provenance:
+            z.comment = json.dumps({PROVENANCE_KEY: dict(provenance)}).encode()[:65535]
         for name, value in arrays.items():
             arr = np.asarray(value)
             if arr.dtype.kind == "O":
@@ -209,6 +292,39 @@ def npz_bytes(arrays: Mapping[str, np.ndarray]) -> bytes:
     return buf.getvalue()
 
 
-def save_npz(path: str | os.PathLike, arrays: Mapping[str, np.ndarray]) -> None:
+def save_npz(
+    path: str | os.PathLike,
+    arrays: Mapping[str, np.ndarray],
+    provenance: Mapping[str, Any] | None = None,
+) -> None:
     """Write ``arrays`` as an ``.npz`` (``npz_bytes``), whole or not at all (safe_write)."""
-    write_bytes(path, npz_bytes(arrays))
+    write_bytes(path, npz_bytes(arrays, provenance))
+
+
+def read_provenance(path: str | os.PathLike) -> dict[str, Any] | None:
+    """The origin a ``save_npz`` file carries (None for any other file, or a damaged comment:
+    the comment is untrusted text, read as data and never more than 64 KiB)."""
+    try:
+        with zipfile.ZipFile(path) as z:
+            comment = z.comment
+    except (OSError, zipfile.BadZipFile):
+        return None
+    try:
+        found = json.loads(comment.decode("utf-8")) if comment else None
+    except (UnicodeDecodeError, ValueError):
+        return None
+    value = found.get(PROVENANCE_KEY) if isinstance(found, dict) else None
+    return value if isinstance(value, dict) else None
+
+
+def provenance_text(value: Mapping[str, Any]) -> str:
+    """``generated by amp-convert (seed 0, dims batch=1), saved with --save-inputs``."""
+    seed = value.get("seed")
+    dims = value.get("dims")
+    bits = []
+    if isinstance(seed, int):
+        bits.append(f"seed {seed}")
+    if isinstance(dims, dict) and dims:
+        bits.append("dims " + ", ".join(f"{k}={v}" for k, v in list(dims.items())[:8]))
+    inner = f" ({', '.join(bits)})" if bits else ""
+    return f"generated by amp-convert{inner}, saved with --save-inputs"

@@ -20,6 +20,7 @@ import numpy as np
 import onnx
 
 from amp_convert.errors import ValidationError
+from amp_convert.validation.evidence import provenance_text, read_provenance
 from amp_convert.validation.input_dims import Dim, DimPlan
 from amp_convert.validation.inputs import (
     SAMPLE_RATES,
@@ -62,6 +63,10 @@ class Samples(Generic[T]):
     items: list[Sample[T]]
     random: bool
     warnings: list[str] = field(default_factory=list)
+    #: where random inputs read back from files came from (``--save-inputs``' provenance)
+    origin: str = ""
+    #: that provenance itself, carried on when these inputs are saved again
+    provenance: dict[str, Any] | None = None
 
     @property
     def first(self) -> Inputs:
@@ -70,6 +75,8 @@ class Samples(Generic[T]):
     def describe(self) -> str:
         """``random inputs (seed 0), dims (batch=1, seq=16)`` or ``2 input files: a.npz, ...``."""
         first = self.first
+        if self.random and self.origin:
+            return f"random inputs from {first.source} ({self.origin})"
         if self.random:
             return f"random inputs, dims {fmt_dims(first.dims)}"
         if len(self.items) == 1:
@@ -98,7 +105,8 @@ def gather_samples(
         feeds, result, warnings = find_runnable(
             specs, model, run, dims=dims, seed=seed, what=what, reserve=reserve
         )
-        return Samples([Sample(feeds, result)], True, warnings)
+        made = {"origin": "random", "seed": seed, "dims": dict(feeds.dims)}
+        return Samples([Sample(feeds, result)], True, warnings, provenance=made)
     sources = _as_list(inputs)
     if not sources:
         raise ValidationError("inputs: an empty list (give at least one .npz file or dict)")
@@ -106,10 +114,16 @@ def gather_samples(
     if dims:
         notes.append("dims are ignored when inputs are given (shapes come from the data)")
     items: list[Sample[T]] = []
+    origins: list[dict[str, Any] | None] = []
     for source in sources:
         feeds = load_inputs(source, specs)
         notes.extend(feeds.notes)
         items.append(Sample(feeds, run(feeds.arrays)))
+        origins.append(read_provenance(source) if isinstance(source, str | os.PathLike) else None)
+    if origins and all(o is not None for o in origins):  # generated, then saved: still random
+        first = origins[0]
+        assert first is not None
+        return Samples(items, True, notes, provenance_text(first), first)
     return Samples(items, False, notes)
 
 

@@ -28,7 +28,11 @@ the strings ``"inf"``, ``"-inf"`` and ``"nan"`` so the file is strict JSON. Top-
   same_token, status, outputs}`` per step (``outputs`` as above); each top-level output is then
   its worst of the single run and every step;
 * ``weak_evidence``: what makes the verdict weak, as short flags (``random inputs``,
-  ``reference 'maps' near zero``, ``... nearly constant``; see evidence.py); empty when none.
+  ``reference 'maps' near zero``, ``... nearly constant``; see evidence.py); empty when none;
+* ``broken``: failing outputs far from any threshold (cosine below 0.99, or new NaN/Inf): no
+  threshold is suggested for them (evidence.py); empty when none;
+* ``worst_node``: with ``broken`` outputs, the node that introduces the most error
+  (``{name, op_type, precision, error}``, from the command line's localisation) or null.
 
 Each output also says ``match``: ``position`` or ``sort`` (compared after sorting along its last
 axis, ``--match NAME:sort``).
@@ -118,6 +122,10 @@ class ValidationReport(Report, tool="amp-convert validate", schema_version=SCHEM
     decode: DecodeResult | None = None
     #: short flags for the result line and JSON (evidence.py): random inputs, weak references
     weak_evidence: list[str] = field(default_factory=list)
+    #: failing outputs far from any threshold: broken, no threshold suggested (evidence.py)
+    broken: list[str] = field(default_factory=list)
+    #: the node that introduces the most error, when ``broken`` (name, op_type, precision, error)
+    worst_node: dict[str, Any] | None = None
 
     @property
     def verdict(self) -> str:
@@ -195,6 +203,8 @@ class ValidationReport(Report, tool="amp-convert validate", schema_version=SCHEM
             "samples": [dict(s) for s in self.samples],
             "decode": None if self.decode is None else self.decode.to_dict(),
             "weak_evidence": list(self.weak_evidence),
+            "broken": list(self.broken),
+            "worst_node": self.worst_node,
         }
         return json_ready(d)
 
