@@ -372,7 +372,9 @@ def test_defaults_the_reference_cannot_run_on(tmp_path: Path) -> None:
     from models import picky_inputs as picky
 
     paths = {}
-    pad = (("pad", lambda: picky.reflect_pad_pair(200)), ("fixed", picky.fixed_length_pair))
+    # 5005 = 7 x 715: past every size the search tries (91 = 7 x 13 is found from the Reshape)
+    pad = (("pad", lambda: picky.reflect_pad_pair(200)),
+           ("fixed", lambda: picky.fixed_length_pair(7 * 715)))  # fmt: skip
     for name, build in pad:
         for role, model in zip(("ref", "cand"), build(), strict=True):
             paths[name, role] = tmp_path / f"{name}.{role}.onnx"
@@ -387,8 +389,9 @@ def test_defaults_the_reference_cannot_run_on(tmp_path: Path) -> None:
     assert res.exit_code == 2 and out.count("\n") == 1
     assert out.startswith(f"error: reference {fixed[0]} cannot run on the generated inputs")
     assert "shapes tried: x[1, 128]; x[1, 256]; x[1, 1024]" in res.output
+    assert "values tried: length = 128/256/1024/64/16/715" in res.output
     assert "--dim NAME=VALUE (length)" in res.output and "--inputs FILE.npz" in res.output
-    assert _run(*fixed, "--dim", "length=91", "--atol", "1e-2").exit_code == 0
+    assert _run(*fixed, "--dim", "length=5005", "--atol", "1e-2").exit_code == 0
 
 
 def test_top1_option(pairs) -> None:
