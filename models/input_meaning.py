@@ -64,12 +64,14 @@ def unnamed_hw_cnn(classes: int = 10, channels: int = 16, seed: int = 3) -> onnx
 P2O = "p2o.DynamicDimension.{}"
 
 
-def paddle_text_detector(seed: int = 9) -> onnx.ModelProto:
+def paddle_text_detector(seed: int = 9, gain: float = 50.0) -> onnx.ModelProto:
     """DBNet-style head as paddle2onnx exports it: near zero on noise, high on text strokes.
 
     A 5x5 box filter over the three channels finds bright strokes (mean above 0.8: text, never
     Gaussian noise, whose 75-sample mean has a standard deviation of 0.12); a small random
-    convolution adds texture; the probability map is ``Sigmoid(50 * strokes + texture - 9)``.
+    convolution adds texture; the probability map is ``Sigmoid(gain * strokes + texture - 9)``
+    (``gain`` 50; a steeper edge, 400, puts the FP16 rounding of the box filter's output at
+    ~0.02 on the pixels along the strokes' edges, as a deep detector's accumulated error does).
     """
     b = GraphBuilder("paddle_text_detector", seed)
     x = b.input("x", FLOAT, [P2O.format(0), 3, P2O.format(1), P2O.format(2)])
@@ -79,7 +81,7 @@ def paddle_text_detector(seed: int = 9) -> onnx.ModelProto:
     tex_w = (b.rng.standard_normal((1, 3, 5, 5)) * 0.05).astype(np.float32)
     texture = b.op("Conv", [x, b.initializer("conv2d_1.w_0", tex_w)], "conv2d_1",
                    kernel_shape=[5, 5], pads=[2, 2, 2, 2])  # fmt: skip
-    logit = b.op("Mul", [strokes, b.f32("gain", 50.0)], "scale_0")
+    logit = b.op("Mul", [strokes, b.f32("gain", gain)], "scale_0")
     logit = b.op("Add", [logit, texture], "add_0")
     logit = b.op("Add", [logit, b.f32("bias", -9.0)], "add_1")
     b.op("Sigmoid", [logit], "sigmoid_0", outputs=["sigmoid_0.tmp_0"])

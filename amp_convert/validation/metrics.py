@@ -68,15 +68,37 @@ from amp_convert.errors import ValidationError
 REL_FLOOR = 1e-6
 
 
+#: the threshold fields, in the order reports give them
+THRESHOLD_KEYS = ("atol", "rtol", "min_cosine", "max_nan", "error_stat", "max_mismatch")
+#: the fields that judge on their own (error_stat and max_mismatch shape the atol/rtol check)
+JUDGING_KEYS = ("atol", "rtol", "min_cosine", "max_nan")
+#: statistics ``error_stat`` names besides a quantile ``pNN`` (``p99``, ``p99.9``)
+ERROR_STATS = ("elementwise", "max", "mean", "median")
+_QUANTILE = re.compile(r"^p(\d{1,2}(?:\.\d+)?)$")
+
+
 @dataclass(frozen=True)
 class Thresholds:
-    """Limits that make validation a check; ``None`` = not checked. ``per_output`` overrides."""
+    """Limits that make validation a check; ``None`` = not checked. ``per_output`` overrides.
+
+    ``atol``/``rtol`` bound the error element by element (``|cand - ref| <= atol + rtol*|ref|``)
+    unless ``error_stat`` names a statistic S of the error (``max``, ``mean``, ``median``, a
+    quantile ``p99``/``p99.9``): then ``S(|cand - ref|) <= atol + rtol * S(|ref|)``. With
+    ``max_mismatch`` (a fraction, 0-1) the element-wise bound may be exceeded by at most that
+    share of the elements. Both shape the atol/rtol check and need one of them.
+    """
 
     atol: float | None = None
     rtol: float | None = None
     min_cosine: float | None = None
     max_nan: int | None = None
+    error_stat: str | None = None
+    max_mismatch: float | None = None
     per_output: Mapping[str, Thresholds] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.error_stat is not None:
+            check_error_stat(self.error_stat)
 
     @classmethod
     def coerce(cls, value: Thresholds | Mapping[str, Any] | None) -> Thresholds:
@@ -98,6 +120,8 @@ class Thresholds:
         for k, v in value.items():
             if k == "per_output":
                 kw[k] = {str(n): cls.coerce(t) for n, t in (v or {}).items()}
+            elif k == "error_stat" and v is not None:
+                kw[k] = check_error_stat(v)
             elif v is not None:
                 kw[k] = _number(k, v)
         return cls(**kw)
@@ -105,7 +129,7 @@ class Thresholds:
     def for_output(self, name: str) -> Thresholds:
         """Global values overridden field by field by the output's own entry."""
         own = self.per_output.get(name)
-        merged = {f: getattr(self, f) for f in ("atol", "rtol", "min_cosine", "max_nan")}
+        merged = {f: getattr(self, f) for f in THRESHOLD_KEYS}
         if own is not None:
             for f in merged:
                 if getattr(own, f) is not None:
@@ -114,13 +138,46 @@ class Thresholds:
 
     @property
     def active(self) -> bool:
-        return any(getattr(self, f) is not None for f in ("atol", "rtol", "min_cosine", "max_nan"))
+        return any(getattr(self, f) is not None for f in JUDGING_KEYS)
+
+    @property
+    def any_set(self) -> bool:
+        """Any threshold set, globally or for an output (the user asked for a judgement)."""
+        own = any(getattr(self, f) is not None for f in THRESHOLD_KEYS)
+        return own or any(t.any_set for t in self.per_output.values())
 
     def to_dict(self) -> dict[str, Any]:
-        d = {f: getattr(self, f) for f in ("atol", "rtol", "min_cosine", "max_nan")}
+        d = {f: getattr(self, f) for f in JUDGING_KEYS}
+        for f in ("error_stat", "max_mismatch"):  # only when set: reports stay as they were
+            if getattr(self, f) is not None:
+                d[f] = getattr(self, f)
         if self.per_output:
             d["per_output"] = {k: v.to_dict() for k, v in self.per_output.items()}
         return d
+
+
+def check_error_stat(value: Any) -> str:
+    """``max``, ``mean``, ``median``, ``elementwise`` or a quantile ``pNN`` (0 < NN < 100)."""
+    text = str(value).strip().lower()
+    m = _QUANTILE.match(text)
+    if text in ERROR_STATS or (m is not None and 0 < float(m.group(1)) < 100):
+        return text
+    raise ValidationError(
+        f"error statistic {value!r}: expected one of {', '.join(ERROR_STATS)} or a quantile "
+        "such as p99 or p99.9"
+    )
+
+
+def _statistic(values: np.ndarray, stat: str) -> float:
+    if values.size == 0:
+        return 0.0
+    if stat == "mean":
+        return float(values.mean())
+    if stat == "median":
+        return float(np.median(values))
+    if stat.startswith("p"):
+        return float(np.quantile(values, float(stat[1:]) / 100.0))
+    return float(values.max())
 
 
 def _number(key: str, v: Any) -> float | int:
@@ -134,6 +191,8 @@ def _number(key: str, v: Any) -> float | int:
         raise ValidationError(f"thresholds: {key} must be a finite number >= 0, got {v!r}")
     if key == "min_cosine" and not (-1.0 <= x <= 1.0):
         raise ValidationError(f"thresholds: min_cosine must be between -1 and 1, got {v!r}")
+    if key == "max_mismatch" and not (0.0 <= x <= 1.0):
+        raise ValidationError(f"thresholds: max_mismatch is a fraction (0-1), got {v!r}")
     return x
 
 
@@ -174,6 +233,10 @@ class OutputResult:
     match: str = "position"
     #: index of the sample (``--inputs`` file) this result comes from when there are several
     sample: int | None = None
+    #: share of the elements beyond the element-wise atol/rtol bound (when it was checked)
+    mismatch_fraction: float | None = None
+    #: the error statistic checked (``error_stat``), when one was
+    error_stat_value: float | None = None
 
     @property
     def status(self) -> str:
@@ -195,6 +258,9 @@ class OutputResult:
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
+        for key in ("mismatch_fraction", "error_stat_value"):  # new keys only when computed
+            if d[key] is None:
+                del d[key]
         d["status"] = self.status
         d["passed"] = self.passed
         return {k: json_number(v) for k, v in d.items()}
@@ -377,22 +443,66 @@ def _check_thresholds(
     absdiff: np.ndarray,
     t: Thresholds,
 ) -> None:
+    if (
+        (t.error_stat is not None or t.max_mismatch is not None)
+        and t.atol is None
+        and (t.rtol is None)
+    ):
+        res.failures.append(
+            "error_stat/max_mismatch shape the atol/rtol check: set --atol or --rtol too"
+        )
     if t.atol is not None or t.rtol is not None:
         atol = t.atol or 0.0
         rtol = t.rtol or 0.0
-        allowed = atol + rtol * np.abs(np.where(np.isfinite(r), r, 0.0))
+        ref_abs = np.abs(np.where(np.isfinite(r), r, 0.0))
+        stat = t.error_stat or "elementwise"
+        if stat != "elementwise":
+            _check_statistic(res, absdiff[both], ref_abs[both], atol, rtol, stat)
+            return _check_cosine(res, t)
+        allowed = atol + rtol * ref_abs
         bad = both & ~(absdiff <= allowed)
         n_bad = int(np.count_nonzero(bad))
-        if n_bad:
+        res.mismatch_fraction = n_bad / res.elements if res.elements else 0.0
+        allowed_share = t.max_mismatch or 0.0
+        if n_bad and res.mismatch_fraction > allowed_share:
             worst = np.where(bad, absdiff - allowed, -np.inf)
             i = np.unravel_index(int(np.argmax(worst)), r.shape)
+            share = (
+                f" ({res.mismatch_fraction:.3%}, more than max_mismatch {allowed_share:g})"
+                if t.max_mismatch is not None
+                else ""
+            )
             res.failures.append(
-                f"{n_bad} of {res.elements} elements exceed atol {atol:g} + rtol {rtol:g}*|ref| "
-                f"(max_abs {res.max_abs:.4g}; worst at {list(map(int, i))}: "
+                f"{n_bad} of {res.elements} elements exceed atol {atol:g} + rtol {rtol:g}*|ref|"
+                f"{share} (max_abs {res.max_abs:.4g}; worst at {list(map(int, i))}: "
                 f"ref {r[i]:.6g}, cand {c[i]:.6g})"
             )
+    _check_cosine(res, t)
+
+
+def _check_statistic(
+    res: OutputResult,
+    diff: np.ndarray,
+    ref_abs: np.ndarray,
+    atol: float,
+    rtol: float,
+    stat: str,
+) -> None:
+    """``S(|cand - ref|) <= atol + rtol * S(|ref|)`` for the statistic S (finite positions)."""
+    err, scale = _statistic(diff, stat), _statistic(ref_abs, stat)
+    res.error_stat_value = err
+    bound = atol + rtol * scale
+    if not err <= bound:
+        res.failures.append(
+            f"{stat} |error| {err:.4g} > atol {atol:g} + rtol {rtol:g}*{stat} |ref| "
+            f"{scale:.4g} (= {bound:.4g})"
+        )
+
+
+def _check_cosine(res: OutputResult, t: Thresholds) -> None:
     if t.min_cosine is not None and not (res.cosine is not None and res.cosine >= t.min_cosine):
         res.failures.append(f"cosine {res.cosine:.6f} < min_cosine {t.min_cosine:g}")
+    return None
 
 
 def check_names(thresholds: Thresholds, outputs: list[str]) -> None:

@@ -195,3 +195,56 @@ def test_equal_norms_say_nothing(tmp_path: Path) -> None:
     ref = scaled_model(tmp_path / "r.onnx", 1.0)
     result = invoke("validate", ref, ref, *VALIDATE, "--min-cosine", "0.999")
     assert result.exit_code == 0 and "norms differ" not in result.output
+
+
+# ------------------------------------------------ tolerances on an error statistic, mismatch share
+
+
+def _pair_arrays(n: int = 1000, bad: int = 3, size: float = 0.05) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(1)
+    ref = rng.random(n).astype(np.float32)
+    cand = ref + rng.normal(0, 1e-4, n).astype(np.float32)
+    cand[:bad] += size  # a few elements far off, as a steep edge's pixels are
+    return ref, cand
+
+
+def test_max_mismatch_bounds_the_share_of_elements_past_the_elementwise_bound() -> None:
+    from amp_convert.validation.metrics import Thresholds, compare_output
+
+    ref, cand = _pair_arrays(bad=3)
+    strict = compare_output("maps", ref, cand, Thresholds(atol=1e-2, rtol=1e-2))
+    assert strict.failed and strict.mismatch_fraction == pytest.approx(0.003)
+    loose = compare_output("maps", ref, cand, Thresholds(atol=1e-2, rtol=1e-2, max_mismatch=0.005))
+    assert loose.passed
+    over = compare_output("maps", ref, cand, Thresholds(atol=1e-2, rtol=1e-2, max_mismatch=0.002))
+    assert over.failed and "more than max_mismatch 0.002" in over.failures[0]
+
+
+@pytest.mark.parametrize(
+    ("stat", "passes"),
+    [("max", False), ("p99.9", False), ("p99", True), ("median", True), ("mean", True)],
+)
+def test_error_stat_checks_a_statistic_of_the_error(stat: str, passes: bool) -> None:
+    """S(|cand - ref|) <= atol + rtol * S(|ref|): 3 elements of 1000 off by 0.05."""
+    from amp_convert.validation.metrics import Thresholds, compare_output
+
+    ref, cand = _pair_arrays(bad=3)
+    r = compare_output("maps", ref, cand, Thresholds(atol=1e-2, error_stat=stat))
+    assert r.passed is passes and r.error_stat_value is not None
+    if not passes:
+        assert r.failures[0].startswith(f"{stat} |error| ")
+
+
+def test_error_stat_and_max_mismatch_need_a_tolerance_and_bad_names_are_refused() -> None:
+    from amp_convert.errors import ValidationError
+    from amp_convert.validation.metrics import Thresholds, compare_output
+
+    ref, cand = _pair_arrays()
+    r = compare_output("maps", ref, cand, Thresholds(min_cosine=0.9, error_stat="mean"))
+    assert r.failed and "set --atol or --rtol too" in r.failures[0]
+    with pytest.raises(ValidationError, match=r"p99 or p99\.9"):
+        Thresholds.coerce({"error_stat": "p100"})
+    with pytest.raises(ValidationError, match="fraction"):
+        Thresholds.coerce({"max_mismatch": 2})
+    per = Thresholds.coerce({"atol": 1e-2, "per_output": {"maps": {"error_stat": "p99"}}})
+    assert per.for_output("maps").error_stat == "p99" and per.for_output("x").error_stat is None
