@@ -159,3 +159,32 @@ def test_top1_only_for_outputs_that_look_like_class_scores() -> None:
     assert top1["logits"] is not None
     table = report.format_table()
     assert table.count("top1") == 1
+
+
+def test_the_node_where_a_broken_output_breaks() -> None:
+    """The first node whose error reaches half the largest: later nodes only carry it."""
+    from amp_convert.auto.report import TracePoint
+    from amp_convert.pages.trace import breaking_node
+
+    def point(name: str, err: float | None) -> TracePoint:
+        return TracePoint(name, "Op", 1.0, None, err, "low")
+
+    trace = [point("a", 1e-4), point("b", 2e-4), point("exp", 0.9), point("c", 1.5),
+             point("out", 1.2)]  # fmt: skip
+    found = breaking_node(trace)
+    assert found is not None and found.node == "exp"
+    inf = [point("a", 1e-4), point("pow", float("inf")), point("out", float("nan"))]
+    found = breaking_node(inf)
+    assert found is not None and found.node == "pow"
+    assert breaking_node([point("folded", None)]) is None
+
+
+def test_a_broken_model_names_the_node_that_breaks_it() -> None:
+    """An Exp overflowing FP16 at O3 (an output far from any threshold): its node is named."""
+    from amp_convert.pages.trace import worst_node
+    from models.overflow import exp_overflow
+
+    model, _ = exp_overflow()
+    cand = amp_convert.convert(model, level="O3")
+    found = worst_node(model, cand, provider="emulate")
+    assert found is not None and found["op_type"] == "Exp", found
