@@ -16,8 +16,8 @@ agreement over N steps, and the error if any.
   GroupQueryAttention, cache head axis ``kv_cache_dim``) and ``-p int4 -e cpu`` (MatMulNBits).
 * **optimum-onnx** (needs transformers 4.57, so a second site): ``pip install --no-deps --target
   DIR optimum-onnx optimum "transformers==4.57.*" "huggingface_hub<1.0" "tokenizers<0.23"`` and
-  ``--optimum-site DIR``: GPT-2 and Whisper ``text-generation-with-past`` /
-  ``automatic-speech-recognition-with-past`` merged decoders (Whisper's decoder holds 64
+  ``--optimum-site DIR``: GPT-2 ``text-generation-with-past`` (one ``model.onnx`` with past
+  inputs) and Whisper ``automatic-speech-recognition-with-past`` (its merged decoder, 64
   positions here: decode steps must leave room).
 
 An exporter that is not installed is listed as skipped, never as passing.
@@ -136,10 +136,10 @@ def _optimum(work: Path, site: str) -> dict[str, Path | str]:
     for kind in ("gpt2", "whisper"):
         dst = work / f"optimum_{kind}"
         done = _python(MAKE_OPTIMUM, [kind, str(work / f"{kind}_hf"), str(dst)], site)
-        model = dst / "decoder_model_merged.onnx"
-        out[f"optimum {kind} merged"] = (
-            model if model.is_file() else "export: " + _last(done.stderr)
-        )
+        # a merged decoder (Whisper), or one model with past inputs (GPT-2 in optimum-onnx 0.1)
+        found = [m for m in (dst / "decoder_model_merged.onnx", dst / "model.onnx") if m.is_file()]
+        label = f"optimum {kind} " + ("merged" if "merged" in str(found[:1]) else "with past")
+        out[label] = found[0] if found else "export: " + _last(done.stderr)
     return out
 
 

@@ -36,7 +36,12 @@ MS = "com.microsoft"
 #: the sizes ``sizes`` keeps: larger ones are no input size worth trying, smaller ones no help
 _SIZE_RANGE = (8, 4096)
 _MAX_SIZES = 12
-_POSITION_TABLES = re.compile(r"pos(ition)?(_|\.)?(emb|embed|embedding|encoding)s?|wpe", re.I)
+#: position-embedding tables: ``wpe``, ``position_embeddings``, ``embed_positions`` (optimum's
+#: Whisper: ``model.decoder.embed_positions.weight_merged_0``), ``pos_emb``
+_POSITION_TABLES = re.compile(
+    r"wpe|pos(ition)?s?[_.]?(emb|embed|embedding|encoding)s?|embed(ding)?s?[_.]?pos(ition)?s?",
+    re.I,
+)
 _SMALL = 64  # constant int tensors up to this many elements are read (shape vectors)
 
 

@@ -29,3 +29,15 @@ def test_a_recognizers_later_layers_and_constants_give_sizes() -> None:
     sizes = model_sizes(im.vad_state_model())
     assert sizes.position_limit is None and not sizes.head_sizes
     assert all(8 <= v <= 4096 for v in sizes.sizes)
+
+
+def test_position_tables_as_exporters_name_them() -> None:
+    """GPT-2's wpe, BERT's position_embeddings, optimum Whisper's merged embed_positions (seen
+    by bench/exporter_patterns.py: 64 positions, 8 decode steps start from 56 tokens)."""
+    from amp_convert.validation.model_sizes import _POSITION_TABLES
+
+    for name in ("transformer.wpe.weight", "embeddings.position_embeddings.weight",
+                 "model.decoder.embed_positions.weight_merged_0", "pos_emb"):  # fmt: skip
+        assert _POSITION_TABLES.search(name), name
+    for name in ("transformer.wte.weight", "model.embed_tokens.weight", "lm_head.weight"):
+        assert not _POSITION_TABLES.search(name), name
