@@ -50,12 +50,20 @@ def fill_figures(
     report.float_weight_bytes = weights.float_as_fp32
     report.low_weight_bytes = 2 * weights.low
     report.weight_bytes_after = weights.total
+    absorbed: dict[str, list[str]] = {}  # a BatchNormalization's outputs: its Conv's error
+    for node in facts.nodes:
+        fate = value_map.nodes.get(node.name)
+        if fate is not None and fate.fate == Fate.FOLDED and fate.into:
+            absorbed.setdefault(fate.into, []).extend(node.outputs)
     for node in facts.nodes:
         floats = [v for v in node.outputs if v in ref_max or v in first]
         if not floats:
             continue
         label, into = node_label(value_map, node.name, node.name in pinned)
-        compared = [v for v in floats if v in first]
+        if label == "folded":  # its work is in the node it was folded into: drawn there
+            compared: list[str] = []
+        else:
+            compared = [v for v in (*floats, *absorbed.get(node.name, [])) if v in first]
         report.trace.append(
             TracePoint(
                 node=node.name,

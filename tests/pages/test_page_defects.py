@@ -188,3 +188,13 @@ def test_a_broken_model_names_the_node_that_breaks_it() -> None:
     cand = amp_convert.convert(model, level="O3")
     found = worst_node(model, cand, provider="emulate")
     assert found is not None and found["op_type"] == "Exp", found
+
+
+def test_the_auto_page_draws_a_fold_the_same_way() -> None:
+    from amp_convert.auto import auto_convert
+
+    _, report = auto_convert(resnet_bn_block(), provider="emulate")
+    points = {t.node: t for t in report.trace}
+    bn, conv = points["layer1/0/conv1/bn/BatchNormalization"], points["layer1/0/conv1/conv/Conv"]
+    assert bn.precision == "folded" and bn.folded_into == conv.node and bn.final_error is None
+    assert conv.precision == "low" and conv.final_error is not None
