@@ -23,9 +23,9 @@ matching NaN, is identical and belongs to neither set).
 * NaN/Inf counts of candidate and reference, and ``nonfinite = |M|``;
 * ``top1`` = fraction of rows whose argmax over the last axis agrees, a row with a position in
   ``M`` counting as disagreeing. Computed for outputs that look like class scores (float, rank
-  2 ``[N, C]`` with ``C > 1``, not named like a box/landmark/embedding regression, and named like
-  scores or wider than 10 columns: ``looks_like_class_scores``), and for any float output whose
-  last axis has at least 2 elements when asked for by name (``--top1 NAME``); None otherwise.
+  2 ``[N, C]`` with ``C > 1``, not named like a box/landmark/keypoint/embedding regression:
+  ``looks_like_class_scores``), and for any float output whose last axis has at least 2
+  elements when asked for by name (``--top1 NAME``); None otherwise.
 
 Order-insensitive outputs (``match="sort"``, CLI ``--match NAME:sort``): both arrays are sorted
 along their last axis before anything above is computed, so two near-equal scores that swap places
@@ -57,143 +57,18 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 
 from amp_convert.errors import ValidationError
+from amp_convert.validation.thresholds import (
+    Thresholds,
+    statistic,
+)
 
 REL_FLOOR = 1e-6
-
-
-#: the threshold fields, in the order reports give them
-THRESHOLD_KEYS = ("atol", "rtol", "min_cosine", "max_nan", "error_stat", "max_mismatch")
-#: the fields that judge on their own (error_stat and max_mismatch shape the atol/rtol check)
-JUDGING_KEYS = ("atol", "rtol", "min_cosine", "max_nan")
-#: statistics ``error_stat`` names besides a quantile ``pNN`` (``p99``, ``p99.9``)
-ERROR_STATS = ("elementwise", "max", "mean", "median")
-_QUANTILE = re.compile(r"^p(\d{1,2}(?:\.\d+)?)$")
-
-
-@dataclass(frozen=True)
-class Thresholds:
-    """Limits that make validation a check; ``None`` = not checked. ``per_output`` overrides.
-
-    ``atol``/``rtol`` bound the error element by element (``|cand - ref| <= atol + rtol*|ref|``)
-    unless ``error_stat`` names a statistic S of the error (``max``, ``mean``, ``median``, a
-    quantile ``p99``/``p99.9``): then ``S(|cand - ref|) <= atol + rtol * S(|ref|)``. With
-    ``max_mismatch`` (a fraction, 0-1) the element-wise bound may be exceeded by at most that
-    share of the elements. Both shape the atol/rtol check and need one of them.
-    """
-
-    atol: float | None = None
-    rtol: float | None = None
-    min_cosine: float | None = None
-    max_nan: int | None = None
-    error_stat: str | None = None
-    max_mismatch: float | None = None
-    per_output: Mapping[str, Thresholds] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        if self.error_stat is not None:
-            check_error_stat(self.error_stat)
-
-    @classmethod
-    def coerce(cls, value: Thresholds | Mapping[str, Any] | None) -> Thresholds:
-        """Accept a Thresholds, None, or a dict ``{"atol": .., "per_output": {name: {..}}}``."""
-        if value is None:
-            return cls()
-        if isinstance(value, Thresholds):
-            per = {k: cls.coerce(v) for k, v in value.per_output.items()}
-            return replace(value, per_output=per)
-        if not isinstance(value, Mapping):
-            raise ValidationError(f"thresholds: expected a dict or Thresholds, got {value!r}")
-        known = {f.name for f in fields(cls)}
-        bad = sorted(set(value) - known)
-        if bad:
-            raise ValidationError(
-                f"thresholds: unknown key {', '.join(bad)} (known: {', '.join(sorted(known))})"
-            )
-        kw: dict[str, Any] = {}
-        for k, v in value.items():
-            if k == "per_output":
-                kw[k] = {str(n): cls.coerce(t) for n, t in (v or {}).items()}
-            elif k == "error_stat" and v is not None:
-                kw[k] = check_error_stat(v)
-            elif v is not None:
-                kw[k] = _number(k, v)
-        return cls(**kw)
-
-    def for_output(self, name: str) -> Thresholds:
-        """Global values overridden field by field by the output's own entry."""
-        own = self.per_output.get(name)
-        merged = {f: getattr(self, f) for f in THRESHOLD_KEYS}
-        if own is not None:
-            for f in merged:
-                if getattr(own, f) is not None:
-                    merged[f] = getattr(own, f)
-        return Thresholds(**merged)
-
-    @property
-    def active(self) -> bool:
-        return any(getattr(self, f) is not None for f in JUDGING_KEYS)
-
-    @property
-    def any_set(self) -> bool:
-        """Any threshold set, globally or for an output (the user asked for a judgement)."""
-        own = any(getattr(self, f) is not None for f in THRESHOLD_KEYS)
-        return own or any(t.any_set for t in self.per_output.values())
-
-    def to_dict(self) -> dict[str, Any]:
-        d = {f: getattr(self, f) for f in JUDGING_KEYS}
-        for f in ("error_stat", "max_mismatch"):  # only when set: reports stay as they were
-            if getattr(self, f) is not None:
-                d[f] = getattr(self, f)
-        if self.per_output:
-            d["per_output"] = {k: v.to_dict() for k, v in self.per_output.items()}
-        return d
-
-
-def check_error_stat(value: Any) -> str:
-    """``max``, ``mean``, ``median``, ``elementwise`` or a quantile ``pNN`` (0 < NN < 100)."""
-    text = str(value).strip().lower()
-    m = _QUANTILE.match(text)
-    if text in ERROR_STATS or (m is not None and 0 < float(m.group(1)) < 100):
-        return text
-    raise ValidationError(
-        f"error statistic {value!r}: expected one of {', '.join(ERROR_STATS)} or a quantile "
-        "such as p99 or p99.9"
-    )
-
-
-def _statistic(values: np.ndarray, stat: str) -> float:
-    if values.size == 0:
-        return 0.0
-    if stat == "mean":
-        return float(values.mean())
-    if stat == "median":
-        return float(np.median(values))
-    if stat.startswith("p"):
-        return float(np.quantile(values, float(stat[1:]) / 100.0))
-    return float(values.max())
-
-
-def _number(key: str, v: Any) -> float | int:
-    try:
-        x = int(v) if key == "max_nan" else float(v)
-    except (TypeError, ValueError, OverflowError):
-        raise ValidationError(f"thresholds: {key} must be a number, got {v!r}") from None
-    if key == "max_nan" and (x < 0 or float(v) != x):
-        raise ValidationError(f"thresholds: max_nan must be a non-negative integer, got {v!r}")
-    if key in ("atol", "rtol") and not (0 <= x < math.inf):
-        raise ValidationError(f"thresholds: {key} must be a finite number >= 0, got {v!r}")
-    if key == "min_cosine" and not (-1.0 <= x <= 1.0):
-        raise ValidationError(f"thresholds: min_cosine must be between -1 and 1, got {v!r}")
-    if key == "max_mismatch" and not (0.0 <= x <= 1.0):
-        raise ValidationError(f"thresholds: max_mismatch is a fraction (0-1), got {v!r}")
-    return x
 
 
 #: OutputResult.status values
@@ -331,25 +206,17 @@ def compare_output(
 
 #: output names that say "regression": boxes, landmarks, keypoints, offsets (top-1 means nothing)
 _REGRESSION = re.compile(
-    r"box|bbox|landmark|lmk|kpt|keypoint|point|coord|loc(ation)?s?\b|regress|reg\b|delta|"
+    r"box|bbox|landm|lmk|kps|kpt|keypoint|point|coord|loc(ation)?s?\b|regress|reg\b|delta|"
     r"offset|pose|depth|angle|embed|feature|hidden|vector",
     re.I,
 )
-#: output names that say "class scores"
-_CLASSES = re.compile(r"logit|score|prob|class|cls|label|pred|softmax", re.I)
-#: below this many columns an output named neither way is more likely a box or a point set
-_FEW_COLUMNS = 10
 
 
 def looks_like_class_scores(name: str, shape: tuple[int, ...] | list[int]) -> bool:
-    """Top-1 means something: rank 2 ``[N, C]``, ``C > 1``, not named like a regression (boxes,
-    landmarks, embeddings), and named like class scores or wider than a box or a point set
-    (``C > 10``)."""
-    if len(shape) != 2 or shape[1] <= 1:
-        return False
-    if _REGRESSION.search(name):
-        return False
-    return bool(_CLASSES.search(name)) or shape[1] > _FEW_COLUMNS
+    """Top-1 means something: rank 2 ``[N, C]`` with ``C > 1``, not named like a regression
+    (boxes, landmarks, keypoints, embeddings: ``bbox``, ``landms``, ``kps``... as detectors name
+    their heads)."""
+    return len(shape) == 2 and shape[1] > 1 and not _REGRESSION.search(name)
 
 
 def _is_float(a: np.ndarray) -> bool:
@@ -457,7 +324,7 @@ def _check_thresholds(
         ref_abs = np.abs(np.where(np.isfinite(r), r, 0.0))
         stat = t.error_stat or "elementwise"
         if stat != "elementwise":
-            _check_statistic(res, absdiff[both], ref_abs[both], atol, rtol, stat)
+            _checkstatistic(res, absdiff[both], ref_abs[both], atol, rtol, stat)
             return _check_cosine(res, t)
         allowed = atol + rtol * ref_abs
         bad = both & ~(absdiff <= allowed)
@@ -480,7 +347,7 @@ def _check_thresholds(
     _check_cosine(res, t)
 
 
-def _check_statistic(
+def _checkstatistic(
     res: OutputResult,
     diff: np.ndarray,
     ref_abs: np.ndarray,
@@ -489,7 +356,7 @@ def _check_statistic(
     stat: str,
 ) -> None:
     """``S(|cand - ref|) <= atol + rtol * S(|ref|)`` for the statistic S (finite positions)."""
-    err, scale = _statistic(diff, stat), _statistic(ref_abs, stat)
+    err, scale = statistic(diff, stat), statistic(ref_abs, stat)
     res.error_stat_value = err
     bound = atol + rtol * scale
     if not err <= bound:

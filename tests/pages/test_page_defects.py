@@ -141,7 +141,7 @@ def _two_heads() -> onnx.ModelProto:
     x = helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, 8])
     rng = np.random.default_rng(0)
     inits, nodes, outs = [], [], []
-    for name, cols in (("boxes", 4), ("landmarks", 10), ("logits", 20), ("out", 4)):
+    for name, cols in (("boxes", 4), ("landms", 10), ("logits", 20), ("kps_8", 10)):
         w = numpy_helper.from_array(rng.standard_normal((8, cols)).astype(np.float32), f"{name}.w")
         inits.append(w)
         nodes.append(helper.make_node("MatMul", ["x", w.name], [name], f"{name}/MatMul"))
@@ -151,11 +151,12 @@ def _two_heads() -> onnx.ModelProto:
 
 
 def test_top1_only_for_outputs_that_look_like_class_scores() -> None:
-    """Boxes [N, 4] and landmarks [N, 10] get no top-1 (it means nothing there); logits do."""
+    """Boxes [N, 4], landmarks [N, 10] and keypoints, named as face detectors name their heads
+    (RetinaFace's landms, SCRFD's kps_8), get no top-1 (it means nothing there); logits do."""
     model = _two_heads()
     report = validate(model, amp_convert.convert(model, level="O2"), provider="emulate")
     top1 = {o.name: o.top1 for o in report.outputs}
-    assert top1["boxes"] is None and top1["landmarks"] is None and top1["out"] is None
+    assert top1["boxes"] is None and top1["landms"] is None and top1["kps_8"] is None
     assert top1["logits"] is not None
     table = report.format_table()
     assert table.count("top1") == 1
