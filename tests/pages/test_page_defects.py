@@ -165,7 +165,7 @@ def test_top1_only_for_outputs_that_look_like_class_scores() -> None:
 def test_the_node_where_a_broken_output_breaks() -> None:
     """The first node whose error reaches half the largest: later nodes only carry it."""
     from amp_convert.auto.report import TracePoint
-    from amp_convert.pages.trace import breaking_node
+    from amp_convert.pages.worst import breaking_node
 
     def point(name: str, err: float | None) -> TracePoint:
         return TracePoint(name, "Op", 1.0, None, err, "low")
@@ -182,7 +182,7 @@ def test_the_node_where_a_broken_output_breaks() -> None:
 
 def test_a_broken_model_names_the_node_that_breaks_it() -> None:
     """An Exp overflowing FP16 at O3 (an output far from any threshold): its node is named."""
-    from amp_convert.pages.trace import worst_node
+    from amp_convert.pages.worst import worst_node
     from models.overflow import exp_overflow
 
     model, _ = exp_overflow()
