@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import math
 import os
 import time
 from collections.abc import Mapping
@@ -51,12 +50,11 @@ from amp_convert.options.convert import AUTO_LEVEL, ConvertKwargs, ConvertOption
 from amp_convert.reports.conversion import ConversionReport
 from amp_convert.reports.figures import ir_weights
 from amp_convert.validation.evidence import (
-    BROKEN_COSINE,
     ZERO_REFERENCE,
     all_zero,
-    broken_line,
     npz_bytes,
     scale_notes,
+    threshold_steps,
     weak_notes,
     weak_outputs,
 )
@@ -360,10 +358,8 @@ class Search:
                 message += f"; the generated inputs were written to {slot.path}"
             raise ValidationError(message)
         report.warnings += weak_notes(weak, random=False)
-        if gathered.random:  # the scale random data assumes, and inputs whose real one differs
-            hints = scale_notes(gathered.first.arrays)
-            if hints:
-                report.warnings.append(f"random calibration inputs{hints}")
+        if gathered.random and scale_notes(gathered.first.arrays):  # what random data assumes
+            report.warnings.append(f"random calibration inputs{scale_notes(gathered.first.arrays)}")
 
     def _next_steps(self, pinned: Mapping[str, PinnedNode]) -> list[str]:
         """What the user can do when the thresholds are not met: concrete options."""
@@ -372,18 +368,7 @@ class Search:
         gathered = self.sessions.gathered
         if gathered is not None and gathered.random:
             steps.append("next step: calibrate on real data with --inputs FILE.npz")
-        reached = [  # only near the bar: a broken output is no threshold question (evidence.py)
-            f"--min-cosine {o.name}:{math.floor(o.cosine * 1e6) / 1e6:.6f}"
-            for o in self.last.outputs
-            if o.failed and o.cosine is not None and o.cosine >= BROKEN_COSINE and not o.nonfinite
-        ]
-        steps += [broken_line(o) for o in self.last.outputs if o.failed and (
-            o.nonfinite or (o.cosine is not None and o.cosine < BROKEN_COSINE))]  # fmt: skip
-        if reached:
-            steps.append(
-                "next step: if this accuracy is enough for the output, a per-output threshold: "
-                + " ".join(reached)
-            )
+        steps += threshold_steps(self.last.outputs)  # only near the bar (evidence.py)
         node = self._worst_node(pinned)
         if node is not None:
             steps.append(

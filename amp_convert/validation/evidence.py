@@ -239,6 +239,25 @@ def broken_line(r: OutputResult) -> str:
     )
 
 
+def threshold_steps(outputs: Iterable[OutputResult]) -> list[str]:
+    """``--auto``'s next steps for failing outputs: the per-output cosine the best candidate
+    reached when it is near the bar, the broken line when it is far from it."""
+    reached, broken = [], []
+    for o in outputs:
+        if not o.failed:
+            continue
+        if _far(o, None):
+            broken.append(broken_line(o))
+        elif o.cosine is not None:
+            reached.append(f"--min-cosine {o.name}:{_down(o.cosine)}")
+    if reached:
+        broken.append(
+            "next step: if this accuracy is enough for the output, a per-output threshold: "
+            + " ".join(reached)
+        )
+    return broken
+
+
 def _up(x: float) -> str:
     """``x`` rounded up to 3 significant digits (the printed value still passes)."""
     if x <= 0:
