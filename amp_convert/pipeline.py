@@ -252,20 +252,11 @@ def _step(
     try:
         result = func(*args, **kwargs)
     except Exception as e:
-        add_note(e, f"in step {number}: {name}")
+        e.add_note(f"in step {number}: {name}")
         raise
     if log.isEnabledFor(logging.DEBUG):
         log.debug("step %d: %s -> %s", number, name, _summary(result))
     return result
-
-
-def add_note(error: BaseException, note: str) -> None:
-    """PEP 678's add_note, also on Python 3.10 (where only __notes__ holds it)."""
-    add = getattr(error, "add_note", None)
-    if add is not None:
-        add(note)
-    else:
-        error.__notes__ = [*getattr(error, "__notes__", []), note]  # type: ignore[attr-defined]
 
 
 def _summary(result: object) -> str:
