@@ -88,7 +88,9 @@ def param_at(params: Sequence[P], index: int) -> P | None:
     return None
 
 
+@functools.lru_cache(maxsize=4096)
 def _onnx_schema(op_type: str, domain: str, opset: int) -> onnx.defs.OpSchema | None:
+    """onnx's schema of the op at `opset` (a copy made in C++ per call: worth caching)."""
     try:
         return onnx.defs.get_schema(op_type, opset, domains.normalise(domain))
     except onnx.defs.SchemaError:

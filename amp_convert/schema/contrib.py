@@ -50,23 +50,48 @@ class ContribSchema:
     deprecated: bool = False
 
 
-@dataclass(frozen=True)
 class ContribTable:
-    """All schemas of the table, by (domain, op), newest version first."""
+    """All schemas of the table, by (domain, op), newest version first.
 
-    ort_version: str
-    onnx_version: str
-    by_op: dict[tuple[str, str], tuple[ContribSchema, ...]]
+    Built from the file's entries grouped by op: an op's schemas are checked and built the first
+    time it is looked up (a conversion meets a handful of the table's 180 ops; the whole table is
+    checked by validate_table, which the tests run on the shipped file).
+    """
+
+    def __init__(
+        self,
+        ort_version: str,
+        onnx_version: str,
+        raw: dict[tuple[str, str], list[tuple[str, Any]]],
+    ) -> None:
+        self.ort_version = ort_version
+        self.onnx_version = onnx_version
+        self._raw = raw  # (domain, op) -> [(where, entry)] not built yet
+        self._built: dict[tuple[str, str], tuple[ContribSchema, ...]] = {}
+
+    def schemas(self, domain: str, op: str) -> tuple[ContribSchema, ...]:
+        """Every schema version of `op` in `domain`, newest first (empty when none)."""
+        key = (domain, op)
+        found = self._built.get(key)
+        if found is None:
+            entries = [_schema(e, where) for where, e in self._raw.get(key, ())]
+            found = self._built[key] = tuple(sorted(entries, key=lambda s: -s.since))
+        return found
+
+    @property
+    def by_op(self) -> dict[tuple[str, str], tuple[ContribSchema, ...]]:
+        """Every op's schemas (all of them built)."""
+        return {key: self.schemas(*key) for key in self._raw}
 
     def lookup(self, domain: str, op: str, opset: int) -> ContribSchema | None:
         """The newest schema of `op` in `domain` with since <= opset, or None."""
-        for entry in self.by_op.get((domain, op), ()):
+        for entry in self.schemas(domain, op):
             if entry.since <= opset:
                 return entry
         return None
 
     def ops(self, domain: str) -> frozenset[str]:
-        return frozenset(op for d, op in self.by_op if d == domain)
+        return frozenset(op for d, op in self._raw if d == domain)
 
 
 def _fail(where: str, what: str) -> ContribTableError:
@@ -115,25 +140,36 @@ def _schema(e: Any, where: str) -> ContribSchema:
     )
 
 
-def validate_table(data: Any, where: str) -> ContribTable:
-    """The table of a file's parsed content; ContribTableError names the first problem."""
+def _header(data: Any, where: str) -> None:
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise _fail(where, f"must be a JSON object with 'format': {FORMAT}")
     if not isinstance(data.get("ort_version"), str) or not isinstance(data.get("schemas"), list):
         raise _fail(where, "needs 'ort_version' (a string) and 'schemas' (a list)")
-    by_op: dict[tuple[str, str], list[ContribSchema]] = {}
+
+
+def _grouped(data: Any, where: str) -> ContribTable:
+    """The table with its entries grouped by op, each op built at its first lookup."""
+    _header(data, where)
+    raw: dict[tuple[str, str], list[tuple[str, Any]]] = {}
+    for i, e in enumerate(data["schemas"]):
+        key = (e.get("domain"), e.get("op")) if isinstance(e, dict) else (None, None)
+        raw.setdefault(key, []).append((f"{where}: schema #{i}", e))  # type: ignore[arg-type]
+    return ContribTable(data["ort_version"], str(data.get("onnx_version", "")), raw)
+
+
+def validate_table(data: Any, where: str) -> ContribTable:
+    """The table of a file's parsed content, every entry checked; ContribTableError names the
+    first problem."""
+    table = _grouped(data, where)
     for i, raw in enumerate(data["schemas"]):
-        entry = _schema(raw, f"{where}: schema #{i}")
-        by_op.setdefault((entry.domain, entry.op), []).append(entry)
-    return ContribTable(
-        data["ort_version"],
-        str(data.get("onnx_version", "")),
-        {k: tuple(sorted(v, key=lambda s: -s.since)) for k, v in by_op.items()},
-    )
+        _schema(raw, f"{where}: schema #{i}")  # in file order: the first problem is named
+    table.by_op  # noqa: B018  (every op built)
+    return table
 
 
 @functools.cache
 def load_contrib_table() -> ContribTable:
-    """The table shipped with amp-convert (read once)."""
+    """The table shipped with amp-convert (read once; an op's entries are built when first
+    looked up)."""
     text = resources.files("amp_convert.schema").joinpath(TABLE_NAME).read_text(encoding="utf-8")
-    return validate_table(json.loads(text), TABLE_NAME)
+    return _grouped(json.loads(text), TABLE_NAME)

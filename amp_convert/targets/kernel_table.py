@@ -110,6 +110,7 @@ class KernelTable:
         ort_version: str | None = None,
         source: Mapping[str, Any] | None = None,
         ops: Mapping[tuple[str, str], _OpEntry] | None = None,
+        raw_ops: Mapping[tuple[str, str], tuple[Any, list[Any]]] | None = None,
         load_time_ops: Mapping[tuple[str, str], str] | None = None,
         accept_all: bool = False,
         fallback: str | None = None,
@@ -121,15 +122,25 @@ class KernelTable:
         self.source = dict(source or {})
         self.accept_all = accept_all
         self._ops = dict(ops or {})
+        self._raw = dict(raw_ops or {})  # (domain, op) -> (file entry, constraints), not built
         self._load_time = dict(load_time_ops or {})
         self.fallback = fallback
         """The target that claims what this one does not (ORT CUDA: "ort-cpu"); None: nothing."""
 
     def __repr__(self) -> str:
-        return f"KernelTable({self.name!r}, ort_version={self.ort_version!r}, ops={len(self._ops)})"
+        ops = len(self._ops) + len(self._raw)
+        return f"KernelTable({self.name!r}, ort_version={self.ort_version!r}, ops={ops})"
+
+    def entry(self, op_type: str, domain: str) -> _OpEntry | None:
+        """The op's kernels and constraints (built from the file's entry at the first lookup)."""
+        key = (_domain(domain), op_type)
+        found = self._ops.get(key)
+        if found is None and key in self._raw:
+            found = self._ops[key] = _op_entry(*self._raw.pop(key))
+        return found
 
     def _kernels(self, op_type: str, domain: str, opset: int) -> tuple[_OpEntry | None, list]:
-        entry = self._ops.get((_domain(domain), op_type))
+        entry = self.entry(op_type, domain)
         if entry is None:
             return None, []
         return entry, [k for k in entry.kernels if k.covers(opset)]
@@ -341,51 +352,62 @@ def _bind(
 # Loading table files (their format is checked by table_format.validate_table)
 
 
-def table_from_data(data: Any, where: str = "kernel table") -> KernelTable:
-    """A KernelTable from a table file's parsed JSON (validated first)."""
-    validate_table(data, where)
-    constraints: dict[tuple[str, str], list[Constraint]] = {}
+def table_from_data(
+    data: Any, where: str = "kernel table", *, checked: bool = False
+) -> KernelTable:
+    """A KernelTable from a table file's parsed JSON, validated first unless `checked` (a
+    shipped table: the tests validate it). An op's kernels are built at its first lookup."""
+    if not checked:
+        validate_table(data, where)
+    constraints: dict[tuple[str, str], list[Any]] = {}
     for c in data.get("constraints", []):
-        allowed = c.get("allowed", [])
-        if c["kind"] != "combinations":
-            allowed = [[t] for t in allowed]
-        constraints.setdefault((_domain(c["domain"]), c["op"]), []).append(
-            Constraint(
-                c["kind"],
-                c["since"],
-                c["until"],
-                tuple(c["type_params"]),
-                tuple(tuple(element(t) for t in combo) for combo in allowed),
-                c["reason"],
-            )
-        )
-    ops: dict[tuple[str, str], _OpEntry] = {}
+        constraints.setdefault((_domain(c["domain"]), c["op"]), []).append(c)
+    raw: dict[tuple[str, str], tuple[Any, list[Any]]] = {}
     for domain, entries in data["kernels"].items():
         for op, entry in entries.items():
-            kernels = tuple(
-                Kernel(
-                    k["since"],
-                    k["until"],
-                    {v: frozenset(element(t) for t in ts) for v, ts in k["types"].items()},
-                )
-                for k in entry["kernels"]
-            )
             key = (_domain(domain), op)
-            ops[key] = _OpEntry(
-                kernels, tuple(entry.get("params", [])), tuple(constraints.get(key, []))
-            )
+            raw[key] = (entry, constraints.get(key, []))
     return KernelTable(
         data["target"],
         display=data.get("display", data["target"]),
         provider=data["provider"],
         ort_version=data["ort_version"],
         source=data.get("source", {}),
-        ops=ops,
+        raw_ops=raw,
         load_time_ops={
             (_domain(x["domain"]), x["op"]): x.get("reason", "")
             for x in data.get("load_time_ops", [])
         },
         fallback=data.get("fallback"),
+    )
+
+
+def _constraint(c: Any) -> Constraint:
+    allowed = c.get("allowed", [])
+    if c["kind"] != "combinations":
+        allowed = [[t] for t in allowed]
+    return Constraint(
+        c["kind"],
+        c["since"],
+        c["until"],
+        tuple(c["type_params"]),
+        tuple(tuple(element(t) for t in combo) for combo in allowed),
+        c["reason"],
+    )
+
+
+def _op_entry(entry: Any, constraints: list[Any]) -> _OpEntry:
+    """One op's kernels and constraints as the table file writes them."""
+    kernels = tuple(
+        Kernel(
+            k["since"],
+            k["until"],
+            {v: frozenset(element(t) for t in ts) for v, ts in k["types"].items()},
+        )
+        for k in entry["kernels"]
+    )
+    return _OpEntry(
+        kernels, tuple(entry.get("params", [])), tuple(_constraint(c) for c in constraints)
     )
 
 
@@ -402,6 +424,12 @@ def load_table(path: str | Path) -> KernelTable:
         where = f"line {e.lineno}, column {e.colno}"
         raise TargetError(f"{p}: not valid JSON ({where}): {e.msg}") from None
     return table_from_data(data, str(p))
+
+
+def _load_shipped(path: Path) -> KernelTable:
+    """A table shipped with amp-convert: read, not validated again (tests/targets validates the
+    shipped files against table_format)."""
+    return table_from_data(json.loads(path.read_text(encoding="utf-8")), str(path), checked=True)
 
 
 def load_target(name: str = "ort-cuda") -> KernelTable:
@@ -424,6 +452,6 @@ def _load_target(name: str) -> KernelTable:
     if file is not None:
         ref = resources.files("amp_convert.targets").joinpath(file)
         with resources.as_file(ref) as path:
-            return load_table(path)
+            return _load_shipped(path)
     known = ", ".join(TARGETS)
     raise TargetError(f"unknown target {name!r}: use one of {known} (a table file: load_table)")

@@ -155,3 +155,14 @@ def test_user_deny_holds_at_o3_builtin_deny_does_not(tmp_path: Path) -> None:
         pow_model(3.0), level="O3", fp32_ops=["Pow"], return_report=True
     )
     assert report.decision("pow").precision == "fp32"
+
+
+def test_shipped_rules_name_inputs_and_attributes_their_ops_have() -> None:
+    """The shipped conditional rules are parsed without the per-run schema check that user
+    rules get; this test holds them to it instead."""
+    from amp_convert.op_lists import _check_subject
+
+    rules = load_builtin().rules
+    assert rules
+    for rule in rules:
+        _check_subject(rule.op, rule.subject, "conditional.txt", f"{rule.op} {rule.subject}")

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from amp_convert import convert, schema
 from amp_convert.commands.cli import cli
 from amp_convert.errors import OptionError
-from amp_convert.schema.contrib import TABLE_PATH, load_contrib_table
+from amp_convert.schema.contrib import TABLE_PATH, load_contrib_table, validate_table
 from amp_convert.validation import validate
 from models.fused import ALL_FUSED, genai_llama, ort_optimized_bert, step_feeds
 from tests.helpers import FLOAT, FLOAT16, all_nodes, casts, session
@@ -70,6 +70,19 @@ def test_table_is_package_data_with_its_ort_version() -> None:
     assert {"EmbedLayerNormalization", "SkipSimplifiedLayerNormalization", "BiasGelu"} <= ms
     assert "SimplifiedLayerNormalization" in table.ops("")  # ORT's, in the ONNX domain
     assert "Conv" not in table.ops("")  # onnx's own ops are not repeated
+
+
+def test_shipped_table_validates_and_loads_lazily_as_it_validates() -> None:
+    """load_contrib_table builds an op's schemas at its first lookup, without validating the
+    file again (this test does): every op comes out as validate_table builds it."""
+    data = json.loads(TABLE_PATH.read_text())
+    eager = validate_table(data, "shipped")
+    lazy = load_contrib_table()
+    assert len(eager.by_op) > 150
+    for domain, op in eager.by_op:
+        assert lazy.schemas(domain, op) == eager.schemas(domain, op)
+    assert lazy.by_op == eager.by_op
+    assert lazy.schemas("com.microsoft", "NoSuchOp") == ()
 
 
 @pytest.mark.parametrize(

@@ -17,6 +17,7 @@ from amp_convert.errors import AmpConvertError, TargetError
 from amp_convert.targets import find_uncovered, formals, load_table, load_target, uncovered_nodes
 from amp_convert.targets.kernel_table import table_from_data
 from amp_convert.targets.opkernel_doc import parse_operator_kernels
+from amp_convert.targets.table_format import validate_table
 
 F, H, B = ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.BFLOAT16
 I32, I64 = ir.DataType.INT32, ir.DataType.INT64
@@ -154,6 +155,26 @@ def test_committed_tables_are_in_generator_format() -> None:
     assert (cpu["provider"], cpu["ort_version"]) == ("CPUExecutionProvider", data["ort_version"])
 
 
+@pytest.mark.parametrize("target", ["ort-cuda", "ort-cpu"])
+def test_shipped_tables_validate_and_load_lazily_as_they_validate(target: str) -> None:
+    """load_target reads a shipped table without validating it again (this test does) and
+    builds an op's kernels at its first lookup: every op comes out as the validating load
+    builds it."""
+    from amp_convert.targets.kernel_table import _load_target
+
+    path = TABLE.with_name(f"ort_{target.removeprefix('ort-')}_kernels.json")
+    data = json.loads(path.read_text())
+    validate_table(data, str(path))
+    lazy, eager = _load_target(target), table_from_data(data, str(path))
+    keys = [(d, op) for d, ops in data["kernels"].items() for op in ops]
+    assert len(keys) > 100
+    for domain, op in keys:
+        assert lazy.entry(op, domain) == eager.entry(op, domain) is not None
+    assert lazy.entry("NoSuchOp", "") is None
+    assert repr(lazy) == repr(eager)
+
+
+# --- accepts() on the committed ORT CUDA table ---------------------------------------------------
 # --- accepts() on the committed ORT CUDA table ---------------------------------------------------
 
 
