@@ -16,6 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from amp_convert.placement import mincut
 from amp_convert.placement.mincut import INF, FlowNetwork
 from tests.placement.dinic_reference import DinicNetwork
 
@@ -413,15 +414,28 @@ def _reference_network(shape: str, n: int, seed: int) -> list[tuple[int, int, in
     return edges
 
 
-@settings(max_examples=100, deadline=None)
-@given(shape=st.sampled_from(_SHAPES), n=st.integers(2, 400), seed=st.integers(0, 2**32 - 1))
+@settings(max_examples=150, deadline=None)
+@given(
+    shape=st.sampled_from(_SHAPES),
+    n=st.integers(2, 400),
+    seed=st.integers(0, 2**32 - 1),
+    work=st.sampled_from([0, 1, mincut.AUGMENTING_WORK]),
+)
 def test_flow_and_side_equal_the_dinic_solver_on_random_networks(
-    shape: str, n: int, seed: int
+    shape: str, n: int, seed: int, work: int
 ) -> None:
-    """The push-relabel solver against the Dinic solver it replaced (tests/placement/
+    """The solver against the Dinic-only solver it replaced (tests/placement/
     dinic_reference.py): the same maximum flow, and the same source side (the smallest of all
-    minimum cuts, which every maximum flow's residual graph gives)."""
-    edges = _reference_network(shape, n, seed)
+    minimum cuts, which every maximum flow's residual graph gives), whether push-relabel does it
+    all (work 0), takes over after a pass of augmenting paths, or at the default budget."""
+    saved, mincut.AUGMENTING_WORK = mincut.AUGMENTING_WORK, work
+    try:
+        _check_against_dinic(_reference_network(shape, n, seed), n)
+    finally:
+        mincut.AUGMENTING_WORK = saved
+
+
+def _check_against_dinic(edges: list[tuple[int, int, int]], n: int) -> None:
     new, old = FlowNetwork(), DinicNetwork()
     for _ in range(n + 2):
         new.add_vertex()
