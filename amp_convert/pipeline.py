@@ -51,6 +51,7 @@ from amp_convert.cost.traffic import (
 )
 from amp_convert.errors import InputError, VerificationError
 from amp_convert.files.contrib_checks import check_runtime_ops
+from amp_convert.files.onnx_checks import serialised_once
 from amp_convert.op_lists import (
     OpLists,
     apply_user_file,
@@ -120,9 +121,10 @@ def run(model: ir.Model, options: ConvertOptions) -> ConversionReport:
     snapshot = Snapshot.take(model)  # the original's values and nodes: the value map's keys
     prepared = _step(1, "prepare", prepare, model)
     upgraded = _step(1, "opset upgrade", _upgrade, model, options, prepared.names)
-    strict_error, inferred = _step(2, "analyse", analyse, model)
-    report.warnings.extend(schema.unknown_warnings(model))
-    shapes = ShapeBook(model, options.dim_values)  # sizes from the input dims (cost/shapes.py)
+    with serialised_once(model):  # analyse and the shape inference read one stripped copy
+        strict_error, inferred = _step(2, "analyse", analyse, model)
+        report.warnings.extend(schema.unknown_warnings(model))
+        shapes = ShapeBook(model, options.dim_values)  # sizes from the input dims (cost/shapes)
     _step(3, "infer dtypes", infer_dtypes, model, inferred)
     check_runtime_ops(model)  # the input's ORT ops against ORT's schemas: its fault, not ours
     before = _step(4, "measure", measure_original, model, shapes, low, keep_io, low_io)

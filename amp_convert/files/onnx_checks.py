@@ -13,8 +13,9 @@ its runtime, like any contrib op. Our own checks type them from ORT's schema tab
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TypeVar
 
 import onnx
@@ -45,16 +46,46 @@ def hide_runtime_ops(proto: onnx.ModelProto) -> int:
     return moved
 
 
+#: id(model) -> its stripped copy, while a `serialised_once` block holds one
+_held: dict[int, onnx.ModelProto] = {}
+
+
+@contextlib.contextmanager
+def serialised_once(model: ir.Model) -> Iterator[None]:
+    """Inside the block (where nobody edits `model`) call_on_stripped serialises it once and
+    hands every call a copy: serialising is Python work per node, copying the proto is not (the
+    look at the original and the shape inference read the same graph)."""
+    _held.pop(id(model), None)
+    try:
+        _held[id(model)] = onnx.ModelProto()  # empty: filled by the first call
+        yield
+    finally:
+        _held.pop(id(model), None)
+
+
 def call_on_stripped(model: ir.Model, func: Callable[[onnx.ModelProto], _R]) -> _R:
     """Run an onnx C-API function on the model serialised without its large weights.
 
     ONNX-domain ops only ORT defines are moved out of the ONNX domain in that copy
-    (hide_runtime_ops).
+    (hide_runtime_ops). Inside `serialised_once(model)` the copy is made once.
 
     Large initializers, and every external one (the onnx checker would look for its file relative
     to the working directory), become typed graph inputs for the duration of the call; the model
     is left as it was, whatever happens.
     """
+    held = _held.get(id(model))
+    if held is not None and held.HasField("graph"):
+        copy = onnx.ModelProto()
+        copy.CopyFrom(held)
+        return func(copy)
+    proto = _stripped(model)
+    if held is not None:
+        held.CopyFrom(proto)
+    return func(proto)
+
+
+def _stripped(model: ir.Model) -> onnx.ModelProto:
+    """The model serialised with its large and external weights as typed graph inputs."""
     graph = model.graph
     saved_inputs = list(graph.inputs)
     removed: list[ir.Value] = []
@@ -72,7 +103,7 @@ def call_on_stripped(model: ir.Model, func: Callable[[onnx.ModelProto], _R]) -> 
     try:
         proto = ir.serde.serialize_model(model)
         hide_runtime_ops(proto)
-        return func(proto)
+        return proto
     finally:
         graph.inputs.clear()
         graph.inputs.extend(saved_inputs)

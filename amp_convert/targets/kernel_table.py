@@ -124,6 +124,7 @@ class KernelTable:
         self._ops = dict(ops or {})
         self._raw = dict(raw_ops or {})  # (domain, op) -> (file entry, constraints), not built
         self._load_time = dict(load_time_ops or {})
+        self._answers: dict[tuple, str | None] = {}  # accepts() by (op, domain, opset, types)
         self.fallback = fallback
         """The target that claims what this one does not (ORT CUDA: "ort-cpu"); None: nothing."""
 
@@ -179,13 +180,19 @@ class KernelTable:
         """
         if self.accept_all or (_domain(domain), op_type) in self._load_time:
             return None
-        reason = self._reason(op_type, domain, opset, input_dtypes, output_dtypes)
-        if reason is not None and self.inlined(op_type, domain, opset, input_dtypes, output_dtypes):
+        key = (op_type, domain, opset, tuple(input_dtypes), tuple(output_dtypes))
+        try:
+            return self._answers[key]  # a model repeats a few signatures thousands of times
+        except KeyError:
+            pass
+        reason = self._reason(op_type, domain, opset, key[3], key[4])
+        if reason is not None and self.inlined(op_type, domain, opset, key[3], key[4]):
             who = f"{self.display} or {self.fallback}" if self.fallback else self.display
-            return (
+            reason = (
                 f"no {who} kernel takes {op_type}-{opset} in these types: "
                 "ORT inlines its function body (not checked here)"
             )
+        self._answers[key] = reason
         return reason
 
     def inlined(
