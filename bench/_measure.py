@@ -5,6 +5,7 @@ this module's own command line (convert_bench.py)::
 
     python -m bench._measure convert SRC DST LEVEL DTYPE
     python -m bench._measure floor SRC DST EXTERNAL        (EXTERNAL: 1 or 0)
+    python -m bench._measure read_round SRC                (numpy reads and rounds its weights)
 
 which prints one JSON line on stdout (the last line): the timed seconds, the RSS right before the
 timed work (interpreter + imports) and the process's peak RSS (VmHWM, see peak_rss) at the end,
@@ -158,11 +159,39 @@ def measure_floor(src: str, dst: str, external: bool) -> dict:
     return _timed(lambda: _save(onnx.load(src), dst, external))[0]
 
 
+def measure_read_round(src: str) -> dict:
+    """The host's own cost of one read-and-round pass over a model's weights: every external
+    data file read in 64 MiB pieces (readinto one buffer) and each piece cast to float16 by
+    numpy (astype), nothing written. What a converter cannot do with less work."""
+    import numpy as np
+
+    from bench._corpus import external_data_files
+
+    folder = Path(src).parent
+    files = [folder / loc for loc in sorted(external_data_files(src))]
+    piece = bytearray(64 << 20)
+
+    def work() -> int:
+        total = 0
+        for path in files:
+            with open(path, "rb", buffering=0) as f:
+                while n := f.readinto(piece):
+                    usable = n - n % 4
+                    np.frombuffer(piece, np.float32, usable // 4).astype(np.float16)
+                    total += n
+        return total
+
+    result, total = _timed(work)
+    return {**result, "bytes": total}
+
+
 def main(argv: list[str]) -> int:
     kind, *args = argv
     try:
         if kind == "convert":
             result = measure_convert(*args)
+        elif kind == "read_round":
+            result = measure_read_round(*args)
         elif kind == "floor":
             src, dst, external = args
             result = measure_floor(src, dst, external == "1")

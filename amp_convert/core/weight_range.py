@@ -100,19 +100,23 @@ class RangeStats:
         return math.sqrt(self.loss_sq / self.sumsq) if self.sumsq > 0 else 0.0
 
 
-def scan(array: np.ndarray, limits: LowLimits, scratch: bool = False) -> RangeStats:
+def scan(
+    array: np.ndarray, limits: LowLimits, scratch: bool = False, work: np.ndarray | None = None
+) -> RangeStats:
     """RangeStats of `array` against `limits`, a chunk at a time (no whole-size temporary).
 
     Only the values below the smallest normal are rounded here (usually none or a few): the
     others lose at most `roundoff` of themselves, whatever the weight. `scratch`: `array` is
-    the caller's to overwrite (a read buffer), so its magnitudes are taken in place.
+    the caller's to overwrite (a read buffer), so its magnitudes are taken in place; else into
+    `work` when given (a caller's float array of at least a chunk, or of `array`'s size).
     """
     flat = array.reshape(-1)
     total = RangeStats()
     mask = np.empty(min(flat.size, _CHUNK), dtype=bool)
     for start in range(0, flat.size, _CHUNK):
         part = flat[start : start + _CHUNK]
-        total = total + _scan_chunk(part, limits, part if scratch else None, mask[: part.size])
+        out = part if scratch else None if work is None else work[: part.size]
+        total = total + _scan_chunk(part, limits, out, mask[: part.size])
     return total
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator, Sequence
 
+import numpy as np
 import onnx_ir as ir
 
 from amp_convert.core import chunk_pool
@@ -47,9 +48,13 @@ def range_stats(tensors: Sequence[ir.TensorProtocol], low: ir.DataType) -> list[
         buffer = getattr(local, "buffer", None)
         if buffer is None:
             buffer = local.buffer = bytearray(SCAN_CHUNK * 4)
-        # an external tensor's range is read into the worker's buffer: scan may overwrite it
-        scratch = isinstance(tensor, ir.ExternalTensor)
-        return scan(read_chunk(tensor, start, stop, buffer), limits, scratch=scratch)
+        values = read_chunk(tensor, start, stop, buffer)
+        # a range read into the worker's buffer may be overwritten; a mapped one is the page
+        # cache's (read-only): its magnitudes go into the buffer
+        scratch = isinstance(tensor, ir.ExternalTensor) and values.flags.writeable
+        fits = not scratch and len(buffer) >= values.nbytes
+        work = np.frombuffer(buffer, values.dtype, count=values.size) if fits else None
+        return scan(values, limits, scratch=scratch, work=work)
 
     def run_batch(batch: list[_Job]) -> list[tuple[int, RangeStats | AmpConvertError]]:
         results: list[tuple[int, RangeStats | AmpConvertError]] = []

@@ -28,6 +28,7 @@ import onnx_ir as ir
 
 from amp_convert.core import chunk_pool
 from amp_convert.core.tensors import LowCopy, low_chunks_are_bytes, read_error, release
+from amp_convert.files import direct_stream
 
 #: errors after which copy_file_range is replaced by pread + pwrite (another filesystem...)
 _NO_KERNEL_COPY = {errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.EPERM, errno.EXDEV}
@@ -91,9 +92,80 @@ def jobs(placed: Sequence[Placed]) -> Iterator[Job]:
 
 
 def write(placed: Sequence[Placed], fd: int, threads: int | None = None) -> None:
-    """Write the bytes of `placed` into the open file `fd` (sized to fit first)."""
+    """Write the bytes of `placed` into the open file `fd` (sized to fit first): with O_DIRECT
+    in file order where the platform allows it and every weight can be read by range
+    (direct_stream), else through the page cache."""
     end = max((p.offset + p.tensor.nbytes for p in placed), default=0)
     os.ftruncate(fd, end)
+    threads = chunk_pool.workers() if threads is None else threads
+    if _dense(placed) and all(_streamable(p.tensor) for p in placed):
+        with direct_stream.open_direct(fd, end) as stream:
+            if stream is not None:
+                _write_direct(placed, stream, threads)
+                return
+    _write_buffered(placed, fd, threads)
+
+
+def _dense(placed: Sequence[Placed]) -> bool:
+    """Whether the weights follow one another in offset order with no gap (ir.save's layout)."""
+    at = 0
+    for p in placed:
+        if p.offset != at:
+            return False
+        at += p.tensor.nbytes
+    return True
+
+
+def _streamable(tensor: ir.TensorProtocol) -> bool:
+    """Whether the weight's jobs are ranges or a whole tensor small enough to wait its turn."""
+    if isinstance(tensor, LowCopy) and low_chunks_are_bytes(tensor):
+        return True
+    if isinstance(tensor, ir.ExternalTensor) and hasattr(os, "pread"):
+        return True
+    return tensor.nbytes <= _copy_bytes()
+
+
+def _write_direct(
+    placed: Sequence[Placed], stream: direct_stream.DirectStream, threads: int
+) -> None:
+    """The jobs' results appended to `stream` in file order by this thread (kept ranges read
+    straight into its buffer); rounding buffers handed back for the next chunks."""
+    local = threading.local()
+    spare: list[bytearray] = []
+
+    def run(batch: list[Job]) -> list[Ready]:
+        return [write_chunk(job, local, spare) for job in batch]
+
+    work = chunk_pool.batches(jobs(placed), _source_bytes, _copy_bytes())
+    results = chunk_pool.ordered_map(run, work, threads=threads)
+    with contextlib.closing(results):  # a failed job stops the workers before it propagates
+        for ready in results:
+            for item in ready:
+                if item.data is None:
+                    _stream_range(item.job, stream)
+                else:
+                    stream.put(item.data, item.job.at)
+                if item.buffer is not None:
+                    spare.append(item.buffer)
+    stream.finish()
+
+
+def _stream_range(job: Job, stream: direct_stream.DirectStream) -> None:
+    """A kept range of an external tensor read into the stream (what _copy_range copies)."""
+    tensor = job.tensor
+    assert isinstance(tensor, ir.ExternalTensor)
+    src = _open_source(tensor)
+    try:
+        count = job.stop - job.start
+        if stream.put_from(src, (tensor.offset or 0) + job.start, count, job.at) < count:
+            read_error(tensor)  # the data file shrank
+    finally:
+        os.close(src)
+
+
+def _write_buffered(placed: Sequence[Placed], fd: int, threads: int) -> None:
+    """The page-cache way: this thread writes the jobs' results at their offsets (pwrite) and
+    copies kept ranges inside the kernel; a whole tensor bigger than a chunk, its worker."""
     local = threading.local()
     spare: list[bytearray] = []  # rounding buffers written out, for the next chunks (see Ready)
     writing = threading.Lock()
@@ -109,7 +181,6 @@ def write(placed: Sequence[Placed], fd: int, threads: int | None = None) -> None
             return []
         return ready
 
-    threads = chunk_pool.workers() if threads is None else threads
     work = chunk_pool.batches(jobs(placed), _source_bytes, _copy_bytes())
     results = chunk_pool.ordered_map(run, work, threads=threads)
     with contextlib.closing(results):  # a failed write stops the workers before it propagates
@@ -180,13 +251,7 @@ def _copy_range(tensor: ir.TensorProtocol, fd: int, job: Job) -> None:
     assert isinstance(tensor, ir.ExternalTensor)
     count = job.stop - job.start
     source = (tensor.offset or 0) + job.start
-    try:
-        check = getattr(tensor, "_check_path_containment", None)
-        if check is not None:  # what onnx-ir checks before it copies
-            check()
-        src = os.open(tensor.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-    except (OSError, ValueError):
-        read_error(tensor)
+    src = _open_source(tensor)
     try:
         done = 0
         kernel = getattr(os, "copy_file_range", None)
@@ -208,6 +273,17 @@ def _copy_range(tensor: ir.TensorProtocol, fd: int, job: Job) -> None:
             done += len(data)
     finally:
         os.close(src)
+
+
+def _open_source(tensor: ir.ExternalTensor) -> int:
+    """The tensor's data file opened for reading; read()'s one-line error when it cannot be."""
+    try:
+        check = getattr(tensor, "_check_path_containment", None)
+        if check is not None:  # what onnx-ir checks before it copies
+            check()
+        return os.open(tensor.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    except (OSError, ValueError):
+        read_error(tensor)
 
 
 def _copy_bytes() -> int:

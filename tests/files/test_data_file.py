@@ -9,9 +9,11 @@ never holds more than its bound of chunks.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +28,7 @@ from amp_convert.commands.cli import cli
 from amp_convert.core import chunk_pool, tensors, weight_range, weight_scan
 from amp_convert.core.precision import numpy_type
 from amp_convert.errors import InputError, OptionError
-from amp_convert.files import data_file
+from amp_convert.files import data_file, direct_stream
 from amp_convert.files import io as amp_io
 from tests.graphs import mlp
 from tests.helpers import one_line_error
@@ -37,8 +39,10 @@ LOW = {"fp16": ir.DataType.FLOAT16, "bf16": ir.DataType.BFLOAT16}
 SMALL_CHUNK = 64  # elements: the tests cross chunk boundaries with small tensors
 
 
-@pytest.fixture
-def small_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture(params=["pread", "mapped"])
+def small_chunks(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> None:
+    """Chunks of SMALL_CHUNK elements, ranges read with pread or mapped (tensors._map_range)."""
+    monkeypatch.setattr(tensors, "_MAP_MIN", 1 << 40 if request.param == "pread" else 1)
     monkeypatch.setattr(chunk_pool, "CHUNK", SMALL_CHUNK)
     monkeypatch.setattr(weight_range, "_CHUNK", SMALL_CHUNK)
     monkeypatch.setattr(weight_scan, "SCAN_CHUNK", SMALL_CHUNK)
@@ -220,9 +224,15 @@ def test_scan_in_place_gives_the_same_stats() -> None:
     assert weight_range.scan(values, limits) == want  # the plain scan left `values` alone
 
 
-def test_one_thread_writes_the_data_file(tmp_path: Path, small_chunks, monkeypatch) -> None:
+@pytest.mark.parametrize("direct", [True, False])
+def test_one_thread_writes_the_data_file(
+    tmp_path: Path, small_chunks, monkeypatch, direct: bool
+) -> None:
     """Workers read and round; every write comes from the caller's thread, in file order (writers
-    on several threads only contend for the file's inode lock)."""
+    on several threads only contend for the file's inode lock), with O_DIRECT (direct_stream)
+    and through the page cache."""
+    if not direct:
+        monkeypatch.setattr(direct_stream, "open_direct", _no_direct)
     arrays = {f"w{i}": awkward_values(n, i) for i, n in enumerate(SIZES)}
     external = external_arrays(tmp_path, arrays)
     placed, offset = [], 0
@@ -231,13 +241,13 @@ def test_one_thread_writes_the_data_file(tmp_path: Path, small_chunks, monkeypat
         placed.append(data_file.Placed(ir.Value(name=t.name), tensor, offset))
         offset += tensor.nbytes
     writes: list[tuple[int, int]] = []
-    real = data_file._pwrite_all
+    real = os.pwrite
 
-    def recorded(fd: int, data: memoryview, at: int) -> None:
+    def recorded(fd: int, data: memoryview, at: int) -> int:
         writes.append((threading.get_ident(), at))
-        real(fd, data, at)
+        return real(fd, data, at)
 
-    monkeypatch.setattr(data_file, "_pwrite_all", recorded)
+    monkeypatch.setattr(os, "pwrite", recorded)
     data = written(tmp_path, placed, threads=3)
     assert writes and {who for who, _ in writes} == {threading.get_ident()}
     assert [at for _, at in writes] == sorted(at for _, at in writes)
@@ -369,6 +379,12 @@ def test_ordered_map_error_is_the_first_in_order_after_every_worker_stopped() ->
     assert seen == [0, 1, 2]
     assert not running  # no worker outlives the call
     assert len(finished) < 20  # the jobs not started were cancelled
+
+
+@contextlib.contextmanager
+def _no_direct(fd: int, size: int) -> Iterator[None]:
+    """direct_stream.open_direct on a file system without O_DIRECT."""
+    yield None
 
 
 def test_a_whole_tensor_bigger_than_a_chunk_is_written_by_its_worker(
