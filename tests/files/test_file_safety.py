@@ -26,7 +26,7 @@ from click.testing import CliRunner
 import amp_convert
 from amp_convert import OutputError
 from amp_convert.commands.cli import cli
-from amp_convert.files import data_file, safe_write
+from amp_convert.files import data_file, direct_stream, safe_write
 from amp_convert.files import io as amp_io
 from amp_convert.reports.conversion import ConversionReport
 from tests.graphs import mlp
@@ -284,12 +284,17 @@ def test_failed_force_rewrite_keeps_the_old_pair(
         os.pwrite(fd, b"\0" * 10, offset)
         raise OSError(28, "No space left on device")
 
+    def direct_disk_full(stream, length):  # the same with O_DIRECT: one block, then full
+        os.pwrite(stream.fd, stream.view[: direct_stream.ALIGN], stream.start)
+        raise OSError(28, "No space left on device")
+
     if stage == "graph":
         monkeypatch.setattr(onnx, "save", graph_disk_full)
     elif stage == "rename":
         monkeypatch.setattr(amp_io.os, "replace", rename_fails)
     else:
         monkeypatch.setattr(data_file, "_pwrite_all", data_disk_full)
+        monkeypatch.setattr(direct_stream.DirectStream, "_write", direct_disk_full)
     with pytest.raises(OutputError, match="No space left on device"):
         amp_convert.convert_file(src, out, dtype="bf16", force=True)
     monkeypatch.setattr(onnx, "save", real_save)
