@@ -17,7 +17,6 @@ from amp_convert import pipeline
 from amp_convert.errors import InputError
 from amp_convert.files import io
 from amp_convert.files import outputs as output_rules
-from amp_convert.options import checks as option_checks
 from amp_convert.options.convert import ConvertKwargs, ConvertOptions, resolve
 from amp_convert.reports.conversion import ConversionReport
 
@@ -125,7 +124,6 @@ class FileConversion:
             raise InputError(f"{self.src}: this conversion already ran")
         model = io.model_from_file(self.proto, self.src)
         self.proto = None
-        option_checks.check_dims(self.options, model)
         external = self.external_data
         if external is None:
             external = io.uses_external_data(model) or None  # None: decide by size

@@ -8,12 +8,15 @@ samples). Olive finds it through the package config shipped next to this module
 provider picks the target (CUDA -> ``ort-cuda``, CPU -> ``ort-cpu``; others are refused with one
 line until a target exists for them). The model is written through Olive's own external-data
 helper, and the report as ``amp_report.json`` in the model's folder (Olive carries it along).
+The conversion parameters are generated from ConvertOptions' declarations (`conversion_params`):
+every conversion flag is a pass parameter of the same name, and a new option is one here too.
 
 Imported by Olive only: ``import amp_convert`` never loads Olive.
 """
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -36,12 +39,17 @@ from amp_convert.files import io
 from amp_convert.files import outputs as output_rules
 from amp_convert.files.output_set import OutputSet
 from amp_convert.options.convert import ConvertOptions
+from amp_convert.options.declare import cli_fields, default_of
 from amp_convert.reports.base import Report
+from amp_convert.validation.options import AUTO_MIN_COSINE
 
 #: Olive execution provider -> amp-convert target
 EP_TARGETS = {"CUDAExecutionProvider": "ort-cuda", "CPUExecutionProvider": "ort-cpu"}
-#: the conversion options the pass mirrors (ConvertOptions' fields)
-OPTION_KEYS = ("level", "dtype", "keep_io_types", "low_io", "fp32_ops", "fp16_ops", "exclude_nodes")
+#: the conversion options the pass mirrors: ConvertOptions' command-line fields, but the target
+#: (which defaults to the accelerator's)
+OPTION_KEYS = tuple(f.name for f in cli_fields(ConvertOptions) if f.name != "target")
+#: an Olive parameter's type for each kind of declared option
+_OLIVE_TYPES: dict[str, Any] = {"choice": str, "switch": bool, "flag": bool, "path": str}
 REPORT_NAME = "amp_report.json"
 
 
@@ -69,6 +77,25 @@ def target_for(accelerator: AcceleratorSpec | None, configured: str | None) -> s
         known = ", ".join(f"{ep} -> {t}" for ep, t in EP_TARGETS.items())
         raise OptionError(f"AmpConvert: no amp-convert target for {provider} (known: {known})")
     return target
+
+
+def conversion_params() -> dict[str, PassConfigParam]:
+    """One pass parameter per conversion option, from its declaration: a choice keeps its
+    default (and ``olive["search"]`` makes it searchable); any other defaults to None, which
+    leaves amp-convert's own default in force."""
+    params = {}
+    for f in cli_fields(ConvertOptions):
+        meta, olive = f.metadata, f.metadata.get("olive", {})
+        default = default_of(f) if meta["kind"] == "choice" else None
+        default = default.value if isinstance(default, enum.Enum) else default
+        search = olive.get("search")
+        params[f.name] = PassConfigParam(
+            type_=_OLIVE_TYPES.get(meta["kind"], list[str]),
+            default_value=olive.get("default", default),
+            search_defaults=Categorical(list(search)) if search else None,
+            description=olive.get("help", meta["help"]),
+        )
+    return params
 
 
 def _option_values(config: BasePassConfig, target: str) -> dict[str, Any]:
@@ -126,42 +153,7 @@ class AmpConvert(Pass):
     @classmethod
     def _default_config(cls, accelerator_spec: AcceleratorSpec) -> dict[str, PassConfigParam]:
         config = {
-            "level": PassConfigParam(
-                type_=str,
-                default_value="O2",
-                search_defaults=Categorical(["O1", "O2", "O3"]),
-                description="O1 allow-list ops only, O2 all but the deny list, O3 all the target "
-                "can run low (amp-convert --level).",
-            ),
-            "dtype": PassConfigParam(
-                type_=str,
-                default_value="fp16",
-                search_defaults=Categorical(["fp16", "bf16"]),
-                description="Low-precision type: fp16 or bf16.",
-            ),
-            "target": PassConfigParam(
-                type_=str,
-                default_value=None,
-                description="ort-cuda, ort-cpu or none; default: from the accelerator's execution "
-                "provider (CUDA -> ort-cuda, CPU -> ort-cpu).",
-            ),
-            "keep_io_types": PassConfigParam(
-                type_=bool, default_value=None, description="Keep FP32 model inputs/outputs."
-            ),
-            "low_io": PassConfigParam(
-                type_=list[str],
-                default_value=None,
-                description="Regexes of inputs/outputs made low with keep_io_types (KV caches).",
-            ),
-            "fp32_ops": PassConfigParam(
-                type_=list[str], default_value=None, description="Op types kept FP32."
-            ),
-            "fp16_ops": PassConfigParam(
-                type_=list[str], default_value=None, description="Op types run in low precision."
-            ),
-            "exclude_nodes": PassConfigParam(
-                type_=list[str], default_value=None, description="Regexes of node names kept FP32."
-            ),
+            **conversion_params(),
             "auto": PassConfigParam(
                 type_=bool,
                 default_value=False,
@@ -178,7 +170,7 @@ class AmpConvert(Pass):
             "min_cosine": PassConfigParam(
                 type_=float,
                 default_value=None,
-                description="auto's threshold (default 0.999, as amp-convert --auto).",
+                description=f"auto's threshold (default {AUTO_MIN_COSINE}, as amp-convert --auto).",
             ),
             "force_write": PassConfigParam(
                 type_=bool,

@@ -60,7 +60,7 @@ from amp_convert.op_lists import (
     op_key,
     unmatched_user_ops,
 )
-from amp_convert.options.checks import check_op_lists, check_ops
+from amp_convert.options.checks import check_against_model
 from amp_convert.options.convert import ConvertOptions, Level
 from amp_convert.options.low_io import resolve_low_io
 from amp_convert.passes.analyse import analyse
@@ -105,9 +105,7 @@ def run(model: ir.Model, options: ConvertOptions) -> ConversionReport:
     )
     report.casts_before = report.casts_after = count_casts(model)
     report.weight_bytes_before = report.weight_bytes_after = ir_weights(model).total
-    lists = build_lists(options)  # validates op list files even at O0
-    check_op_lists(lists, model)
-    check_ops(options, model)  # a misspelt --fp32-ops/--fp16-ops name: an error at every entry
+    lists = checked_lists(model, options)  # a misspelt name: an error at every entry point
     report.warnings.extend(_unknown_user_ops(options, model))
     if _nothing_to_do(model, options, report):
         return report
@@ -338,6 +336,14 @@ def _verify(model: ir.Model, strict_error: str | None) -> Verified:
             f"the input model fails ONNX's type inference ({strict_error}), and its converted "
             f"form cannot be verified: {str(e).removeprefix('converter bug, model not written: ')}"
         ) from None
+
+
+def checked_lists(model: ir.Model, options: ConvertOptions) -> OpLists:
+    """The op lists for `options` (their files read, even at O0), with every name the options
+    give (ops, list entries, --dim) checked against `model`: the one check of every entry point."""
+    lists = build_lists(options)
+    check_against_model(options, lists, model)
+    return lists
 
 
 def build_lists(options: ConvertOptions) -> OpLists:

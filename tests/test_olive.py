@@ -98,6 +98,30 @@ def test_option_errors_pass_through_as_one_line(bert: Path, tmp_path: Path) -> N
     assert "O9" in str(info.value) and "\n" not in str(info.value)
 
 
+def test_a_misspelt_dim_is_refused_like_everywhere(bert: Path, tmp_path: Path) -> None:
+    """dims is a pass parameter generated from ConvertOptions' declaration; the one --dim check
+    refuses a misspelt name with the closest one, as the CLI and the API do."""
+    cfg = _workflow(bert, tmp_path, "CPUExecutionProvider", dims=["btach=2"])
+    with pytest.raises(OptionError) as info:
+        olive_run(cfg, package_config=str(PACKAGE_CONFIG))
+    assert "--dim btach: the model has no dim named 'btach' (did you mean 'batch'?)" in str(
+        info.value
+    )
+    assert not (tmp_path / "out" / "model.onnx").exists()
+
+
+def test_every_conversion_option_is_a_pass_parameter() -> None:
+    """Generated from the declarations: a new ConvertOptions field is an Olive parameter too."""
+    from olive.hardware.accelerator import DEFAULT_CPU_ACCELERATOR
+
+    from amp_convert.options.convert import cli_fields
+
+    config = AmpConvert.default_config(DEFAULT_CPU_ACCELERATOR)
+    assert {f.name for f in cli_fields()} <= set(config)
+    assert config["level"].default_value == "O2" and config["target"].default_value is None
+    assert config["keep_io_types"].default_value is None  # amp-convert's own default holds
+
+
 def test_auto_calibrates_on_the_data_config(bert: Path, tmp_path: Path) -> None:
     data = {
         "name": "ids",

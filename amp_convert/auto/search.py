@@ -21,7 +21,6 @@ error, for ``--exclude-nodes``).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import time
 from collections.abc import Mapping
@@ -41,12 +40,13 @@ from amp_convert.auto.ranges import DEFAULT_MARGIN, LIMITS, range_hits
 from amp_convert.auto.report import AutoReport, PinnedNode
 from amp_convert.auto.sessions import Sessions
 from amp_convert.auto.staging import stage
-from amp_convert.errors import OptionError, ValidationError
+from amp_convert.errors import ValidationError
 from amp_convert.files import io
 from amp_convert.files.output_set import OutputSet
 from amp_convert.files.outputs import planned_inputs_file
 from amp_convert.files.safe_write import Slot
-from amp_convert.options.convert import AUTO_LEVEL, ConvertKwargs, ConvertOptions, resolve
+from amp_convert.options.convert import ConvertKwargs, ConvertOptions, resolve
+from amp_convert.pipeline import checked_lists
 from amp_convert.reports.conversion import ConversionReport
 from amp_convert.reports.figures import ir_weights
 from amp_convert.validation.evidence import (
@@ -60,11 +60,17 @@ from amp_convert.validation.evidence import (
 )
 from amp_convert.validation.input_search import RANDOM_CALIBRATION_WARNING, fmt_dims
 from amp_convert.validation.metrics import OutputResult, Thresholds, check_names
-from amp_convert.validation.options import AUTO_REFUSED_PROVIDERS, ValidateOptions
+from amp_convert.validation.options import (
+    AUTO_MIN_COSINE,
+    ValidateOptions,
+    auto_judging,
+    auto_thresholds,
+)
 from amp_convert.validation.progress import PhaseLog
-from amp_convert.validation.runtime import cuda_available, import_ort
+from amp_convert.validation.runtime import import_ort, provider_mode
 
-DEFAULT_MIN_COSINE = 0.999
+#: kept for callers of the old name: the one value is validation.options.AUTO_MIN_COSINE
+DEFAULT_MIN_COSINE = AUTO_MIN_COSINE
 DEGENERATE_REFERENCE = (
     "--auto: the reference output {name!r} is {why} on random inputs (so is every float output): "
     "a search would tune the model to rounding noise; give real inputs with --inputs FILE.npz "
@@ -124,20 +130,16 @@ def auto_convert(
     for commands, the set the file is staged in (the caller commits it with its others).
     """
     start = time.perf_counter()
-    if options is None and "level" not in kwargs:
-        kwargs["level"] = AUTO_LEVEL
-    opts = resolve(options, kwargs)  # bad options fail before any work
-    judge = _judging(validation, opts, inputs=inputs, provider=provider, seed=seed)
-    provider = judge.provider
-    if provider == "auto":
-        provider = "cuda" if cuda_available() else "emulate"
+    opts = resolve(options, kwargs, auto=True)  # bad options fail before any work
+    judge = auto_judging(validation, opts, inputs=inputs, provider=provider, seed=seed)
+    provider = provider_mode(judge.provider)
     import_ort()
     if not isinstance(max_rounds, int) or max_rounds < 1:
         raise ValidationError(f"max_rounds must be a positive integer, got {max_rounds!r}")
     if not (isinstance(margin, int | float) and margin >= 1):
         raise ValidationError(f"margin must be a number >= 1, got {margin!r}")
     base = judge.thresholds if thresholds is None else thresholds
-    limits = _limits(base, min_cosine=min_cosine, atol=atol, rtol=rtol, max_nan=max_nan)
+    limits = auto_thresholds(base, min_cosine=min_cosine, atol=atol, rtol=rtol, max_nan=max_nan)
 
     with contextlib.ExitStack() as stack:
         save = planned_inputs_file(stack, judge.save_inputs, [model], judge.inputs, force)
@@ -145,6 +147,7 @@ def auto_convert(
         staged = stack.enter_context(OutputSet()) if outputs is None else outputs
         work = io.load_model(model)
         stack.callback(io.give_back, work)  # a caller's proto keeps its names, once serialised
+        checked_lists(work, opts)  # names the model lacks fail before the first session
         result, report = _search(
             model, work, opts, judge, limits, provider, max_rounds, margin, memory_budget,
             progress, save, staged,
@@ -182,34 +185,6 @@ def _search(
     finally:
         sessions.close()
     return result, report
-
-
-def _judging(
-    validation: ValidateOptions | None, options: ConvertOptions, **given: Any
-) -> ValidateOptions:
-    """What the search judges with: ``validation`` (default: emulate) with the keywords given
-    over it; the conversion's --dim sizes the random inputs unless the validation has its own."""
-    base = validation if validation is not None else ValidateOptions(provider="emulate")
-    if not isinstance(base, ValidateOptions):
-        raise OptionError(f"validation must be a ValidateOptions, not {type(base).__name__}")
-    changes: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
-    if not base.dims and options.dims:
-        changes["dims"] = options.dim_values
-    judge = dataclasses.replace(base, **changes) if changes else base
-    refused = AUTO_REFUSED_PROVIDERS.get(judge.provider)
-    if refused is not None:
-        raise OptionError(refused)
-    return judge
-
-
-def _limits(thresholds: Any, **flat: Any) -> Thresholds:
-    base = Thresholds.coerce(thresholds)
-    extra = {k: v for k, v in flat.items() if v is not None}
-    if extra:
-        base = Thresholds.coerce({**base.to_dict(), **extra})
-    if not base.active:
-        base = Thresholds.coerce({**base.to_dict(), "min_cosine": DEFAULT_MIN_COSINE})
-    return base
 
 
 @dataclass(frozen=True)

@@ -13,14 +13,13 @@ import click
 
 from amp_convert.auto.search import auto_convert
 from amp_convert.core.user_text import printable, terminal
-from amp_convert.errors import OptionError
 from amp_convert.files import io
 from amp_convert.files import outputs as output_rules
 from amp_convert.files.output_set import OutputSet
 from amp_convert.options.convert import ConvertOptions
 from amp_convert.pages import html as html_report
 from amp_convert.pages.auto import auto_page
-from amp_convert.validation.options import AUTO_REFUSED_PROVIDERS, ValidateOptions
+from amp_convert.validation.options import ValidateOptions, provider_refused_by_auto
 
 
 def run_auto(
@@ -51,9 +50,7 @@ def run_auto(
         *((label, p) for label, p in outputs if label != "output"),
     ]
     read = [inputs_read, *([Path(f)] for f in files), *extra_inputs]
-    refused = AUTO_REFUSED_PROVIDERS.get(validation.provider)
-    if refused is not None:  # before the outputs are planned
-        raise OptionError(refused)
+    provider_refused_by_auto(validation.provider)  # before the outputs are planned
     with output_rules.plan_outputs(writes, read, force) as plan, OutputSet() as staged:
         samples = validation.replace(  # one sample per file
             inputs=[str(f) for f in files] or None, save_inputs=plan.get("inputs file")

@@ -1,7 +1,9 @@
 """The command line: `amp-convert MODEL [options]` converts, `amp-convert validate` checks.
 
-It only turns arguments into API calls and errors into one line; the conversion options come
-from ConvertOptions' declaration (amp_convert/options/convert.py), so they are written once.
+It only turns arguments into API calls and errors into one line; the conversion and validation
+options come from the declarations of ConvertOptions and ValidateOptions (commands/flags.py builds
+the flags), so they are written once, and each command makes its two options objects once, before
+any work, and hands them down.
 """
 
 from __future__ import annotations
@@ -10,9 +12,7 @@ from amp_convert.commands.deferred import defer_sympy
 
 defer_sympy()  # before the imports below load onnx-ir: the command line does no symbolic math
 
-import dataclasses
 import difflib
-import enum
 import logging
 import os
 import sys
@@ -25,10 +25,11 @@ from typing import Any, TypeVar
 import click
 
 from amp_convert._version import __version__
+from amp_convert.commands.flags import click_options, say_error, say_internal
 from amp_convert.commands.paths import InputPath, OutputPath, check_needs, declared_outputs
 from amp_convert.commands.validate import (
+    NOT_FOR_AUTO,
     VALIDATION_OPTION_NAMES,
-    cli_validate_options,
     run_cli_validation,
     validate_command,
     validation_options,
@@ -38,43 +39,24 @@ from amp_convert.errors import AmpConvertError, InputError
 from amp_convert.files import safe_write
 from amp_convert.files.output_set import OutputSet
 from amp_convert.files.outputs import default_output_path
-from amp_convert.options.convert import AUTO_LEVEL, ConvertOptions, cli_fields, option_names
+from amp_convert.options.convert import ConvertOptions, resolve
+from amp_convert.options.declare import cli_fields, given_values, param_names
+from amp_convert.validation.options import AUTO_MIN_COSINE, ValidateOptions
 
 EXIT_ERROR = 2
 EXIT_INTERRUPTED = 130
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def _click_option(f: dataclasses.Field) -> Callable[[F], F]:
-    """The click option for one ConvertOptions field, from the field's metadata."""
-    meta = f.metadata
-    kind, flags, help_text = meta["kind"], meta["flags"], meta["help"]
-    if kind == "choice":
-        return click.option(
-            *flags,
-            f.name,
-            type=click.Choice(meta["choices"], case_sensitive=False),
-            default=f.default.value if isinstance(f.default, enum.Enum) else f.default,
-            show_default=True,
-            help=help_text,
-        )
-    if kind == "switch":
-        return click.option(*flags, f.name, default=f.default, show_default=True, help=help_text)
-    if kind == "flag":
-        return click.option(*flags, f.name, is_flag=True, help=help_text)
-    if kind == "path":
-        path_type = InputPath(must_exist=False)  # ConvertOptions says why a file is missing
-        return click.option(*flags, f.name, type=path_type, help=help_text)
-    metavar = meta.get("metavar", "OP,..." if kind == "ops" else None)
-    return click.option(*flags, f.name, multiple=True, metavar=metavar, help=help_text)
-
-
-def conversion_options(f: F) -> F:
-    """Every ConvertOptions field as a command-line option (--dim comes with validation's)."""
-    for field in reversed(list(cli_fields())):
-        if field.metadata["kind"] != "dims":
-            f = _click_option(field)(f)
-    return f
+#: the conversion's flags; one it shares with validation (--dim) comes with validation's
+conversion_options = click_options(
+    f for f in cli_fields(ConvertOptions) if param_names(f)[0] not in VALIDATION_OPTION_NAMES
+)
+#: validation flags that mean nothing without --validate or --auto (--dim sizes the conversion)
+_VALIDATION_ONLY = tuple(
+    n for n in VALIDATION_OPTION_NAMES
+    if n not in {p for f in cli_fields(ConvertOptions) for p in param_names(f)}
+)  # fmt: skip
 
 
 class _ConvertByDefault(click.Group):
@@ -112,8 +94,7 @@ class _ConvertByDefault(click.Group):
         try:
             code = super().main(args, prog_name, standalone_mode=False, **kw)
         except click.ClickException as e:
-            message = user_text.printable(_one_line(e.format_message()))
-            click.echo(f"amp-convert: error: {message}", err=True)
+            say_error(_one_line(e.format_message()))
             sys.exit(e.exit_code)
         except (click.exceptions.Abort, KeyboardInterrupt):
             click.echo("amp-convert: interrupted", err=True)
@@ -138,13 +119,10 @@ def cli() -> None:
 def _fail(error: BaseException, verbose: bool, code: int = EXIT_ERROR) -> None:
     if verbose:
         traceback.print_exception(error)
-    text = user_text.printable(error)
     if isinstance(error, AmpConvertError):
-        click.echo(f"amp-convert: error: {text}", err=True)
-    else:
-        notes = "; ".join(getattr(error, "__notes__", ()))  # the conversion step it escaped
-        where = user_text.printable(f" ({notes})") if notes else ""
-        click.echo(f"amp-convert: internal error: {type(error).__name__}: {text}{where}", err=True)
+        say_error(error)
+    else:  # the notes name the conversion step it escaped
+        say_internal(error, where="; ".join(getattr(error, "__notes__", ())))
     sys.exit(code)
 
 
@@ -170,7 +148,8 @@ def _fail(error: BaseException, verbose: bool, code: int = EXIT_ERROR) -> None:
     is_flag=True,
     help="Accuracy-driven: start from --level (default O3 here) and keep FP32 only the nodes the "
     "calibration --inputs show overflow or introduce the error, until the thresholds "
-    "(default --min-cosine 0.999) hold. Exit 1 and write nothing when they cannot be met.",
+    f"(default --min-cosine {AUTO_MIN_COSINE}) hold. Exit 1 and write nothing when they cannot "
+    "be met.",
 )
 @click.option(
     "--force-write",
@@ -236,16 +215,17 @@ def convert_command(
         logging.getLogger("amp_convert").setLevel(logging.DEBUG)
     ctx = click.get_current_context()
     _check_companions(ctx, auto=auto, do_validate=do_validate, force_write=force_write)
-    values = {name: kwargs.pop(name) for name in option_names() if name in kwargs}
-    validation = kwargs
-    # one --dim serves both the cast-cost estimate and the validation inputs
-    values["dims"] = validation.get("dim") or {}
+    values = given_values(ConvertOptions, kwargs)
     if auto and ctx.get_parameter_source("level") == click.core.ParameterSource.DEFAULT:
-        values["level"] = AUTO_LEVEL
+        del values["level"]  # --auto's own default (options/convert.resolve)
     try:
         if not model:
             raise InputError("empty model path ''")
-        options = ConvertOptions(**values)  # checked once, here
+        options = resolve(None, values, auto=auto)  # checked once, here
+        validation = None
+        if auto or do_validate:  # one --dim: the conversion's, parsed once
+            validation = ValidateOptions(**given_values(ValidateOptions, kwargs) | {
+                "dims": options.dims})  # fmt: skip
         output = output or default_output_path(model, options.dtype)
         with safe_write.sigterm_cleans_up():
             run = _Run(ctx, model, output, options, validation, force, quiet)
@@ -267,7 +247,7 @@ def _check_companions(
     if do_validate and auto:
         raise click.UsageError("--validate and --auto do not go together (--auto validates)", ctx)
     if auto:  # options the search does not use are refused, never silently ignored
-        for name in _NOT_FOR_AUTO:
+        for name in NOT_FOR_AUTO:
             if ctx.get_parameter_source(name) != click.core.ParameterSource.DEFAULT:
                 flag = "--" + name.replace("_", "-")
                 raise click.UsageError(
@@ -276,16 +256,10 @@ def _check_companions(
                 )
     if do_validate or auto:
         return
-    for name in VALIDATION_OPTION_NAMES:
-        if name == "dim":
-            continue  # --dim also sizes the conversion's cost estimate
+    for name in _VALIDATION_ONLY:
         if ctx.get_parameter_source(name) != click.core.ParameterSource.DEFAULT:
             flag = "--" + name.replace("_", "-")
             raise click.UsageError(f"{flag} goes with --validate or --auto", ctx)
-
-
-#: validation options the --auto search does not use
-_NOT_FOR_AUTO = ("runs", "warmup", "top1", "match")
 
 
 @dataclass(frozen=True)
@@ -296,7 +270,7 @@ class _Run:
     model: str
     output: Path
     options: ConvertOptions
-    validation: dict[str, Any]
+    validation: ValidateOptions | None  # with --validate or --auto
     force: bool
     quiet: bool
 
@@ -307,8 +281,9 @@ def _run_auto(run: _Run) -> int:
     outputs = [
         (label, run.output if label == "output" else p) for label, p in declared_outputs(run.ctx)
     ]
+    assert run.validation is not None
     return run_auto(
-        run.model, outputs, run.options, cli_validate_options(run.validation), force=run.force,
+        run.model, outputs, run.options, run.validation, force=run.force,
         force_write=run.ctx.params["force_write"], quiet=run.quiet,
         extra_inputs=_other_inputs(run.ctx),
     )  # fmt: skip
@@ -401,13 +376,13 @@ def _validate_staged(
         staged = Path(tmp) / run.output.name
         io.save_model(model, staged, external=external)
 
-        def relabel(report: Any) -> None:  # the file the user will have, not our staging copy
-            report.candidate = str(run.output)
+        def relabel(verdict: Any) -> None:  # the file the user will have, not our staging copy
+            verdict.report.candidate = str(run.output)
 
         return run_cli_validation(
-            run.model, staged, report_path=plan.get("validation report"),
+            run.model, staged, options=run.validation, report_path=plan.get("validation report"),
             junit_path=plan.get("JUnit report"), force=run.force, quiet=run.quiet,
-            on_report=relabel, outputs=outputs, **run.validation,
+            on_verdict=relabel, outputs=outputs,
         )  # fmt: skip
 
 

@@ -1,8 +1,10 @@
 """Symbolic dims: the one ``--dim NAME=VALUE`` parser, and dims written as expressions.
 
 One parser serves the converter (sizes for the cast-cost estimate), ``validate``, ``--auto`` and the
-HTML probes, so a value accepted by one is accepted by all. Values are non-negative integers: 0 is a
-real size (an empty KV cache, ``past_sequence_length=0``, on a decoder's first step).
+HTML probes, so a value accepted by one is accepted by all: ``Dims`` is its result, the form every
+options object holds (parsed once, passed on as is). Values are non-negative integers: 0 is a real
+size (an empty KV cache, ``past_sequence_length=0``, on a decoder's first step). One check,
+``check_dim_names``, refuses a name the model does not have, with the closest one it has.
 
 Exporters write some dims as expressions over others: optimum's decoders
 ``past_sequence_length + sequence_length``, torch dynamo ``2*s0`` or ``s0 + 1``. ``DimExpr``
@@ -14,8 +16,9 @@ accepted; anything else means the text is a plain name.
 from __future__ import annotations
 
 import ast
+import difflib
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -24,6 +27,64 @@ from amp_convert.errors import OptionError
 
 _BINOPS = (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Div, ast.Mod)
 _CALLS = {"floor", "ceil", "min", "max", "Min", "Max", "floordiv", "FloorDiv"}
+
+
+class Dims(Mapping[str, int]):
+    """``--dim`` values parsed once: NAME -> size, in name order; hashable (options hold it).
+
+    Built from any form ``parse_dims`` reads; built from a Dims it is that Dims' copy, so an
+    object handed down is never parsed again.
+    """
+
+    __slots__ = ("_pairs",)
+
+    def __init__(self, dims: Any = None) -> None:
+        pairs = dims._pairs if isinstance(dims, Dims) else tuple(sorted(parse_dims(dims).items()))
+        self._pairs: tuple[tuple[str, int], ...] = pairs
+
+    def __getitem__(self, name: str) -> int:
+        for key, value in self._pairs:
+            if key == name:
+                return value
+        raise KeyError(name)
+
+    def __iter__(self) -> Iterator[str]:
+        return (key for key, _ in self._pairs)
+
+    def __len__(self) -> int:
+        return len(self._pairs)
+
+    def __hash__(self) -> int:
+        return hash(self._pairs)
+
+    def __repr__(self) -> str:
+        return f"Dims({dict(self._pairs)!r})"
+
+
+def check_dim_names(
+    dims: Iterable[str],
+    names: Collection[str],
+    *,
+    inputs: Collection[str] | None = None,
+    listed: str | None = None,
+) -> None:
+    """Every ``--dim`` NAME is one of `names` (or, with `inputs`, INPUT[AXIS] of one of them): a
+    misspelt name would size nothing, silently. One OptionError line with the closest name;
+    `listed` says what the model offers (default: `names`)."""
+    for name in dims:
+        if name in names:
+            continue
+        base = name.split("[", 1)[0]
+        if inputs is not None and "[" in name and name.endswith("]"):
+            if base in inputs:
+                continue
+            raise OptionError(f"--dim {name}: the model has no input named {base!r}")
+        close = difflib.get_close_matches(name, list(names), n=1, cutoff=0.6)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        offered = listed if listed is not None else (", ".join(sorted(names)) or "none")
+        raise OptionError(
+            f"--dim {name}: the model has no dim named {name!r}{hint} (its dims: {offered})"
+        )
 
 
 def parse_dims(dims: Any) -> dict[str, int]:

@@ -2,7 +2,8 @@
 
 An op name in --fp32-ops/--fp16-ops that no ONNX schema, no ONNX Runtime kernel and no node of
 the model has, or a --dim name that no input, output or annotated value of the model uses, is
-refused with the closest known name.
+refused with the closest known name. `check_against_model` runs them all; every conversion entry
+point goes through it (pipeline.run, and ``--auto`` before its first session).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import onnx
 import onnx_ir as ir
 
 from amp_convert import schema
+from amp_convert.cost.dims import check_dim_names
 from amp_convert.errors import OptionError
 from amp_convert.op_lists import OpLists
 from amp_convert.options.convert import ConvertOptions
@@ -93,16 +95,13 @@ def check_dims(options: ConvertOptions, model: ir.Model) -> None:
     """Every --dim NAME is a symbolic dim of the model (INPUT[AXIS] names an input)."""
     if not options.dims:
         return
-    names = model_dim_names(model)
-    inputs = {v.name for v in model.graph.inputs}
-    for name, _ in options.dims:
-        if "[" in name and name.endswith("]"):
-            if name.split("[", 1)[0] in inputs:
-                continue
-            raise OptionError(f"--dim {name}: the model has no input named {name.split('[')[0]!r}")
-        if name not in names:
-            listed = ", ".join(sorted(names)) or "none"
-            raise OptionError(
-                f"--dim {name}: the model has no dim named {name!r}{_suggest(name, names)} "
-                f"(its dims: {listed})"
-            )
+    inputs = {v.name for v in model.graph.inputs if v.name}
+    check_dim_names(options.dims, model_dim_names(model), inputs=inputs)
+
+
+def check_against_model(options: ConvertOptions, lists: OpLists, model: ir.Model) -> None:
+    """The options' names checked against the model they apply to (each check skips its scan
+    when the option is not set): op list entries, --fp32-ops/--fp16-ops, --dim."""
+    check_op_lists(lists, model)
+    check_ops(options, model)
+    check_dims(options, model)

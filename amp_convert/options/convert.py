@@ -1,24 +1,24 @@
 """User-facing conversion options, declared once and validated once so passes can trust them.
 
-`ConvertOptions` is the single declaration: each field's metadata carries its command-line flag and
-help text, and ``__post_init__`` checks and normalises every value (one OptionError line), so an
-object that exists is valid. The CLI builds its flags from it (`cli_fields`) and one object per
-command; every API entry point takes ``options=ConvertOptions(...)`` and/or the fields as keywords
-(`ConvertKwargs`, a TypedDict: mypy and editors check the names; `from_kwargs` / `resolve` refuse
-unknown ones at run time), and the already-converted stamp covers every field (`stamp`).
+`ConvertOptions` is the single declaration: each field's metadata (options/declare.py) carries its
+command-line flag, help text and Olive parameter, and ``__post_init__`` checks and normalises every
+value (one OptionError line), so an object that exists is valid. The CLI builds its flags from it
+and one object per command; every API entry point takes ``options=ConvertOptions(...)`` and/or the
+fields as keywords (`ConvertKwargs`, a TypedDict: mypy and editors check the names; `from_kwargs`
+/ `resolve` refuse unknown ones at run time), and the already-converted stamp covers every field
+(`stamp`). ``resolve(..., auto=True)`` is the one place ``--auto``'s starting level is decided.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import enum
 import functools
 import hashlib
 import json
 import os
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
 
@@ -26,9 +26,11 @@ import numpy as np
 import onnx_ir as ir
 
 from amp_convert.core.dtypes import LOW_BY_OPTION, numpy_type
-from amp_convert.cost.dims import parse_dims
+from amp_convert.cost.dims import Dims
 from amp_convert.errors import OptionError
 from amp_convert.files import file_kinds
+from amp_convert.options import declare
+from amp_convert.options.declare import check_names, option
 from amp_convert.options.patterns import NamePattern, compile_pattern
 from amp_convert.targets.target import target_names
 
@@ -46,7 +48,7 @@ class Level(str, enum.Enum):
 
 
 DTYPES = LOW_BY_OPTION
-#: the level ``--auto`` (and auto_convert) starts from unless one is given
+#: the level ``--auto`` (and auto_convert) starts from unless one is given (see `resolve`)
 AUTO_LEVEL = Level.O3
 _DTYPE_ALIASES = {"float16": "fp16", "half": "fp16", "bfloat16": "bf16"}
 
@@ -72,34 +74,34 @@ class ConvertKwargs(TypedDict, total=False):
     pinned_nodes: Iterable[str]
 
 
-def _option(default: Any, flags: tuple[str, ...], help: str, kind: str, **extra: Any) -> Any:
-    """A ConvertOptions field whose metadata says how it appears on the command line."""
-    meta = {"flags": flags, "help": help, "kind": kind, **extra}
-    return field(default=default, metadata=meta)
-
-
 @dataclass(frozen=True)
 class ConvertOptions:
     """Everything that changes what the converter does (and nothing else)."""
 
-    level: Level = _option(
+    level: Level = option(
         Level.O2,
         ("--level",),
         "O0 nothing, O1 allow-list ops only, O2 all but the deny list, O3 all the target can run "
         "low.",
         "choice",
         choices=tuple(lv.value for lv in Level),
+        olive={"search": ("O1", "O2", "O3")},
     )
-    dtype: str = _option(
-        "fp16", ("--dtype",), "Low-precision type.", "choice", choices=tuple(DTYPES)
+    dtype: str = option(
+        "fp16",
+        ("--dtype",),
+        "Low-precision type.",
+        "choice",
+        choices=tuple(DTYPES),
+        olive={"search": tuple(DTYPES)},
     )
-    keep_io_types: bool = _option(
+    keep_io_types: bool = option(
         True,
         ("--keep-io-types/--no-keep-io-types",),
         "Keep FP32 model inputs/outputs (casts at the boundary).",
         "switch",
     )
-    low_io: tuple[str, ...] = _option(
+    low_io: tuple[str, ...] = option(
         (),
         ("--low-io",),
         "Model inputs/outputs whose whole name matches REGEX become low precision even with "
@@ -107,50 +109,57 @@ class ConvertOptions:
         "multiple",
         metavar="REGEX",
     )
-    fp32_ops: tuple[str, ...] = _option(
+    fp32_ops: tuple[str, ...] = option(
         (), ("--fp32-ops",), "Ops to keep FP32 (added to the deny list; repeatable).", "ops"
     )
-    fp16_ops: tuple[str, ...] = _option(
+    fp16_ops: tuple[str, ...] = option(
         (),
         ("--fp16-ops",),
         "Ops to run in low precision (added to the allow list; repeatable).",
         "ops",
     )
-    exclude_nodes: tuple[str, ...] = _option(
+    exclude_nodes: tuple[str, ...] = option(
         (),
         ("--exclude-nodes",),
         "Keep nodes whose name matches REGEX in FP32 (repeatable).",
         "multiple",
         metavar="REGEX",
     )
-    cast_optional_params: bool = _option(
+    cast_optional_params: bool = option(
         False,
         ("--cast-optional-params",),
         "Store weights low even where an FP32 reader then needs a runtime cast (MXNet style).",
         "flag",
     )
-    op_lists: Path | None = _option(
+    op_lists: Path | None = option(
         None,
         ("--op-lists",),
         "Op list file with [allow]/[infer]/[clear]/[deny]/[rules] sections.",
         "path",
     )
-    dims: tuple[tuple[str, int], ...] = _option(
-        (),
+    #: one --dim for both: the command line shows validation's declaration of it (same param)
+    dims: Dims = option(
+        Dims(),
         ("--dim",),
         "NAME=VALUE for a symbolic dim: sizes the cast-cost estimate (and validation inputs).",
         "dims",
         metavar="NAME=VALUE",
+        param="dim",
     )
-    target: str = _option(
+    target: str = option(
         "ort-cuda",
         ("--target",),
         "Runtime the result is for: ort-cuda (ort-cpu) keeps low only what ONNX Runtime's CUDA "
         "(CPU) provider has low-precision kernels for; none follows the ONNX schemas only.",
         "choice",
         choices=target_names(),
+        olive={
+            "default": None,
+            "help": "ort-cuda, ort-cpu or none; default: from the accelerator's execution provider "
+            "(CUDA -> ort-cuda, CPU -> ort-cpu).",
+        },
     )
-    opset_upgrade: bool = _option(
+    opset_upgrade: bool = option(
         False,
         ("--opset-upgrade",),
         "Move a QDQ model at opset 13-18 to opset 19, where QuantizeLinear/DequantizeLinear take "
@@ -221,6 +230,8 @@ class ConvertOptions:
             value = getattr(self, f.name)
             if f.name == "op_lists":
                 value = _file_digest(value) if value is not None else None
+            elif isinstance(value, Dims):
+                value = [[k, v] for k, v in value.items()]
             elif isinstance(value, enum.Enum):
                 value = value.value
             elif isinstance(value, tuple):
@@ -233,16 +244,16 @@ class ConvertOptions:
 
 def user_fields() -> Iterator[Any]:
     """The fields a user sets (derived ones left out), in declaration order."""
-    return (f for f in fields(ConvertOptions) if not f.metadata.get("derived"))
+    return declare.user_fields(ConvertOptions)
 
 
 def option_names() -> tuple[str, ...]:
-    return tuple(f.name for f in user_fields())
+    return declare.option_names(ConvertOptions)
 
 
 def cli_fields() -> Iterator[Any]:
     """The fields the command line shows (API-only ones such as ``pinned_nodes`` left out)."""
-    return (f for f in user_fields() if f.metadata.get("kind") != "api")
+    return declare.cli_fields(ConvertOptions)
 
 
 def _file_digest(path: Path) -> str:
@@ -252,24 +263,21 @@ def _file_digest(path: Path) -> str:
         raise OptionError(f"cannot read op list file {path}: {e.strerror or e}") from None
 
 
-def resolve(options: ConvertOptions | None, kwargs: Mapping[str, Any]) -> ConvertOptions:
-    """An entry point's options: ``options`` (default ConvertOptions()) with ``kwargs`` over it."""
+def resolve(
+    options: ConvertOptions | None, kwargs: Mapping[str, Any], *, auto: bool = False
+) -> ConvertOptions:
+    """An entry point's options: ``options`` (default ConvertOptions()) with ``kwargs`` over it.
+
+    ``auto``: for ``--auto`` / auto_convert, whose default level is ``AUTO_LEVEL`` (O3): used when
+    neither an options object nor a ``level`` keyword says otherwise.
+    """
+    if auto and options is None and "level" not in kwargs:
+        kwargs = {**kwargs, "level": AUTO_LEVEL}
     if options is None:
         return ConvertOptions.from_kwargs(**kwargs)
     if not isinstance(options, ConvertOptions):
         raise OptionError(f"options must be a ConvertOptions, not {type(options).__name__}")
     return options.replace(**kwargs) if kwargs else options
-
-
-def check_names(kwargs: Mapping[str, Any], known: Iterable[str], what: str) -> None:
-    """Refuse keyword names not in `known` (one OptionError line, with the closest known name)."""
-    unknown = set(kwargs) - set(known)
-    if unknown:
-        close = [c for u in sorted(unknown) for c in difflib.get_close_matches(u, list(known), 1)]
-        hint = f"; did you mean {close[0]!r}?" if close else ""
-        raise OptionError(
-            f"unknown {what}(s) {', '.join(sorted(unknown))} (known: {', '.join(known)}){hint}"
-        )
 
 
 def _bool(name: str, value: Any) -> bool:
@@ -341,9 +349,9 @@ def _split_ops(name: str, ops: Any) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _dims(dims: Any) -> tuple[tuple[str, int], ...]:
-    """{"batch": 8} / ("batch=8", ...) / (("batch", 8), ...) → (("batch", 8),) (one parser)."""
-    return tuple(sorted(parse_dims(dims).items()))
+def _dims(dims: Any) -> Dims:
+    """{"batch": 8} / ("batch=8", ...) / (("batch", 8), ...) → Dims (the one parser)."""
+    return Dims(dims)
 
 
 def make_options(**kwargs: Unpack[ConvertKwargs]) -> ConvertOptions:

@@ -14,7 +14,7 @@ import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import onnx
@@ -48,11 +48,15 @@ from amp_convert.pages.html import Page
 from amp_convert.reports.value_map import Fate, ValueMap, read_reasons
 from amp_convert.validation.emulate import build_emulated_model
 from amp_convert.validation.evidence import weak_notes, weak_outputs
-from amp_convert.validation.input_search import Samples, gather_samples
+from amp_convert.validation.input_search import Samples, gather_samples, replay
 from amp_convert.validation.inputs import InputSpec
 from amp_convert.validation.metrics import OutputResult, Thresholds, compare_output
+from amp_convert.validation.options import ValidateOptions
 from amp_convert.validation.report import ValidationReport, output_notes
-from amp_convert.validation.runtime import ModelSource, cuda_available, load_source
+from amp_convert.validation.runtime import ModelSource, load_source, provider_mode
+
+if TYPE_CHECKING:
+    from amp_convert.validation.core import Verdict
 
 _LOW = {int(t) for t in LOW_TYPES}
 #: what the folded-values section says of a model that carries no value map of ours
@@ -127,14 +131,18 @@ def _samples(
     seed: int,
     proto: onnx.ModelProto,
     outputs: list[str],
+    judged: Samples[Any] | None = None,
 ) -> Samples[dict[str, Any]]:
-    """The one input generator (random inputs at dims the reference runs on, or the files);
-    each sample keeps the reference's outputs (evidence.py reads them)."""
-    specs = [InputSpec(n, t, s) for n, (t, s) in ref.runner.inputs.items()]
+    """The samples a verdict was `judged` on, else the one input generator (random inputs at
+    dims the reference runs on, or the files); each sample keeps the reference's outputs
+    (evidence.py reads them)."""
 
     def run(feeds: dict[str, np.ndarray]) -> dict[str, Any]:
         return ref.fetch(feeds, outputs)
 
+    if judged is not None:
+        return replay(judged, run)
+    specs = [InputSpec(n, t, s) for n, (t, s) in ref.runner.inputs.items()]
     return gather_samples(specs, proto, run, inputs=inputs, dims=dims, seed=seed)
 
 
@@ -296,15 +304,21 @@ def validation_page(
     thresholds: Thresholds | Mapping[str, Any] | None = None,
     budget: int = DEFAULT_BUDGET,
     report: ValidationReport | None = None,
+    verdict: Verdict | None = None,
 ) -> Page:
     """The HTML page's content for ``candidate`` validated against ``reference``.
 
-    ``report``: the validation whose exit code the user sees; its outputs and verdict are the
-    page's (the value map only guides the intermediate values, never the verdict). Without one,
+    ``verdict``: the validation whose exit code the user sees; the page runs on its samples,
+    with its provider (the one that ran) and thresholds, and its outputs and verdict are the
+    page's (the value map only guides the intermediate values, never the verdict); the other
+    arguments are then unused. ``report``: a report alone (outputs and verdict). Without either,
     the graph outputs are compared here, by their own names in both models.
     """
-    if provider == "auto":
-        provider = "cuda" if cuda_available() else "emulate"
+    judged = None
+    if verdict is not None:
+        report, judged = verdict.report, verdict.samples
+        provider, thresholds = report.provider, verdict.options.thresholds
+    provider = provider_mode(provider)
     device = "cuda" if provider == "cuda" else "cpu"
     emulate = provider in ("emulate", "cpu")  # cpu would hide FP16 errors: trace emulated
     limits = Thresholds.coerce(thresholds)
@@ -322,7 +336,7 @@ def validation_page(
             configure=lean_options(ref_src.has_external_data),
         )  # fmt: skip
         try:
-            gathered = _samples(ref, inputs, dims, seed, ref_src.proto, facts.graph_outputs)
+            gathered = _samples(ref, inputs, dims, seed, ref_src.proto, facts.graph_outputs, judged)
             samples = [s.inputs.arrays for s in gathered.items]
             feeds = samples[0]
             facts = graph_facts(ref_src.proto, feeds)
@@ -358,10 +372,10 @@ def validation_page(
     if report is None:
         checked = any(o.status == "pass" for o in outputs)  # ValidationReport.verdict's rule
         failed = any(o.failed for o in outputs)
-        verdict = "fail" if failed else ("pass" if checked else "not_judged")
+        result = "fail" if failed else ("pass" if checked else "not_judged")
     else:
-        outputs, verdict = list(report.outputs), report.verdict
-    return _page(ref_src, cand_src, vm, trace, outputs, emulate, gathered, verdict, types, notes)
+        outputs, result = list(report.outputs), report.verdict
+    return _page(ref_src, cand_src, vm, trace, outputs, emulate, gathered, result, types, notes)
 
 
 _VERDICTS = {
@@ -442,20 +456,16 @@ def validation_html(
     original: str | Path,
     converted: str | Path,
     *,
-    thresholds: Thresholds | Mapping[str, Any] | None,
-    provider: str | None = None,
-    inputs: Any = None,
-    dims: Mapping[str, int] | None = None,
-    seed: int = 0,
-    report: ValidationReport | None = None,
+    options: ValidateOptions,
+    verdict: Verdict | None = None,
 ) -> bytes:
-    """``validate --html``: per-node trace of ``converted`` vs ``original`` (two more sessions);
-    the outputs table and verdict are ``report``'s, the comparison the exit code came from."""
-    files = inputs or None
-    if isinstance(files, tuple):
-        files = list(files)
+    """``validate --html``: per-node trace of ``converted`` vs ``original`` (two more sessions)
+    on the `verdict`'s own samples, provider and thresholds; its outputs table and verdict are
+    the verdict's, the comparison the exit code came from. Without a verdict (the validation
+    failed on a bug), the page compares on its own with the command's `options`."""
     page = validation_page(
-        original, converted, provider=provider or "auto", inputs=files, dims=dims or None,
-        seed=seed or 0, thresholds=thresholds, report=report,
+        original, converted, provider=options.provider, inputs=options.inputs,
+        dims=options.dims or None, seed=options.seed, thresholds=options.thresholds,
+        verdict=verdict,
     )  # fmt: skip
     return html_report.render(page).encode("utf-8")

@@ -4,6 +4,8 @@ The steps, in order (``_validate``): open both models for the provider after che
 loads them at its defaults (``sessions``), check that they have the same interface, find the
 samples (``input_search``) and run the reference on them, run the candidate and compare every
 output of every sample (``metrics``), time both when asked, and assemble the report.
+``judge`` returns it as a `Verdict`, with the options and the samples it was judged on, for a
+second reader of the same evidence (``validate --html``); ``validate`` returns the report.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import dataclasses
 import os
 from collections.abc import Mapping
 from contextlib import ExitStack
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -66,6 +69,17 @@ if TYPE_CHECKING:  # the emulator loads only when a validation uses it (amp-conv
     from typing_extensions import Unpack
 
     from amp_convert.validation.emulate import EmulatedModel
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One validation: the report, the options it ran with, and the samples it judged (their
+    inputs and provenance; the reference outputs dropped), so that a second reader of the
+    evidence (``validate --html``) probes exactly what the verdict ran on."""
+
+    report: ValidationReport
+    options: ValidateOptions
+    samples: Samples[None]
 
 
 def validate(
@@ -130,6 +144,19 @@ def validate_into(
     """``validate``, its files staged in ``outputs`` for the caller to commit with its own (a
     ``save_inputs`` path is planned here; a Slot is used as it is, its folder held by the
     caller until the commit)."""
+    return judge(reference, candidate, req, outputs, progress=progress, force=force).report
+
+
+def judge(
+    reference: ModelArg,
+    candidate: ModelArg,
+    req: ValidateOptions,
+    outputs: OutputSet,
+    *,
+    progress: bool = False,
+    force: bool = False,
+) -> Verdict:
+    """``validate_into``, keeping what the verdict was judged on (see `Verdict`)."""
     ort = import_ort()
     log = PhaseLog(progress)
     # sources close last: the runners' sessions may map their temporary files
@@ -140,7 +167,8 @@ def validate_into(
         ref_src = stack.enter_context(load_source(reference, "reference"))
         cand_src = stack.enter_context(load_source(candidate, "candidate"))
         check_order(ref_src, cand_src)
-        return _validate(ort, ref_src, cand_src, req, log, stack, save, outputs)
+        report, samples = _validate(ort, ref_src, cand_src, req, log, stack, save, outputs)
+    return Verdict(report, req, samples.inputs_only())
 
 
 def _validate(
@@ -152,7 +180,7 @@ def _validate(
     stack: ExitStack,
     save: Slot | None = None,
     outputs: OutputSet | None = None,
-) -> ValidationReport:
+) -> tuple[ValidationReport, Samples[RefOutputs]]:
     """The steps of a validation, in order (see the module docstring)."""
     log.phase("loading both models once with ONNX Runtime's default options (crash check)")
     sessions = open_sessions(ref_src, cand_src, req.provider, stack)
@@ -200,7 +228,7 @@ def _validate(
     report.weak_evidence = weak_flags(weak, samples.random, samples.origin)
     report.broken = needs.broken(results)
     log.phase(report.result_line())
-    return report
+    return report, samples
 
 
 def check_order(ref_src: ModelSource, cand_src: ModelSource) -> None:

@@ -47,7 +47,7 @@ from amp_convert.cost.dim_defaults import (
     is_named,
     named_default,
 )
-from amp_convert.cost.dims import DimExpr, parse_dim_expression
+from amp_convert.cost.dims import DimExpr, Dims, check_dim_names, parse_dim_expression
 from amp_convert.errors import ValidationError
 from amp_convert.validation.decoder_inputs import FLOAT_TYPES, DecoderInputs, name_expr, recognise
 from amp_convert.validation.decoder_inputs import InputLike as InputShape
@@ -154,20 +154,12 @@ class DimPlan:
         return set(self.defaults)
 
     def check_user(self, user: Mapping[str, int]) -> None:
-        """Every user dim must name a free dim; values non-negative integers."""
-        unknown = sorted(set(user) - self.keys)
-        if unknown:
-            offered = ", ".join(sorted(self.keys)) or "none (all dims are static)"
-            computed = (
-                f"; computed from them: {', '.join(sorted(self.exprs))}" if self.exprs else ""
-            )
-            raise ValidationError(
-                f"dim {', '.join(unknown)} matches no dynamic dimension of the model's inputs "
-                f"(dynamic dims: {offered}{computed})"
-            )
-        for k, v in user.items():
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                raise ValidationError(f"dim {k}: expected a non-negative integer, got {v!r}")
+        """Every user dim names a free dim (cost/dims.check_dim_names: the one check and message
+        of --dim); values non-negative integers (the one parser)."""
+        offered = ", ".join(sorted(self.keys)) or "none (all dims are static)"
+        if self.exprs:
+            offered += f"; computed from them: {', '.join(sorted(self.exprs))}"
+        check_dim_names(sorted(Dims(user)), self.keys, listed=offered)
 
     def attempts(self, user: Mapping[str, int] | None = None) -> list[dict[str, int]]:
         """The dims to try in order: the defaults, then each step of the ladders.

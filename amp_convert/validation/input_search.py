@@ -11,6 +11,7 @@ reference never runs twice on the same arrays.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -72,6 +73,13 @@ class Samples(Generic[T]):
     def first(self) -> Inputs:
         return self.items[0].inputs
 
+    def inputs_only(self) -> Samples[None]:
+        """These samples without what ``run`` returned: a verdict keeps the inputs it judged and
+        where they came from, not the reference outputs."""
+        same: Any = self
+        kept = [Sample(s.inputs, None) for s in self.items]
+        return dataclasses.replace(same, items=kept, warnings=list(self.warnings))
+
     def describe(self) -> str:
         """``random inputs (seed 0), dims (batch=1, seq=16)`` or ``2 input files: a.npz, ...``."""
         first = self.first
@@ -125,6 +133,13 @@ def gather_samples(
         assert first is not None
         return Samples(items, True, notes, provenance_text(first), first)
     return Samples(items, False, notes)
+
+
+def replay(samples: Samples[Any], run: Callable[[dict[str, np.ndarray]], T]) -> Samples[T]:
+    """The same samples (inputs, provenance, warnings), each with `run`'s result: a second
+    reader of a verdict's evidence (``validate --html``) runs on exactly what it judged."""
+    items = [Sample(s.inputs, run(s.inputs.arrays)) for s in samples.items]
+    return dataclasses.replace(samples, items=items, warnings=list(samples.warnings))
 
 
 def _as_list(inputs: Any) -> list[InputSource]:

@@ -1,31 +1,38 @@
-"""What a validation (and ``--auto``'s judging) is asked for, checked once.
+"""What a validation (and ``--auto``'s judging) is asked for, declared once and checked once.
 
 `ValidateOptions` is built by ``validate()``, by the command line (``validate``, ``convert
---validate``) and by ``--auto``; each field is checked and normalised in ``__post_init__``, so the
-steps that read it trust it. ``PROVIDERS`` is the one list of providers; ``--auto`` takes all of
-them but ``cpu`` (`AUTO_REFUSED_PROVIDERS` says why). Light imports only: the command line builds
-these without loading onnxruntime.
+--validate``) and by ``--auto``. Each field is declared once with its metadata (flag, help, kind;
+options/declare.py): the command line's flags, their defaults, the names list and the flags
+``--auto`` refuses are generated from it, and ``__post_init__`` checks and normalises every value
+(the one parser of ``--dim``, ``--match`` and the threshold flags), so the steps that read it
+trust it. ``PROVIDERS`` is the one list of providers; ``--auto``'s own defaults (provider,
+threshold) and the providers it refuses are decided here too (`auto_judging`). Light imports only:
+the command line builds these without loading onnxruntime.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import os
 from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypedDict
 
 import numpy as np
 
-from amp_convert.cost.dims import parse_dims
+from amp_convert.cost.dims import Dims
 from amp_convert.errors import OptionError, ValidationError
-from amp_convert.options.convert import check_names
+from amp_convert.options import declare
+from amp_convert.options.declare import ThresholdFlag, check_names, option
 from amp_convert.validation.decode import MAX_DECODE_STEPS
 from amp_convert.validation.metrics import MATCH_MODES, Thresholds
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
+
+    from amp_convert.options.convert import ConvertOptions
 
 #: ``auto``: cuda when it starts, else emulate; cpu: ORT CPU as is; emulate: CPU with rounding
 PROVIDERS = ("auto", "cuda", "cpu", "emulate")
@@ -34,14 +41,18 @@ AUTO_REFUSED_PROVIDERS = {
     "cpu": "--auto needs --provider emulate or cuda (ORT CPU runs FP16 nodes in FP32 and hides "
     "the errors the search looks for)"
 }
+#: what auto_convert judges on when the caller gives no provider (the command line's is ``auto``)
+AUTO_PROVIDER = "emulate"
+#: the threshold ``--auto`` (and auto_convert, the Olive pass) meets when none is given
+AUTO_MIN_COSINE = 0.999
 
 
 class ValidateKwargs(TypedDict, total=False):
     """ValidateOptions' fields as keywords of ``validate()``, in the loose forms they accept."""
 
     provider: str
-    inputs: Any
     dims: Mapping[str, int] | Iterable[str] | Iterable[tuple[str, int]] | None
+    inputs: Any
     seed: int
     runs: int | None
     warmup: int
@@ -56,19 +67,100 @@ class ValidateKwargs(TypedDict, total=False):
 class ValidateOptions:
     """Provider, inputs and thresholds of one validation; see ``validate()`` for their meaning."""
 
-    provider: str = "auto"
+    provider: str = option(
+        "auto",
+        ("--provider",),
+        "cuda: ORT CUDA (an error if it cannot start); cpu: ORT CPU as is (FP16 errors "
+        "understated); emulate: CPU with FP16/BF16 rounding reproduced; auto: cuda if it "
+        "starts, else emulate with a warning.",
+        "choice",
+        choices=PROVIDERS,
+        case_sensitive=True,
+    )
+    dims: Mapping[str, int] = option(
+        Dims(),
+        ("--dim",),
+        "Value of a dynamic dim for random inputs (repeatable; unnamed dims and ?, -1, None as "
+        "INPUT[AXIS]=VALUE). Defaults, the cost estimate's: batches 1, image H/W 224, "
+        "num_channels 3, others 128; larger ones (256/1024, 640 for image H/W) are tried when "
+        "the original cannot run on them.",
+        "dims",
+        metavar="NAME=VALUE",
+        param="dim",
+    )
     #: None (seeded random inputs), an ``.npz`` path or dict of arrays, or a list of them
-    inputs: Any = None
-    dims: Mapping[str, int] = field(default_factory=dict)
-    seed: int = 0
-    runs: int | None = None
-    warmup: int = 3
-    thresholds: Thresholds = field(default_factory=Thresholds)
-    top1: frozenset[str] = frozenset()
-    match: Mapping[str, str] = field(default_factory=dict)
-    decode_steps: int | None = None
-    #: write the (first sample's) inputs here as an ``.npz`` that ``inputs`` reads back
-    save_inputs: str | os.PathLike[str] | None = None
+    inputs: Any = option(
+        None,
+        ("--inputs",),
+        "Real inputs: one array per model input, by name (repeatable: each file is a sample, "
+        "every sample is judged).",
+        "inputs",
+        metavar="FILE.npz",
+    )
+    seed: int = option(0, ("--seed",), "Seed of the random inputs.", "int", min=0)
+    runs: int | None = option(
+        None,
+        ("--runs",),
+        "Timed runs per model (0 skips timing). Default: 20 on cuda, none under emulate or cpu, "
+        "whose latency says nothing about a GPU.",
+        "int",
+        min=0,
+        auto=False,
+    )
+    warmup: int = option(3, ("--warmup",), "Untimed runs before timing.", "int", min=0, auto=False)
+    thresholds: Thresholds = option(
+        default_factory=Thresholds,
+        kind="thresholds",
+        parts=(
+            ThresholdFlag(
+                "atol", "Absolute tolerance: pass when |cand-ref| <= atol + rtol*|ref| elementwise."
+            ),
+            ThresholdFlag("rtol", "Relative tolerance (see --atol)."),
+            ThresholdFlag("min_cosine", "Lowest acceptable cosine similarity."),
+            ThresholdFlag(
+                "max_nan",
+                "Most new NaN/Inf values allowed (default 0: new NaN/Inf fail even without other "
+                "thresholds).",
+                metavar="[NAME:]COUNT",
+            ),
+        ),
+    )
+    top1: frozenset[str] = option(
+        frozenset(),
+        ("--top1",),
+        "Also report top-1 agreement (argmax over the last axis) for output NAME (repeatable); "
+        "it is shown anyway for class logits, rank 2 [N, C] with C > 1.",
+        "multiple",
+        metavar="NAME",
+        auto=False,
+    )
+    match: Mapping[str, str] = option(
+        default_factory=dict,
+        flags=("--match",),
+        help="Compare output NAME after sorting both along the last axis (repeatable): "
+        "order-insensitive outputs such as scores after NMS or TopK, where near-equal values "
+        "may swap places. The report names the outputs compared that way.",
+        kind="multiple",
+        metavar="NAME:sort",
+        auto=False,
+    )
+    decode_steps: int | None = option(
+        None,
+        ("--decode-steps",),
+        f"Also run both models as decoders for N greedy steps (at most {MAX_DECODE_STEPS}, and "
+        "as many as the memory budget holds the growing KV cache for), each feeding its own "
+        "present.* back as past_key_values.* and its own next token (merged decoders: step 1 "
+        "without past); reports per-step errors, token agreement and the first divergence; "
+        "thresholds apply to every step.",
+        "int",
+        min=1,
+        max=MAX_DECODE_STEPS,
+        metavar="N",
+        commands=("validate",),
+    )
+    #: write the (first sample's) inputs here as an ``.npz`` that ``inputs`` reads back (on the
+    #: command line an output of each command, declared with its others)
+    save_inputs: str | os.PathLike[str] | None = option(None)
 
     def __post_init__(self) -> None:
         put = functools.partial(object.__setattr__, self)
@@ -93,8 +185,9 @@ class ValidateOptions:
                     f"got {steps}"
                 )
             put("decode_steps", int(steps))
-        put("dims", parse_dims(self.dims or {}))
-        put("thresholds", Thresholds.coerce(self.thresholds))
+        put("dims", Dims(self.dims))
+        put("inputs", _inputs(self.inputs))
+        put("thresholds", _thresholds(self.thresholds))
         put("top1", frozenset((self.top1,) if isinstance(self.top1, str) else self.top1))
         put("match", parse_match(self.match))
 
@@ -111,7 +204,7 @@ class ValidateOptions:
 
 
 def _check_names(kwargs: Mapping[str, Any]) -> None:
-    check_names(kwargs, [f.name for f in fields(ValidateOptions)], "validation option")
+    check_names(kwargs, declare.option_names(ValidateOptions), "validation option")
 
 
 def resolve(options: ValidateOptions | None, kwargs: Mapping[str, Any]) -> ValidateOptions:
@@ -143,3 +236,113 @@ def parse_match(items: Any) -> dict[str, str]:
             raise ValidationError(f"--match given twice for output {name!r}")
         out[name] = mode
     return out
+
+
+def _inputs(inputs: Any) -> Any:
+    """The command line's repeatable --inputs as the API's forms: one file, or a list of them."""
+    if isinstance(inputs, tuple):
+        return inputs[0] if len(inputs) == 1 else list(inputs)
+    return inputs
+
+
+@dataclass(frozen=True)
+class ThresholdOption:
+    """A threshold flag's parsed values: the global one and per-output overrides."""
+
+    value: float | int | None = None
+    per_output: dict[str, float | int] = dataclasses.field(default_factory=dict)
+
+
+def parse_threshold(key: str, items: tuple[str, ...] | list[str]) -> ThresholdOption:
+    """``("1e-2", "logits:5e-2")`` → ThresholdOption(0.01, {"logits": 0.05}).
+
+    The name is everything before the last ``:``, so TF-style names such as ``output:0:1e-3``
+    work.
+    """
+    glob: float | int | None = None
+    per: dict[str, float | int] = {}
+    flag = "--" + key.replace("_", "-")
+    for item in items:
+        name, sep, text = item.rpartition(":")
+        try:
+            value: float | int = int(text) if key == "max_nan" else float(text)
+        except ValueError:
+            kind = "an integer" if key == "max_nan" else "a number"
+            raise ValidationError(f"{flag} {item!r}: expected [NAME:]VALUE with {kind}") from None
+        if not math.isfinite(value):
+            raise ValidationError(f"{flag} {item!r}: must be a finite number")
+        if value < 0:
+            raise ValidationError(f"{flag} {item!r}: must not be negative")
+        if key == "min_cosine" and value > 1:
+            raise ValidationError(f"{flag} {item!r}: a cosine is at most 1")
+        if sep and not name:
+            raise ValidationError(f"{flag} {item!r}: empty output name before ':'")
+        if not sep:
+            if glob is not None:
+                raise ValidationError(f"{flag} given twice without an output name")
+            glob = value
+        else:
+            if name in per:
+                raise ValidationError(f"{flag} given twice for output {name!r}")
+            per[name] = value
+    return ThresholdOption(glob, per)
+
+
+def _thresholds(value: Any) -> Thresholds:
+    """Thresholds from a Thresholds, a dict of values, or the flags' ``[NAME:]VALUE`` items
+    (``{"atol": ("1e-2", "logits:5e-2")}``, what the command line gives)."""
+    if not isinstance(value, Mapping):
+        return Thresholds.coerce(value)
+    flat: dict[str, Any] = {}
+    per: dict[str, dict[str, Any]] = {
+        str(n): dict(t.to_dict() if isinstance(t, Thresholds) else t)
+        for n, t in (value.get("per_output") or {}).items()
+    }
+    for key, raw in value.items():
+        if key == "per_output":
+            continue
+        if not isinstance(raw, tuple | list):
+            flat[key] = raw
+            continue
+        parsed = parse_threshold(key, tuple(str(r) for r in raw))
+        if parsed.value is not None:
+            flat[key] = parsed.value
+        for name, v in parsed.per_output.items():
+            per.setdefault(name, {})[key] = v
+    return Thresholds.coerce({**flat, "per_output": per} if per else flat)
+
+
+def provider_refused_by_auto(provider: str) -> None:
+    """``--auto`` refuses a provider that would hide the errors it searches for."""
+    refused = AUTO_REFUSED_PROVIDERS.get(provider)
+    if refused is not None:
+        raise OptionError(refused)
+
+
+def auto_judging(
+    validation: ValidateOptions | None, options: ConvertOptions, **given: Any
+) -> ValidateOptions:
+    """What ``--auto`` judges with: ``validation`` (default: `AUTO_PROVIDER`) with the keywords
+    given over it; the conversion's --dim sizes the random inputs unless the validation has its
+    own."""
+    base = validation if validation is not None else ValidateOptions(provider=AUTO_PROVIDER)
+    if not isinstance(base, ValidateOptions):
+        raise OptionError(f"validation must be a ValidateOptions, not {type(base).__name__}")
+    changes: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
+    if not base.dims and options.dims:
+        changes["dims"] = options.dims
+    judge = dataclasses.replace(base, **changes) if changes else base
+    provider_refused_by_auto(judge.provider)
+    return judge
+
+
+def auto_thresholds(thresholds: Any, **flat: Any) -> Thresholds:
+    """``--auto``'s limits: `thresholds` with the flat keywords over them; `AUTO_MIN_COSINE`
+    when nothing is set."""
+    base = Thresholds.coerce(thresholds)
+    extra = {k: v for k, v in flat.items() if v is not None}
+    if extra:
+        base = Thresholds.coerce({**base.to_dict(), **extra})
+    if not base.active:
+        base = Thresholds.coerce({**base.to_dict(), "min_cosine": AUTO_MIN_COSINE})
+    return base

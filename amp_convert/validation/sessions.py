@@ -1,6 +1,7 @@
 """The two ORT sessions a validation compares, opened only after both models load at ORT defaults.
 
-``open_sessions`` picks the mode (``auto`` → cuda when it starts, else emulate), runs the load
+``open_sessions`` picks the mode (runtime.provider_mode: ``auto`` → cuda when it is offered, else
+emulate; and emulate again when it is offered but does not start), runs the load
 check (``load_check``: a child process per check, so a crash is reported instead of suffered),
 opens reference and candidate for the mode, and collects what the reader must know about the
 mode and the models.
@@ -25,9 +26,8 @@ from amp_convert.validation.runtime import (
     CudaStartError,
     ModelSource,
     Runner,
-    cuda_available,
-    import_ort,
     make_session,
+    provider_mode,
 )
 
 CPU_WARNING = (
@@ -84,16 +84,7 @@ def open_sessions(
 ) -> Sessions:
     """Check both models load at ORT defaults, then open them for the mode (see the module)."""
     warnings: list[str] = []
-    mode = provider
-    if provider == "auto":
-        mode = "cuda" if cuda_available() else "emulate"
-    elif mode == "cuda" and not cuda_available():
-        ort = import_ort()
-        raise ValidationError(
-            "provider cuda: this onnxruntime has no CUDAExecutionProvider (it offers "
-            f"{', '.join(ort.get_available_providers())}); install amp-convert[gpu] "
-            "(onnxruntime-gpu) or use --provider emulate"
-        )
+    mode = provider_mode(provider)
     warnings += default_load_check(ref_src, cand_src, mode, strict=provider != "auto")
     try:
         ref, cand, emulated = _open(ref_src, cand_src, mode, stack)

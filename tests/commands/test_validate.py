@@ -65,9 +65,9 @@ PROGRESS = "amp-convert validate: ["
 @pytest.fixture
 def no_cuda(monkeypatch):
     """Make `auto` see an onnxruntime without the CUDA provider, whatever is installed."""
-    from amp_convert.validation import sessions
+    from amp_convert.validation import runtime
 
-    monkeypatch.setattr(sessions, "cuda_available", lambda: False)
+    monkeypatch.setattr(runtime, "cuda_available", lambda: False)
 
 
 @pytest.fixture
@@ -77,7 +77,7 @@ def cuda_fails_to_start(monkeypatch):
     Patched at the session factory, so the fallback decision is exercised whatever the machine
     has; ``test_make_session_reports_cuda_start_failure_by_type`` covers the real detection.
     """
-    from amp_convert.validation import sessions
+    from amp_convert.validation import runtime, sessions
     from amp_convert.validation.runtime import CudaStartError
 
     real = sessions.make_session
@@ -87,7 +87,7 @@ def cuda_fails_to_start(monkeypatch):
             raise CudaStartError(f"{role} {src.label}: the CUDA provider failed to start (test)")
         return real(src, role, device=device, **kw)
 
-    monkeypatch.setattr(sessions, "cuda_available", lambda: True)
+    monkeypatch.setattr(runtime, "cuda_available", lambda: True)
     monkeypatch.setattr(sessions, "make_session", make_session)
     # the load check's child would look for CUDA in the real onnxruntime: keep it on the CPU
     real_check = sessions.default_load_check
@@ -121,12 +121,44 @@ def test_auto_falls_back_when_cuda_fails_to_start(pairs, cuda_fails_to_start) ->
     assert "fell back to emulate" in res.output
 
 
+def test_html_page_is_drawn_with_the_verdicts_provider_and_inputs(
+    pairs, cuda_fails_to_start, monkeypatch, tmp_path: Path
+) -> None:
+    """`validate --html` is handed the verdict (its options, provider and samples): the page runs
+    where the verdict ran (emulate, after CUDA failed to start) on the very same arrays, and
+    never draws its own inputs or reads `auto` again."""
+    from amp_convert.pages import trace
+    from amp_convert.validation import input_search
+
+    seen: list[dict[str, np.ndarray]] = []
+    real_replay = input_search.replay
+
+    def replay(samples, run):
+        seen.extend(s.inputs.arrays for s in samples.items)
+        return real_replay(samples, run)
+
+    def no_second_draw(*args, **kwargs):
+        raise AssertionError("the page drew inputs of its own")
+
+    monkeypatch.setattr(trace, "replay", replay)
+    monkeypatch.setattr(trace, "gather_samples", no_second_draw)
+    saved, page = tmp_path / "in.npz", tmp_path / "p.html"
+    res = _run(*pairs["mlp"], "--provider", "auto", "--atol", "1e-2", "--rtol", "1e-2",
+               "--html", str(page), "--save-inputs", str(saved))  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert "fell back to emulate" in res.output and page.stat().st_size > 0
+    judged = np.load(saved)
+    assert len(seen) == 1 and set(seen[0]) == set(judged.files)
+    for name in judged.files:
+        np.testing.assert_array_equal(seen[0][name], judged[name])
+
+
 def test_explicit_cuda_that_cannot_start_is_an_error(pairs, cuda_fails_to_start) -> None:
     """An explicit --provider cuda never silently becomes emulate."""
     res = _run(*pairs["mlp"], "--provider", "cuda", "--atol", "1e-2")
     assert res.exit_code == 2, res.output
     out = _errors(res.output)
-    assert out.startswith("error: provider cuda: reference ")
+    assert out.startswith("amp-convert: error: provider cuda: reference ")
     assert "the CUDA provider failed to start" in out and out.count("\n") == 1
     assert "auto" not in res.output and "emulate (requested" not in res.output
     with pytest.raises(ValidationError, match=r"^provider cuda: "):
@@ -231,11 +263,11 @@ def test_load_errors_exit_2_with_one_line(pairs, tmp_path: Path) -> None:
     res = CliRunner().invoke(validate_command, [pairs["mlp"][0], str(bad)])
     assert res.exit_code == 2
     out = _errors(res.output)
-    assert out.startswith("error: candidate") and out.count("\n") == 1
+    assert out.startswith("amp-convert: error: candidate") and out.count("\n") == 1
     res = CliRunner().invoke(validate_command, [pairs["mlp"][0], str(tmp_path / "missing.onnx")])
     assert res.exit_code == 2 and "does not exist" in res.output
     res = _run(*pairs["mlp"], "--dim", "seq=4")
-    assert res.exit_code == 2 and "matches no dynamic dimension" in res.output
+    assert res.exit_code == 2 and "--dim seq: the model has no dim named 'seq'" in res.output
     res = _run(pairs["mlp"][0], pairs["tokens"][1])
     assert res.exit_code == 2 and "different inputs" in res.output
 
@@ -387,7 +419,9 @@ def test_defaults_the_reference_cannot_run_on(tmp_path: Path) -> None:
     res = _run(*fixed)
     out = _errors(res.output)
     assert res.exit_code == 2 and out.count("\n") == 1
-    assert out.startswith(f"error: reference {fixed[0]} cannot run on the generated inputs")
+    assert out.startswith(
+        f"amp-convert: error: reference {fixed[0]} cannot run on the generated inputs"
+    )
     assert "shapes tried: x[1, 128]; x[1, 256]; x[1, 1024]" in res.output
     assert "values tried: length = 128/256/1024/64/16/715" in res.output
     assert "--dim NAME=VALUE (length)" in res.output and "--inputs FILE.npz" in res.output

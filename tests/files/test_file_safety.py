@@ -197,7 +197,8 @@ def test_validate_report_paths(
         *(e.format(**names) for e in extra),
     )  # fmt: skip
     assert result.exit_code == 2, result.output
-    assert result.output.startswith("error: ") and message.format(**names) in result.output
+    assert result.output.startswith("amp-convert: error: ")
+    assert message.format(**names) in result.output
     assert digest(*files) == before
     assert not (tmp_path / "r").exists()
 

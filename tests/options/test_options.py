@@ -64,6 +64,9 @@ def test_an_options_object_and_keywords_combine() -> None:
     base = ConvertOptions(level="o1", exclude_nodes="attn", dims={"batch": 2})
     assert base.level == amp_convert.Level.O1 and base.exclude_nodes == ("attn",)
     assert base == ConvertOptions.from_kwargs(level="O1", exclude_nodes=["attn"], dims=["batch=2"])
+    with pytest.raises(OptionError, match="no dim named 'batch'"):  # this model has none
+        amp_convert.convert(_blocks(), options=base)
+    base = base.replace(dims={})
     _, report = amp_convert.convert(_blocks(), options=base, dtype="bf16", return_report=True)
     assert (report.level, report.dtype) == ("O1", "bf16")
     assert base.replace(level="O2").exclude_patterns[0].pattern == "attn"  # derived again
@@ -172,6 +175,30 @@ def test_cli_shows_every_option_field() -> None:
     assert {f.name for f in user_fields()} - {f.name for f in cli_fields()} == {"pinned_nodes"}
 
 
+def test_validate_shows_every_validation_field_and_convert_the_shared_ones() -> None:
+    """ValidateOptions' flags come from its declarations: every field but the API-only ones on
+    `validate`, every field without a `commands` limit on `convert` (for --validate/--auto)."""
+    from amp_convert.commands.validate import NOT_FOR_AUTO, VALIDATION_OPTION_NAMES
+    from amp_convert.options import declare
+
+    shown = {
+        command: CliRunner().invoke(cli, [command, "--help"], terminal_width=200).output
+        for command in ("validate", "convert")
+    }
+    for command, text in shown.items():
+        for f in declare.cli_fields(ValidateOptions, command):
+            parts = f.metadata.get("parts") or ()
+            for flag in [p.flag for p in parts] or [f.metadata["flags"][0]]:
+                assert flag in text, (command, flag)
+    assert "--decode-steps" in shown["validate"] and "--decode-steps" not in shown["convert"]
+    api_only = {f.name for f in declare.user_fields(ValidateOptions)} - {
+        f.name for f in declare.cli_fields(ValidateOptions, "validate")
+    }
+    assert api_only == {"save_inputs"}  # an output: each command declares it with its others
+    assert set(VALIDATION_OPTION_NAMES) >= {"dim", "atol", "max_nan", "provider"}
+    assert set(NOT_FOR_AUTO) == {"runs", "warmup", "top1", "match"}
+
+
 def test_api_takes_every_option_field() -> None:
     options = make_options(**{f.name: f.default for f in user_fields()})
     assert options == ConvertOptions()
@@ -231,3 +258,70 @@ def test_options_dataclass_has_no_undeclared_cli_field() -> None:
     for f in dataclasses.fields(ConvertOptions):
         api_only = f.metadata.get("kind") == "api"  # pinned_nodes: a typed set, not a flag
         assert f.metadata.get("derived") or api_only or "flags" in f.metadata, f.name
+
+
+def _batched() -> onnx.ModelProto:
+    """_blocks with a symbolic batch dim: the one dim --dim may name."""
+    model = _blocks()
+    for value in (*model.graph.input, *model.graph.output):
+        value.type.tensor_type.shape.dim[0].dim_param = "batch"
+    return model
+
+
+MISSPELT = r"--dim btach: the model has no dim named 'btach' \(did you mean 'batch'\?\)"
+
+
+def test_a_misspelt_dim_is_refused_at_every_entry_point(tmp_path: Path) -> None:
+    """One check (cost/dims.check_dim_names) and one message, whichever way the model comes in;
+    nothing is written and the given model is left untouched."""
+    from amp_convert import MixedPrecisionPass
+    from amp_convert.files import io
+
+    model = _batched()
+    src = tmp_path / "m.onnx"
+    onnx.save(model, src)
+    before = src.read_bytes()
+    ir_model = io.load_model(model)
+    entry_points = {
+        "convert": lambda: amp_convert.convert(model, dims={"btach": 4}),
+        "convert (options)": lambda: amp_convert.convert(
+            model, options=ConvertOptions(dims=["btach=4"])
+        ),
+        "convert_file": lambda: amp_convert.convert_file(
+            src, tmp_path / "o.onnx", dims={"btach": 4}
+        ),
+        "convert_ir": lambda: amp_convert.convert_ir(ir_model, ConvertOptions(dims={"btach": 4})),
+        "MixedPrecisionPass": lambda: MixedPrecisionPass(dims={"btach": 4})(ir_model),
+        "auto_convert": lambda: auto_convert(model, dims={"btach": 4}),
+        "validate": lambda: amp_convert.validate(src, src, provider="emulate", dims={"btach": 4}),
+    }
+    for name, call in entry_points.items():
+        with pytest.raises(OptionError, match=MISSPELT):
+            call()
+            pytest.fail(f"{name} accepted a misspelt dim")
+    assert not (tmp_path / "o.onnx").exists() and src.read_bytes() == before
+    out = tmp_path / "cli.onnx"
+    for args in (
+        [str(src), "-o", str(out), "--dim", "btach=4"],
+        [str(src), "-o", str(out), "--dim", "btach=4", "--auto", "--provider", "emulate"],
+        ["validate", str(src), str(src), "--dim", "btach=4", "--provider", "emulate", "-q"],
+    ):
+        line = one_line_error(CliRunner().invoke(cli, args))
+        assert line.startswith("amp-convert: error: --dim btach: the model has no dim named")
+        assert "did you mean 'batch'?" in line
+    assert not out.exists()
+    # the right name is accepted everywhere
+    amp_convert.convert(model, dims={"batch": 4})
+    MixedPrecisionPass(dims={"batch": 4})(io.load_model(model))
+
+
+def test_a_dim_is_parsed_once_and_handed_down() -> None:
+    """ConvertOptions holds a Dims; the validation of `convert --validate` gets that very object."""
+    from amp_convert.cost.dims import Dims
+
+    options = ConvertOptions(dims=["seq=8", "batch=2"])
+    assert isinstance(options.dims, Dims) and dict(options.dims) == {"batch": 2, "seq": 8}
+    assert ValidateOptions(dims=options.dims).dims == options.dims == {"batch": 2, "seq": 8}
+    assert json.loads(options.stamp())["dims"] == [["batch", 2], ["seq", 8]]  # as before Dims
+    with pytest.raises(OptionError, match="given twice"):
+        ConvertOptions(dims=["batch=2", "batch=3"])

@@ -187,7 +187,7 @@ def test_cli_exit_codes(tmp_path: Path, o2) -> None:
     res = runner.invoke(validate_command, [paths["plain"], paths["plain_c"], "--decode-steps", "2",
                                            *args])  # fmt: skip
     assert res.exit_code == 2
-    errors = [line for line in res.output.splitlines() if line.startswith("error:")]
+    errors = [line for line in res.output.splitlines() if line.startswith("amp-convert: error:")]
     assert len(errors) == 1 and "no past_key_values.* input with a matching present.*" in errors[0]
     assert "Traceback" not in res.output
     res = runner.invoke(validate_command, [paths["ref"], paths["cand"], "--decode-steps", "0"])

@@ -84,7 +84,7 @@ def test_default_and_user_dims() -> None:
     assert feeds.dims == {"batch_size": 1, "sequence": 128, "a[2]": 128, "N": 1}
     feeds = random_inputs(specs, ref, dims={"sequence": 3, "a[2]": 5, "N": 2})
     assert feeds.shapes == {"a": [1, 3, 5, 4], "b": [2, 3]}
-    with pytest.raises(ValidationError, match=r"dim seq matches no dynamic dimension.*sequence"):
+    with pytest.raises(OptionError, match=r"--dim seq: the model has no dim named 'seq'.*sequence"):
         random_inputs(specs, ref, dims={"seq": 3})
 
 

@@ -74,7 +74,8 @@ def test_the_real_crash_is_judged_a_crash(tmp_path) -> None:
     res = CliRunner().invoke(validate_command, [str(src), str(dst), "--min-cosine", "0.9", "-q"])
     assert res.exit_code == 2 and "PASS" not in res.output
     assert res.output.startswith(
-        "error: ONNX Runtime (CPUExecutionProvider) crashes loading the converted model "
+        "amp-convert: error: ONNX Runtime (CPUExecutionProvider) crashes loading the converted "
+        "model "
         f"({dst}) at its default optimizations ({child.signal}); it loads with "
     )
     extended = load_check.run_child([str(dst)], level="ORT_ENABLE_EXTENDED").ok
@@ -100,7 +101,8 @@ def test_a_crash_at_the_default_level_is_exit_2_never_pass(encoder, monkeypatch)
     )
     assert res.exit_code == 2, res.output
     assert res.output == (
-        "error: ONNX Runtime (CPUExecutionProvider) crashes loading the converted model "
+        "amp-convert: error: ONNX Runtime (CPUExecutionProvider) crashes loading the converted "
+        "model "
         f"({encoder[1]}) at its default optimizations (SIGSEGV); it loads with ORT_ENABLE_EXTENDED "
         "or at ORT_ENABLE_ALL with NchwcTransformer disabled "
         "(InferenceSession(..., disabled_optimizers=[...]))\n"
