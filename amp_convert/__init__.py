@@ -7,10 +7,31 @@ pay for validation, ``--auto`` or onnxruntime they never call.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+import contextlib as _contextlib
+import os as _os
+import signal as _signal
+import sys as _sys
 
-from amp_convert._version import __version__
+
+def _interrupted(signum: int, frame: object) -> None:  # pragma: no cover - ends the process
+    _os.write(2, b"amp-convert: interrupted\n")  # commands/interrupts.py's one line
+    _os._exit(130)
+
+
+# the console script imports this package first: Ctrl-C is one line and 130 from here on, not a
+# traceback (commands/interrupts.py takes over in main); a library import changes nothing
+if (
+    _sys.argv
+    and _os.path.basename(_sys.argv[0]).removesuffix(".exe") == "amp-convert"
+    and _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler
+):
+    with _contextlib.suppress(ValueError):  # not the main thread: not ours to set
+        _signal.signal(_signal.SIGINT, _interrupted)
+
+import importlib  # noqa: E402
+from typing import TYPE_CHECKING, Any  # noqa: E402
+
+from amp_convert._version import __version__  # noqa: E402
 
 #: public name -> the module that defines it
 _EXPORTS = {

@@ -182,6 +182,8 @@ def _search(
     search.save = (save, outputs)
     try:
         result = search.run(report, judge.inputs, dims, judge.seed, max_rounds)
+    except MemoryError:
+        raise ValidationError("--auto ran out of memory; give smaller inputs (--dim)") from None
     finally:
         sessions.close()
     return result, report
@@ -234,8 +236,7 @@ class Search:
         self.log = log
         self.last: Candidate | None = None
         self._feeds: list[dict[str, np.ndarray]] = []
-        #: where the calibration inputs go (``save_inputs``), and the set staging them
-        self.save: tuple[Slot | None, OutputSet] = (None, OutputSet())
+        self.save: tuple[Slot | None, OutputSet] = (None, OutputSet())  # save_inputs, staged
 
     def run(
         self, report: AutoReport, inputs: Any, dims: Mapping[str, int] | None, seed: int,

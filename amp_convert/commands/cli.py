@@ -232,6 +232,8 @@ def convert_command(
             code = _run_auto(run) if auto else _run_convert(run, verbose)
     except AmpConvertError as e:
         _fail(e, verbose)
+    except MemoryError:  # past what the budget foresaw: one line, never exit 3
+        _fail(AmpConvertError(OUT_OF_MEMORY), verbose)
     except Exception as e:  # a bug: still one line, traceback with -v
         _fail(e, verbose, code=3)
     sys.exit(code)
@@ -385,6 +387,12 @@ def _validate_staged(
             on_verdict=relabel, outputs=outputs,
         )  # fmt: skip
 
+
+#: the line a run that ran out of memory ends with (exit 2: the machine, not a bug)
+OUT_OF_MEMORY = (
+    "out of memory; give smaller inputs (--dim), or set AMP_CONVERT_MEMORY_BUDGET to what this "
+    "machine can hold"
+)
 
 cli.add_command(validate_command)
 

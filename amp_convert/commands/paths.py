@@ -14,6 +14,8 @@ from typing import Any
 
 import click
 
+from amp_convert.core.user_text import printable
+from amp_convert.files import file_kinds
 from amp_convert.files.outputs import model_files
 
 
@@ -40,6 +42,14 @@ class InputPath(click.Path):
     def __init__(self, model: bool = False, must_exist: bool = True, as_str: bool = False) -> None:
         super().__init__(exists=must_exist, dir_okay=False, path_type=None if as_str else Path)
         self.model = model
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        """A symlink loop or a broken symlink said so, not click's "does not exist"."""
+        if self.exists and isinstance(value, str) and value:
+            why = file_kinds.not_a_file(value)
+            if why is not None and "symlink" in why:
+                self.fail(f"'{printable(value)}' {why}", param, ctx)
+        return super().convert(value, param, ctx)
 
 
 def output_params(command: click.Command) -> list[click.Parameter]:

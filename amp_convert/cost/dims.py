@@ -8,24 +8,24 @@ size (an empty KV cache, ``past_sequence_length=0``, on a decoder's first step).
 
 Exporters write some dims as expressions over others: optimum's decoders
 ``past_sequence_length + sequence_length``, torch dynamo ``2*s0`` or ``s0 + 1``. ``DimExpr``
-evaluates them without ``eval()``: the text is parsed by Python's ``ast`` and only integer
-constants, names, ``+ - * // / %``, unary minus and ``floor``/``ceil``/``min``/``max`` calls are
-accepted; anything else means the text is a plain name.
+evaluates them without ``eval()``: the text (at most ``MAX_EXPR_CHARS``) is read by a loop into
+postfix steps, and only integer constants, names, ``+ - * // / %``, unary minus and
+``floor``/``ceil``/``min``/``max`` calls are accepted; anything else means the text is a plain
+name. Nothing recurses on the text: a dim_param is untrusted input.
 """
 
 from __future__ import annotations
 
-import ast
 import difflib
 import math
-from collections.abc import Collection, Iterable, Iterator, Mapping
+import re
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
 from amp_convert.errors import OptionError
 
-_BINOPS = (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Div, ast.Mod)
 _CALLS = {"floor", "ceil", "min", "max", "Min", "Max", "floordiv", "FloorDiv"}
 
 
@@ -138,17 +138,148 @@ def _dim_value(name: str, text: Any) -> int:
     return value
 
 
+#: the longest dim_param read as an expression: exporters write a few terms (``past + seq``,
+#: ``floor(s0/2) + 1``); longer text is a plain name, never a deep parse
+MAX_EXPR_CHARS = 256
+#: the most terms a polynomial built from an expression may have (``(a+b)*(a+b)*...`` doubles)
+MAX_TERMS = 64
+_TOKEN = re.compile(r"\s*(?:(\d+)|([A-Za-z_][A-Za-z0-9_]*)|(//|[-+*/%(),]))")
+#: binary operators by precedence; unary minus and plus bind tighter than all of them
+_PRECEDENCE = {"+": 1, "-": 1, "*": 2, "/": 2, "//": 2, "%": 2, "neg": 3, "pos": 3}
+_ARITY = {"floor": (1, 1), "ceil": (1, 1), "floordiv": (2, 2), "FloorDiv": (2, 2)}
+#: one step of an expression in postfix order: ("num", 3), ("name", "seq"), ("op", "+"),
+#: ("op", "neg"), ("call", "floor", 1)
+Step = tuple[Any, ...]
+
+
+class _NotArithmetic(Exception):
+    """The text is not an expression of the grammar (it is then a plain name)."""
+
+
+def _tokens(text: str) -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
+    pos = 0
+    text = text.rstrip()
+    while pos < len(text):
+        m = _TOKEN.match(text, pos)
+        if m is None:
+            raise _NotArithmetic
+        pos = m.end()
+        kind = "num" if m.group(1) else "name" if m.group(2) else "sym"
+        out.append((kind, m.group(m.lastindex or 0)))
+    return out
+
+
+def _postfix(text: str) -> list[Step]:
+    """``text`` in postfix order, by a loop (shunting-yard), never by recursion: a dim_param is
+    untrusted text, and a recursive parse of 10,000 nested terms ended in RecursionError."""
+    tokens = _tokens(text)
+    out: list[Step] = []
+    stack: list[Any] = []  # operators, "(" and ("call", name) marks
+    args: list[int] = []  # argument counts of the open calls
+    operand = True  # an operand is expected next
+    for i, (kind, tok) in enumerate(tokens):
+        if kind == "num" or (kind == "name" and tokens[i + 1 : i + 2] != [("sym", "(")]):
+            if not operand:
+                raise _NotArithmetic
+            out.append(("num", int(tok)) if kind == "num" else ("name", tok))
+            operand = False
+        elif kind == "name":  # a call: its "(" comes next
+            if not operand or tok not in _CALLS:
+                raise _NotArithmetic
+            stack.append(("call", tok))
+        elif tok == "(":
+            if not operand:
+                raise _NotArithmetic
+            if stack and isinstance(stack[-1], tuple) and tokens[i - 1][0] == "name":
+                args.append(1)
+                stack.append("call(")
+            else:
+                stack.append("(")
+        elif tok in (",", ")"):
+            if operand:
+                raise _NotArithmetic
+            while stack and stack[-1] not in ("(", "call("):
+                out.append(("op", stack.pop()))
+            if not stack:
+                raise _NotArithmetic
+            if tok == ",":
+                if stack[-1] != "call(":
+                    raise _NotArithmetic
+                args[-1] += 1
+                operand = True
+                continue
+            mark = stack.pop()
+            if mark == "call(":
+                out.append(("call", stack.pop()[1], args.pop()))
+        else:  # an operator
+            op = tok
+            if operand:
+                if op not in "+-":
+                    raise _NotArithmetic
+                stack.append("neg" if op == "-" else "pos")
+                continue
+            prec = _PRECEDENCE[op]
+            while stack and isinstance(stack[-1], str) and _PRECEDENCE.get(stack[-1], 0) >= prec:
+                out.append(("op", stack.pop()))
+            stack.append(op)
+            operand = True
+    if operand:
+        raise _NotArithmetic
+    while stack:
+        top = stack.pop()
+        if not isinstance(top, str) or top in ("(", "call("):
+            raise _NotArithmetic
+        out.append(("op", top))
+    for step in out:
+        if step[0] == "call":
+            low, high = _ARITY.get(step[1], (1, 2))
+            if not low <= step[2] <= high:
+                raise _NotArithmetic
+    return out
+
+
+def fold(steps: Sequence[Step], num: Any, name: Any, op: Any, call: Any) -> Any:
+    """Evaluate postfix `steps` with a stack: ``num(int)``, ``name(str)``, ``op(sym, *args)``
+    (unary "neg"/"pos" take one), ``call(fn, args)``."""
+    stack: list[Any] = []
+    for step in steps:
+        kind = step[0]
+        if kind == "num":
+            stack.append(num(step[1]))
+        elif kind == "name":
+            stack.append(name(step[1]))
+        elif kind == "op" and step[1] in ("neg", "pos"):
+            stack.append(op(step[1], stack.pop()))
+        elif kind == "op":
+            b, a = stack.pop(), stack.pop()
+            stack.append(op(step[1], a, b))
+        else:
+            n = step[2]
+            values, stack[-n:] = stack[-n:], []
+            stack.append(call(step[1], values))
+    return stack[0]
+
+
 @dataclass(frozen=True)
 class DimExpr:
     """A dim written as an arithmetic expression over other dims (see the module docstring)."""
 
     text: str
     names: frozenset[str]
-    _tree: ast.expr
+    steps: tuple[Step, ...]
+
+    @staticmethod
+    def sum_of(keys: Sequence[str]) -> DimExpr:
+        """The sum of the dims `keys` (any spelling: keys are looked up, never parsed)."""
+        steps: list[Step] = [("name", keys[0])]
+        for k in keys[1:]:
+            steps += [("name", k), ("op", "+")]
+        return DimExpr(" + ".join(keys), frozenset(keys), tuple(steps))
 
     def evaluate(self, values: Mapping[str, int]) -> int:
         """The integer value given the dims it names; ValueError if it is not a size."""
-        result = _eval(self._tree, values)
+        result = fold(self.steps, Fraction, lambda n: _value(n, values), _arith, _call)
         if result.denominator != 1:
             raise ValueError(f"dim {self.text!r} is {float(result):g}, not an integer")
         if result < 0:
@@ -157,79 +288,52 @@ class DimExpr:
 
 
 def parse_dim_expression(text: str) -> DimExpr | None:
-    """The expression in ``text``, or None when it is a plain name, a number or not arithmetic."""
+    """The expression in ``text``, or None when it is a plain name, a number, not arithmetic,
+    or longer than ``MAX_EXPR_CHARS``."""
+    if len(text) > MAX_EXPR_CHARS:
+        return None
     try:
-        tree = ast.parse(text.strip(), mode="eval").body
-    except (SyntaxError, ValueError):
+        steps = _postfix(text.strip())
+    except _NotArithmetic:
         return None
-    if isinstance(tree, ast.Name | ast.Constant):
+    if len(steps) < 2:
         return None
-    names: set[str] = set()
-    if not _allowed(tree, names):
-        return None
-    return DimExpr(text, frozenset(names), tree)
+    names = frozenset(str(s[1]) for s in steps if s[0] == "name")
+    return DimExpr(text, names, tuple(steps))
 
 
-def _allowed(node: ast.AST, names: set[str]) -> bool:
-    if isinstance(node, ast.Constant):
-        return isinstance(node.value, int) and not isinstance(node.value, bool)
-    if isinstance(node, ast.Name):
-        names.add(node.id)
-        return True
-    if isinstance(node, ast.BinOp):
-        return (
-            isinstance(node.op, _BINOPS)
-            and _allowed(node.left, names)
-            and _allowed(node.right, names)
-        )
-    if isinstance(node, ast.UnaryOp):
-        return isinstance(node.op, ast.USub | ast.UAdd) and _allowed(node.operand, names)
-    if isinstance(node, ast.Call):
-        return (
-            isinstance(node.func, ast.Name)
-            and node.func.id in _CALLS
-            and not node.keywords
-            and 1 <= len(node.args) <= 2
-            and all(_allowed(a, names) for a in node.args)
-        )
-    return False
+def _value(name: str, values: Mapping[str, int]) -> Fraction:
+    if name not in values:
+        raise ValueError(f"dim {name!r} has no value")
+    return Fraction(values[name])
 
 
-def _eval(node: ast.expr, values: Mapping[str, int]) -> Fraction:
-    if isinstance(node, ast.Constant) and isinstance(node.value, int):
-        return Fraction(node.value)
-    if isinstance(node, ast.Name):
-        if node.id not in values:
-            raise ValueError(f"dim {node.id!r} has no value")
-        return Fraction(values[node.id])
-    if isinstance(node, ast.UnaryOp):
-        v = _eval(node.operand, values)
-        return -v if isinstance(node.op, ast.USub) else v
-    if isinstance(node, ast.BinOp):
-        a, b = _eval(node.left, values), _eval(node.right, values)
-        if isinstance(node.op, ast.Add):
-            return a + b
-        if isinstance(node.op, ast.Sub):
-            return a - b
-        if isinstance(node.op, ast.Mult):
-            return a * b
-        if b == 0:
-            raise ValueError("division by zero in a dim expression")
-        if isinstance(node.op, ast.Div):
-            return a / b
-        if isinstance(node.op, ast.FloorDiv):
-            return Fraction(math.floor(a / b))
-        return a - b * math.floor(a / b)  # Mod, Python's sign convention
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
-        args = [_eval(a, values) for a in node.args]
-        fn = node.func.id
-        if fn in ("floor", "ceil"):
-            if len(args) != 1:
-                raise ValueError(f"{fn} takes one argument")
-            return Fraction(math.floor(args[0]) if fn == "floor" else math.ceil(args[0]))
-        if fn in ("floordiv", "FloorDiv"):
-            if len(args) != 2 or args[1] == 0:
-                raise ValueError(f"{fn} takes two arguments, the second not 0")
-            return Fraction(math.floor(args[0] / args[1]))
-        return min(args) if fn.lower() == "min" else max(args)
-    raise ValueError("not a dim expression")  # unreachable: _allowed vetted the tree
+def _arith(op: str, a: Fraction, b: Fraction | None = None) -> Fraction:
+    if op == "neg":
+        return -a
+    if op == "pos":
+        return a
+    assert b is not None
+    if op == "+":
+        return a + b
+    if op == "-":
+        return a - b
+    if op == "*":
+        return a * b
+    if b == 0:
+        raise ValueError("division by zero in a dim expression")
+    if op == "/":
+        return a / b
+    if op == "//":
+        return Fraction(math.floor(a / b))
+    return a - b * math.floor(a / b)  # %, Python's sign convention
+
+
+def _call(fn: str, args: list[Fraction]) -> Fraction:
+    if fn in ("floor", "ceil"):
+        return Fraction(math.floor(args[0]) if fn == "floor" else math.ceil(args[0]))
+    if fn in ("floordiv", "FloorDiv"):
+        if args[1] == 0:
+            raise ValueError(f"{fn} takes two arguments, the second not 0")
+        return Fraction(math.floor(args[0] / args[1]))
+    return min(args) if fn.lower() == "min" else max(args)

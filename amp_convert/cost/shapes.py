@@ -14,7 +14,6 @@ channels 3, others 128):
 
 from __future__ import annotations
 
-import ast
 import logging
 import math
 from collections.abc import Iterable, Mapping
@@ -26,7 +25,7 @@ import onnx_ir as ir
 from amp_convert.core import domains, proto_walk
 from amp_convert.cost import layers as shape_layers
 from amp_convert.cost.dim_defaults import UNKNOWN_DIM_NAMES, axis_defaults
-from amp_convert.cost.dims import parse_dim_expression
+from amp_convert.cost.dims import MAX_TERMS, fold, parse_dim_expression
 from amp_convert.cost.rules import RULES, UNKNOWN, Fact, Shape
 from amp_convert.cost.symdim import Dim, Sym, add, evaluate, floordiv, mul, prod, sub
 from amp_convert.files.onnx_checks import call_on_stripped
@@ -110,38 +109,42 @@ def parse_dim(text: str) -> Dim:
     """A dim_param as a symbolic dim: a plain name, or arithmetic over names.
 
     The grammar is amp_convert.cost.dims' (the one --dim and validation use); this turns the vetted
-    expression into a polynomial so that `past + seq` minus `past` is `seq` again.
+    expression into a polynomial so that `past + seq` minus `past` is `seq` again. min, max,
+    ceil, % and polynomials of more than ``MAX_TERMS`` terms stay an opaque name (no value
+    unless --dim sets it).
     """
     stripped = text.strip()
     if stripped.isdigit():
         return int(stripped)
-    if parse_dim_expression(stripped) is None:
+    expr = parse_dim_expression(stripped)
+    if expr is None:
         return Sym.name(text)
-    return _sym_of(ast.parse(stripped, mode="eval").body, text)
+    try:
+        return fold(expr.steps, lambda n: n, Sym.name, _sym_op, _sym_call)
+    except _Opaque:
+        return Sym.name(text)
 
 
-def _sym_of(node: ast.expr, text: str) -> Dim:
-    if isinstance(node, ast.Constant) and isinstance(node.value, int):
-        return node.value
-    if isinstance(node, ast.Name):
-        return Sym.name(node.id)
-    if isinstance(node, ast.UnaryOp):
-        inner = _sym_of(node.operand, text)
-        return mul(-1, inner) if isinstance(node.op, ast.USub) else inner
-    if isinstance(node, ast.BinOp):
-        a, b = _sym_of(node.left, text), _sym_of(node.right, text)
-        ops = {ast.Add: add, ast.Sub: sub, ast.Mult: mul, ast.FloorDiv: floordiv, ast.Div: floordiv}
-        op = ops.get(type(node.op))
-        if op is not None:
-            return op(a, b)
-    if (
-        isinstance(node, ast.Call)
-        and isinstance(node.func, ast.Name)
-        and node.func.id == "floor"
-        and len(node.args) == 1
-    ):
-        return _sym_of(node.args[0], text)  # floor(a / b) is a // b
-    return Sym.name(text)  # min/max/ceil/%: an opaque name (no value unless --dim sets it)
+class _Opaque(Exception):
+    """An expression the polynomials do not model."""
+
+
+def _sym_op(op: str, a: Dim, b: Dim = None) -> Dim:
+    if op in ("neg", "pos"):
+        return mul(-1, a) if op == "neg" else a
+    ops = {"+": add, "-": sub, "*": mul, "//": floordiv, "/": floordiv}
+    if op not in ops:
+        raise _Opaque
+    result = ops[op](a, b)
+    if isinstance(result, Sym) and len(result.terms) > MAX_TERMS:
+        raise _Opaque
+    return result
+
+
+def _sym_call(fn: str, args: list[Dim]) -> Dim:
+    if fn == "floor" and len(args) == 1:
+        return args[0]  # floor(a / b) is a // b
+    raise _Opaque
 
 
 def declared(value: ir.Value) -> Shape | None:

@@ -6,6 +6,7 @@ messages name what is there.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from pathlib import Path
@@ -24,8 +25,10 @@ def not_a_file(path: str | os.PathLike) -> str | None:
     try:
         mode = os.stat(path).st_mode
     except FileNotFoundError:
-        return "is a broken symlink" if os.path.islink(path) else "does not exist"
+        return "is a broken symlink (to nothing)" if os.path.islink(path) else "does not exist"
     except OSError as e:
+        if e.errno == errno.ELOOP:
+            return "is a symlink loop (too many levels of symbolic links)"
         return f"cannot be read ({e.strerror or e})"
     if stat.S_ISREG(mode):
         return None

@@ -21,11 +21,13 @@ from amp_convert.core import domains, proto_walk
 from amp_convert.errors import InputError
 from amp_convert.files import (
     data_file,
+    file_kinds,
     graph_checks,
     load_repairs,
     pair_write,
     proto_checks,
     safe_write,
+    text_fields,
 )
 from amp_convert.files.outputs import file_identity
 
@@ -75,6 +77,7 @@ def check_proto(proto: onnx.ModelProto, where: str) -> bool:
 def _check_graph(proto: onnx.ModelProto, where: str) -> None:
     if not proto.HasField("graph"):
         raise InputError(f"{where}: not an ONNX model (no graph)")
+    text_fields.check_strings(proto, where)
     proto_checks.check_tensor_data(proto, where)
     graph_checks.check_dtype_attributes(proto, where)
     graph_checks.check_single_assignment(proto, where)
@@ -114,6 +117,9 @@ def _from_proto(proto: onnx.ModelProto, where: str, path: Path | None = None) ->
         notes.append(load_repairs.sort_nodes(model, where))
     if untyped := load_repairs.untyped_outputs(model):
         notes.append(load_repairs.type_outputs(model, untyped, where))
+    shapeless = load_repairs.shapeless_outputs(model)
+    if shapeless and (note := load_repairs.shape_outputs(model, shapeless)):
+        notes.append(note)
     model.meta[LOAD_NOTES] = notes
     return model
 
@@ -143,8 +149,11 @@ def read_model_file(path: Path) -> onnx.ModelProto:
     """Parse a model file without its external data; InputError when it is not a model."""
     if not str(path):
         raise InputError("empty model path")
-    if not path.exists():
+    why = file_kinds.not_a_file(path)
+    if why == "does not exist":
         raise InputError(f"{path}: no such file")
+    if why is not None and "symlink" in why:
+        raise InputError(f"{path} {why}")
     if not path.is_file():
         raise InputError(
             f"{path}: not a file" + ("" if path.is_dir() else " (a FIFO, device or socket)")

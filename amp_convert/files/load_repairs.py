@@ -91,6 +91,52 @@ def untyped_outputs(model: ir.Model) -> list[ir.Value]:
     return [v for g in model.graphs() for v in g.outputs if v.type is None]
 
 
+def shapeless_outputs(model: ir.Model) -> list[ir.Value]:
+    """Main-graph tensor outputs whose type has no ``shape`` field (ORT loads them; ONNX's
+    checker says "Field 'shape' of 'type' is required but missing")."""
+    return [v for v in model.graph.outputs if isinstance(v.type, ir.TensorType) and v.shape is None]
+
+
+def shape_outputs(model: ir.Model, values: list[ir.Value]) -> str | None:
+    """Give `values` (shapeless outputs) the shape ONNX's inference finds; the note, or None
+    when it finds none (the checker then says why the model is refused)."""
+    types = call_on_stripped(model, _inferred_types)
+    shaped = []
+    for value in values:
+        proto = types.get(value.name or "")
+        if proto is None:
+            continue
+        try:
+            shape = ir.serde.deserialize_type_proto_for_shape(proto)
+        except Exception:  # an incomplete type: left as it is
+            continue
+        if shape is not None:
+            value.shape = shape
+            shaped.append(value)
+    if not shaped:
+        return None
+    names = ", ".join(repr(v.name) for v in shaped[:3]) + (" ..." if len(shaped) > 3 else "")
+    return (
+        f"{len(shaped)} graph output(s) declared without a shape ({names}) given the shape "
+        "ONNX's inference finds (ONNX Runtime loads them; ONNX's checker requires one)"
+    )
+
+
+def _inferred_types(proto: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
+    try:
+        inferred = onnx.shape_inference.infer_shapes(
+            proto, check_type=False, strict_mode=False, data_prop=False
+        )
+    except Exception:  # onnx raises several kinds; the caller decides
+        return {}
+    return {
+        vi.name: vi.type
+        for g in proto_walk.graphs(inferred.graph)
+        for vi in (*g.output, *g.value_info)
+        if vi.type.WhichOneof("value") is not None
+    }
+
+
 def type_outputs(model: ir.Model, values: list[ir.Value], where: str) -> str:
     """Type `values` (untyped graph outputs) by ONNX's inference; the note for the report.
 
@@ -98,21 +144,7 @@ def type_outputs(model: ir.Model, values: list[ir.Value], where: str) -> str:
     float value to keep, and a converted model could silently change its type.
     """
 
-    def infer(proto: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
-        try:
-            inferred = onnx.shape_inference.infer_shapes(
-                proto, check_type=False, strict_mode=False, data_prop=False
-            )
-        except Exception:  # onnx raises several kinds; refused below with the output's name
-            return {}
-        return {
-            vi.name: vi.type
-            for g in proto_walk.graphs(inferred.graph)
-            for vi in (*g.output, *g.value_info)
-            if vi.type.WhichOneof("value") is not None
-        }
-
-    types = call_on_stripped(model, infer)
+    types = call_on_stripped(model, _inferred_types)
     for value in values:
         proto = types.get(value.name or "")
         typed = None

@@ -91,7 +91,15 @@ def _check_target(label: str, path: Path, force: bool) -> None:
         st = os.stat(path)
     except (FileNotFoundError, NotADirectoryError):
         st = None
+        if os.path.islink(path):  # a broken symlink: the name is taken, by no regular file
+            raise OutputError(
+                f"{path}: {label} is a broken symlink (to nothing); only regular files are "
+                "replaced (remove it or choose another path)"
+            ) from None
     except OSError as e:
+        kind = file_kinds.not_a_file(path)
+        if kind is not None and "symlink" in kind:
+            raise OutputError(f"{path}: {label} {kind}") from None
         raise OutputError(f"{path}: cannot write {label}: {e.strerror or e}") from None
     if st is not None:
         if stat.S_ISDIR(st.st_mode):

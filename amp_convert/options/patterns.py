@@ -61,10 +61,14 @@ def compile_pattern(text: str, flag: str = "--exclude-nodes") -> NamePattern:
     except user_text.TextError as e:
         raise OptionError(str(e)) from None
     try:
-        compiled = re.compile(text)
-        tree = _sre.parse(text)
+        with warnings.catch_warnings(record=True) as said:  # said once below, naming the flag
+            warnings.simplefilter("always")
+            compiled = re.compile(text)
+            tree = _sre.parse(text)
     except (re.error, RecursionError, OverflowError) as e:
         raise OptionError(f"{flag} {text!r}: bad regular expression: {e}") from None
+    if said and re2 is None:  # RE2 reads [[:alpha:]] as a POSIX class; Python's re does not
+        warnings.warn(f"{flag} {text!r}: {said[0].message}", FutureWarning, stacklevel=2)
     if re2 is not None:
         options = re2.Options()
         options.log_errors = False

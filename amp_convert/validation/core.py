@@ -59,6 +59,11 @@ from amp_convert.validation.sessions import Sessions, open_sessions
 #: what the report says of ORT's graph optimisations under emulate: the reference runs as users
 #: run it, the emulated copy unoptimised so that its rounding Casts stay
 EMULATED_OPTIMIZATIONS = "default (the emulated candidate: disabled)"
+OUT_OF_MEMORY = (
+    "validation ran out of memory (the inputs, both models' outputs and ONNX Runtime's copies "
+    "did not fit); give smaller inputs (--dim) or set AMP_CONVERT_MEMORY_BUDGET to what this "
+    "machine can hold"
+)
 #: timed runs when ``runs`` is not given: only a GPU's latency means anything
 DEFAULT_CUDA_RUNS = 20
 
@@ -167,7 +172,10 @@ def judge(
         ref_src = stack.enter_context(load_source(reference, "reference"))
         cand_src = stack.enter_context(load_source(candidate, "candidate"))
         check_order(ref_src, cand_src)
-        report, samples = _validate(ort, ref_src, cand_src, req, log, stack, save, outputs)
+        try:
+            report, samples = _validate(ort, ref_src, cand_src, req, log, stack, save, outputs)
+        except MemoryError:  # past the budget's estimate (outputs far larger than the inputs)
+            raise ValidationError(OUT_OF_MEMORY) from None
     return Verdict(report, req, samples.inputs_only())
 
 

@@ -22,7 +22,6 @@ whose value the model's shapes fix.
 
 from __future__ import annotations
 
-import ast
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -54,10 +53,7 @@ def _key(name: str, shape: Sequence[Dim], axis: int) -> str | None:
 
 def name_expr(*keys: str) -> DimExpr:
     """The sum of the dims ``keys`` (any spelling: keys are looked up, never parsed)."""
-    tree: ast.expr = ast.Name(id=keys[0], ctx=ast.Load())
-    for k in keys[1:]:
-        tree = ast.BinOp(left=tree, op=ast.Add(), right=ast.Name(id=k, ctx=ast.Load()))
-    return DimExpr(" + ".join(keys), frozenset(keys), tree)
+    return DimExpr.sum_of(keys)
 
 
 class InputLike(Protocol):

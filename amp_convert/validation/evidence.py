@@ -40,6 +40,7 @@ import numpy as np
 from amp_convert.core.user_text import printable
 from amp_convert.errors import OutputError
 from amp_convert.files.safe_write import write_bytes
+from amp_convert.validation.float_stats import CHUNK
 from amp_convert.validation.metrics import OutputResult, Thresholds
 
 ZERO_REFERENCE = (
@@ -67,13 +68,16 @@ def weak_outputs(references: Iterable[Mapping[str, np.ndarray | None]]) -> dict[
         for name, value in ref.items():
             if value is None or value.dtype.kind != "f" or value.size <= 1:
                 continue
-            finite = np.asarray(value, np.float64)[np.isfinite(value)]
-            if finite.size == 0:
-                continue
-            peak[name] = max(peak.get(name, 0.0), float(np.abs(finite).max()))
-            low[name] = min(low.get(name, math.inf), float(finite.min()))
-            high[name] = max(high.get(name, -math.inf), float(finite.max()))
-            sizes[name] = sizes.get(name, 0) + finite.size
+            flat = value.reshape(-1)
+            for start in range(0, flat.size, CHUNK):  # a chunk at a time: bounded memory
+                chunk = flat[start : start + CHUNK].astype(np.float64)
+                finite = chunk[np.isfinite(chunk)]
+                if finite.size == 0:
+                    continue
+                peak[name] = max(peak.get(name, 0.0), float(np.abs(finite).max()))
+                low[name] = min(low.get(name, math.inf), float(finite.min()))
+                high[name] = max(high.get(name, -math.inf), float(finite.max()))
+                sizes[name] = sizes.get(name, 0) + finite.size
     weak: dict[str, str] = {}
     for name, top in peak.items():
         spread = high[name] - low[name]

@@ -63,13 +63,12 @@ from typing import Any
 import numpy as np
 
 from amp_convert.errors import ValidationError
+from amp_convert.validation.float_stats import REL_FLOOR as REL_FLOOR  # re-exported
+from amp_convert.validation.float_stats import FloatStats, any_finite, chunks
 from amp_convert.validation.thresholds import (
     Thresholds,
     statistic,
 )
-
-REL_FLOOR = 1e-6
-
 
 #: OutputResult.status values
 STATUSES = ("pass", "fail", "not_judged", "skipped")
@@ -184,9 +183,7 @@ def compare_output(
         checked=limits.active,
         match=match,
     )
-    if ref.shape == cand.shape and (
-        ref.size == 0 or (_is_float(ref) and not np.isfinite(ref.astype(np.float64)).any())
-    ):
+    if ref.shape == cand.shape and (ref.size == 0 or (_is_float(ref) and not any_finite(ref))):
         res.kind = "skipped"  # nothing to compare (no element, no finite value): never a PASS
         return res
     if match == "sort" and ref.shape == cand.shape and ref.ndim >= 1:
@@ -230,9 +227,11 @@ def _compare_exact(res: OutputResult, ref: np.ndarray, cand: np.ndarray) -> None
     if ref.dtype.kind in "OUSV" or cand.dtype.kind in "OUSV":
         pass  # strings and other non-numbers: compared exactly, no distance
     elif ref.size:
-        delta = np.abs(ref.astype(np.float64) - cand.astype(np.float64))
-        res.max_abs = float(delta.max())
-        res.mean_abs = float(delta.mean())
+        top, total = 0.0, 0.0
+        for r, c, _ in chunks(ref, cand, rows=False):
+            delta = np.abs(r - c)
+            top, total = max(top, float(delta.max())), total + float(delta.sum())
+        res.max_abs, res.mean_abs = top, total / ref.size
     else:
         res.max_abs = res.mean_abs = 0.0
     if res.checked and res.mismatches:
@@ -251,46 +250,36 @@ def _cosine(dot: float, rr: float, cc: float) -> float:
 def _compare_float(
     res: OutputResult, ref: np.ndarray, cand: np.ndarray, t: Thresholds, top1: bool | None
 ) -> None:
-    r = ref.astype(np.float64)
-    c = cand.astype(np.float64)
-    r_fin = np.isfinite(r)
-    c_fin = np.isfinite(c)
-    both = r_fin & c_fin
-    res.reference_nan = int(np.count_nonzero(np.isnan(r)))
-    res.reference_inf = int(np.count_nonzero(np.isinf(r)))
-    res.candidate_nan = int(np.count_nonzero(np.isnan(c)))
-    res.candidate_inf = int(np.count_nonzero(np.isinf(c)))
-    same_nonfinite = ~both & ((r == c) | (np.isnan(r) & np.isnan(c)))
-    res.nonfinite = int(np.count_nonzero(~both & ~same_nonfinite))
-
-    with np.errstate(invalid="ignore", over="ignore"):
-        absdiff = np.where(both, np.abs(c - r), np.where(same_nonfinite, 0.0, np.inf))
-    if r.size:
-        res.max_abs = float(absdiff.max())
-        res.mean_abs = float(absdiff.mean())
-        denom = np.maximum(np.abs(np.where(r_fin, r, 0.0)), REL_FLOOR)
-        res.max_rel = float((absdiff / denom).max())
-        rv, cv = r[both], c[both]
-        dot, rr, cc = float(np.dot(rv, cv)), float(np.dot(rv, rv)), float(np.dot(cv, cv))
-        res.cosine_finite = _cosine(dot, rr, cc) if rv.size else None
+    """The figures of the module docstring, gathered a chunk at a time (float_stats)."""
+    want_top1 = looks_like_class_scores(res.name, ref.shape) if top1 is None else top1
+    want_top1 = bool(want_top1 and ref.ndim >= 1 and ref.shape[-1] >= 2)
+    tolerance = None
+    if res.checked and (t.atol is not None or t.rtol is not None):
+        tolerance = (t.atol or 0.0, t.rtol or 0.0)
+    st = FloatStats()
+    for r, c, offset in chunks(ref, cand, rows=want_top1):
+        st.add(r, c, offset, tolerance, want_top1)
+    res.reference_nan, res.reference_inf = st.ref_nan, st.ref_inf
+    res.candidate_nan, res.candidate_inf = st.cand_nan, st.cand_inf
+    res.nonfinite = st.nonfinite
+    if st.size:
+        res.max_abs, res.mean_abs, res.max_rel = st.max_abs, st.sum_abs / st.size, st.max_rel
+        dot, rr, cc = st.dot, st.rr, st.cc
+        res.cosine_finite = _cosine(dot, rr, cc) if st.both else None
         res.norm_ratio = math.sqrt(cc / rr) if rr > 0 else (1.0 if cc == 0 else math.inf)
         if res.nonfinite:
-            ref_finite = r[r_fin]
-            s2 = float(np.mean(ref_finite * ref_finite)) if ref_finite.size else 0.0
+            s2 = st.ref_sq / st.ref_finite if st.ref_finite else 0.0
             extra = res.nonfinite * (s2 if s2 > 0.0 else 1.0)
             rr, cc = rr + extra, cc + extra
         res.cosine = _cosine(dot, rr, cc)
-        want_top1 = looks_like_class_scores(res.name, r.shape) if top1 is None else top1
-        if want_top1 and r.ndim >= 1 and r.shape[-1] >= 2:
-            clean_row = ~np.any(~both & ~same_nonfinite, axis=-1)
-            agree = (np.argmax(r, axis=-1) == np.argmax(c, axis=-1)) & clean_row
-            res.top1 = float(np.mean(agree))
+        if want_top1:
+            res.top1 = st.agree / st.rows if st.rows else None
     else:
         res.max_abs = res.mean_abs = res.max_rel = 0.0
         res.cosine = 1.0
 
     if res.checked:
-        _check_thresholds(res, r, c, both, absdiff, t)
+        _check_thresholds(res, st, ref, cand, t)
     max_nan = t.max_nan if t.max_nan is not None else 0
     if res.nonfinite > max_nan:
         default = "" if t.max_nan is not None else " (the default: new NaN/Inf always fail)"
@@ -303,12 +292,7 @@ def _compare_float(
 
 
 def _check_thresholds(
-    res: OutputResult,
-    r: np.ndarray,
-    c: np.ndarray,
-    both: np.ndarray,
-    absdiff: np.ndarray,
-    t: Thresholds,
+    res: OutputResult, st: FloatStats, ref: np.ndarray, cand: np.ndarray, t: Thresholds
 ) -> None:
     if (
         (t.error_stat is not None or t.max_mismatch is not None)
@@ -321,30 +305,37 @@ def _check_thresholds(
     if t.atol is not None or t.rtol is not None:
         atol = t.atol or 0.0
         rtol = t.rtol or 0.0
-        ref_abs = np.abs(np.where(np.isfinite(r), r, 0.0))
         stat = t.error_stat or "elementwise"
         if stat != "elementwise":
-            _checkstatistic(res, absdiff[both], ref_abs[both], atol, rtol, stat)
+            diffs, refs = _finite_pairs(ref, cand)
+            _checkstatistic(res, diffs, refs, atol, rtol, stat)
             return _check_cosine(res, t)
-        allowed = atol + rtol * ref_abs
-        bad = both & ~(absdiff <= allowed)
-        n_bad = int(np.count_nonzero(bad))
-        res.mismatch_fraction = n_bad / res.elements if res.elements else 0.0
+        res.mismatch_fraction = st.n_bad / res.elements if res.elements else 0.0
         allowed_share = t.max_mismatch or 0.0
-        if n_bad and res.mismatch_fraction > allowed_share:
-            worst = np.where(bad, absdiff - allowed, -np.inf)
-            i = np.unravel_index(int(np.argmax(worst)), r.shape)
+        if st.n_bad and res.mismatch_fraction > allowed_share:
+            i = np.unravel_index(st.worst_at, ref.shape) if ref.shape else ()
             share = (
                 f" ({res.mismatch_fraction:.3%}, more than max_mismatch {allowed_share:g})"
                 if t.max_mismatch is not None
                 else ""
             )
             res.failures.append(
-                f"{n_bad} of {res.elements} elements exceed atol {atol:g} + rtol {rtol:g}*|ref|"
-                f"{share} (max_abs {res.max_abs:.4g}; worst at {list(map(int, i))}: "
-                f"ref {r[i]:.6g}, cand {c[i]:.6g})"
+                f"{st.n_bad} of {res.elements} elements exceed atol {atol:g} + rtol "
+                f"{rtol:g}*|ref|{share} (max_abs {res.max_abs:.4g}; worst at "
+                f"{list(map(int, i))}: ref {st.worst_ref:.6g}, cand {st.worst_cand:.6g})"
             )
     _check_cosine(res, t)
+
+
+def _finite_pairs(ref: np.ndarray, cand: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """|cand - ref| and |ref| where both are finite (an error statistic needs them all: a
+    median or a quantile is no running figure), gathered a chunk at a time."""
+    diffs, refs = [], []
+    for r, c, _ in chunks(ref, cand, rows=False):
+        both = np.isfinite(r) & np.isfinite(c)
+        diffs.append(np.abs(c[both] - r[both]))
+        refs.append(np.abs(r[both]))
+    return np.concatenate(diffs or [np.empty(0)]), np.concatenate(refs or [np.empty(0)])
 
 
 def _checkstatistic(

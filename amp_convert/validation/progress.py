@@ -15,6 +15,8 @@ from typing import Any
 
 import click
 
+from amp_convert.core.user_text import printable
+
 
 def progress_wanted() -> bool:
     """A bar only helps a person watching: both streams a TTY and not in CI."""
@@ -38,7 +40,7 @@ class Progress:
 
     def phase(self, label: str) -> None:
         if self._bar is not None:
-            self._bar.label = label
+            self._bar.label = printable(label)
 
 
 @contextlib.contextmanager
@@ -66,4 +68,6 @@ class PhaseLog:
         """One line for a phase that starts now (or a result worth seeing while waiting)."""
         if self.enabled:
             elapsed = time.perf_counter() - self._start
-            click.echo(f"amp-convert {self.task}: [{elapsed:6.1f} s] {text}", err=True)
+            # phases name values and files from the model: escaped, never raw on the terminal
+            line = f"amp-convert {self.task}: [{elapsed:6.1f} s] {printable(text)}"
+            click.echo(line, err=True)

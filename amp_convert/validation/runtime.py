@@ -22,7 +22,7 @@ from onnx import TensorProto
 
 from amp_convert.core import proto_walk
 from amp_convert.errors import ValidationError
-from amp_convert.files import file_kinds, safe_write
+from amp_convert.files import file_kinds, safe_write, text_fields
 
 
 class CudaStartError(ValidationError):
@@ -173,6 +173,7 @@ def load_source(model: Any, role: str) -> ModelSource:
             proto = onnx.load(str(path), load_external_data=False)
         except Exception as e:
             raise ValidationError(f"{role} {path}: not a readable ONNX model ({e})") from None
+        text_fields.check_strings(proto, f"{role} {path}")
         # the folder of the path as given, never the symlink's target: ONNX Runtime reads the
         # data files next to the link (a Hugging Face cache links both files into blobs/)
         return ModelSource(str(path), str(path), proto, os.path.dirname(os.path.abspath(path)))
@@ -197,6 +198,7 @@ def load_source(model: Any, role: str) -> ModelSource:
         src = ModelSource("<onnx_ir.Model>", b"", proto)
     if not src.proto.HasField("graph"):
         raise ValidationError(f"{role} {src.label}: not an ONNX model (no graph)")
+    text_fields.check_strings(src.proto, f"{role} {src.label}")
     if src.has_external_data:
         raise ValidationError(
             f"{role} {src.label}: the model refers to external data files; pass its path "
@@ -273,6 +275,9 @@ def make_session(
     ort = import_ort()
     so = ort.SessionOptions()
     so.log_severity_level = 4  # errors come back as exceptions; retried runs stay quiet
+    # no CPU arena: it keeps the largest intermediates of every run for the session's life
+    # (validation holds two sessions, and memory is budgeted: files/budget.py)
+    so.enable_cpu_mem_arena = False
     if disable_optimizations:
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     if configure is not None:
