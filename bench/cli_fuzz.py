@@ -17,13 +17,21 @@ milliseconds unless it converts or validates):
 * the input files (models, their data, the inputs .npz, the op-list file) are unchanged, and
   the FIFO is still a FIFO.
 
-``signal_fuzz`` runs real processes (the console entry point) and sends SIGINT or SIGTERM at a
-random moment: the process ends 0/1/2 (it finished first), 130 with the one line
-"amp-convert: interrupted" (SIGINT) or by SIGTERM (the documented default after clean-up),
-never with a traceback; the inputs are unchanged; every output that exists loads (the old one
-or the new one), and no temporary file or folder is left.
+A share of the cases (``--api-share``, 0.2 by default) calls the Python entry points instead:
+``convert``, ``convert_file``, ``validate``, ``auto_convert``, ``MixedPrecisionPass`` and Olive's
+``AmpConvert`` pass (bench/_api_fuzz.py). Such a case returns or raises an AmpConvertError of one
+line (code 0 or 2 in the tally), never another exception (code 3); in-memory models handed in
+are unchanged, and so are the protected files.
 
-Usage: python bench/cli_fuzz.py [--runs 5000] [--seed 0] [--signals 40]
+``signal_fuzz`` runs real processes (the console entry point) and sends SIGINT, SIGTERM or
+SIGKILL at a random moment: the process ends 0/1/2 (it finished first), 130 with the one line
+"amp-convert: interrupted" (SIGINT), by SIGTERM (the documented default after clean-up) or by
+SIGKILL, never with a traceback; the inputs are unchanged; every output that exists loads (the
+old one or the new one), and no temporary file or folder is left. A SIGKILL runs no clean-up at
+all: the command is then run again to its end, and nothing may be left but what it wrote (the
+rerun removes what the killed run left: stale.py).
+
+Usage: python bench/cli_fuzz.py [--runs 5000] [--seed 0] [--api-share 0.2] [--signals 40]
 (prints cases/s and the exit codes)
 """
 
@@ -265,6 +273,38 @@ def named_outputs(args: list[str]) -> set[str]:
     }
 
 
+#: the names bench/_api_fuzz.py uses
+paths = _paths
+
+
+def run_api_case(a: Arena, seed: int) -> Outcome:
+    """One call of a Python entry point (bench/_api_fuzz.py), checked like a command."""
+    import sys as _sys
+
+    from amp_convert.errors import AmpConvertError
+    from bench import _api_fuzz
+
+    rng = random.Random(seed)
+    label, call, writes = _api_fuzz.api_call(a, rng, _sys.modules[__name__])
+    outputs = {os.path.realpath(w) for w in writes if w and "\x00" not in w}
+    before = a.digest(outputs)
+    code, text, problem = 0, "", None
+    try:
+        call()
+    except AmpConvertError as e:
+        code, text = 2, str(e)
+        if "\n" in text.strip():
+            problem = "an error of more than one line"
+    except Exception as e:  # anything else is what the command line reports as exit 3
+        code, text = 3, f"{type(e).__name__}: {e}"
+        problem = f"uncaught {type(e).__name__}: {str(e)[:300]}"
+    if problem is None and a.digest(outputs) != before:
+        problem = "an input file changed"
+    elif problem is None and not a.intact():
+        problem = "the FIFO was replaced"
+    return Outcome(["api:", *label], code, text, problem)
+
+
 def run_case(a: Arena, runner: CliRunner, seed: int) -> Outcome:
     args = case(a, seed)
     outputs = named_outputs(args)
@@ -288,11 +328,18 @@ def run_case(a: Arena, runner: CliRunner, seed: int) -> Outcome:
     return Outcome(args, code, text, problem)
 
 
-def fuzz(root: Path, seeds: range) -> tuple[list[Outcome], Counter[int]]:
-    """Run every seed; returns the failing outcomes and the count of each exit code."""
+def fuzz(root: Path, seeds: range, api_share: float = 0.0) -> tuple[list[Outcome], Counter[int]]:
+    """Run every seed (a share of them as API cases); the failing outcomes and the count of
+    each exit code."""
     arena = make_arena(root)
     runner = CliRunner()
-    return _tally(run_case(arena, runner, seed) for seed in seeds)
+
+    def one(seed: int) -> Outcome:
+        if random.Random(seed * 7919 + 1).random() < api_share:
+            return run_api_case(arena, seed)
+        return run_case(arena, runner, seed)
+
+    return _tally(one(seed) for seed in seeds)
 
 
 def _tally(outcomes: Iterable[Outcome]) -> tuple[list[Outcome], Counter[int]]:
@@ -358,7 +405,7 @@ def signal_case(a: Arena, seed: int, old_pair: tuple[Path, Path]) -> Outcome:
     for p in old_pair:  # an old output pair (o.onnx, o.onnx.data) a --force run replaces
         shutil.copy(p, folder / p.name)
     args = rng.choice(_signal_commands(a, out))
-    signum = rng.choice([signal.SIGINT, signal.SIGTERM])
+    signum = rng.choice([signal.SIGINT, signal.SIGTERM, signal.SIGKILL])
     delay = rng.uniform(0.0, 3.0)
     before = a.digest(set())
     env = {**os.environ, "TMPDIR": str(temp), "PYTHONPATH": str(Path(__file__).parents[1])}
@@ -377,7 +424,15 @@ def signal_case(a: Arena, seed: int, old_pair: tuple[Path, Path]) -> Outcome:
     rc = child.returncode
     label = [f"{signal.Signals(signum).name}@{delay:.2f}s", *args]
     problem = None
-    if rc not in (0, 1, 2, 130, -signal.SIGTERM):
+    if signum == signal.SIGKILL:  # no clean-up ran: the rerun must leave only its own files
+        rerun = subprocess.run(
+            [sys.executable, "-c", code, *args], capture_output=True, text=True, env=env,
+            timeout=300, check=False,
+        )  # fmt: skip
+        if rerun.returncode not in (0, 1, 2):
+            return Outcome([*label, "(rerun)"], rerun.returncode, rerun.stderr, "rerun failed")
+        err = err + rerun.stderr
+    if rc not in (0, 1, 2, 130, -signal.SIGTERM, -signal.SIGKILL):
         problem = f"exit code {rc}"
     elif "Traceback" in err or "internal error" in err:
         problem = "traceback or internal error"
@@ -388,6 +443,8 @@ def signal_case(a: Arena, seed: int, old_pair: tuple[Path, Path]) -> Outcome:
         problem = "130 without the one line"
     elif rc == -signal.SIGTERM and signum != signal.SIGTERM:
         problem = "died by SIGTERM it was not sent"
+    elif rc == -signal.SIGKILL and signum != signal.SIGKILL:
+        problem = "died by SIGKILL it was not sent"
     elif a.digest(set()) != before:
         problem = "an input file changed"
     else:
@@ -412,15 +469,19 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=5000)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--signals", type=int, default=0, help="also N interrupted processes")
+    parser.add_argument("--api-share", type=float, default=0.2,
+                        help="share of the cases that call the Python entry points")  # fmt: skip
     args = parser.parse_args()
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="amp-cli-fuzz-") as tmp:
         start = time.perf_counter()
-        failures, codes = fuzz(Path(tmp) / "args", range(args.seed, args.seed + args.runs))
+        seeds = range(args.seed, args.seed + args.runs)
+        failures, codes = fuzz(Path(tmp) / "args", seeds, args.api_share)
         seconds = time.perf_counter() - start
-        print(f"{args.runs} cases in {seconds:.1f} s ({args.runs / seconds:.1f}/s); exit "
-              "codes " + ", ".join(f"{c}: {n}" for c, n in sorted(codes.items())))  # fmt: skip
+        print(f"{args.runs} cases ({args.api_share:.0%} API and pass calls) in {seconds:.1f} s "
+              f"({args.runs / seconds:.1f}/s); exit codes "
+              + ", ".join(f"{c}: {n}" for c, n in sorted(codes.items())))  # fmt: skip
         if args.signals:
             start = time.perf_counter()
             seeds = range(args.seed, args.seed + args.signals)

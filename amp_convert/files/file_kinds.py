@@ -24,8 +24,12 @@ def not_a_file(path: str | os.PathLike) -> str | None:
     """Why `path` is not a regular file ("does not exist", "is a FIFO ..."); None when it is one."""
     try:
         mode = os.stat(path).st_mode
+    except ValueError:  # a NUL: no file can have that name
+        return "is not a usable path (it holds a NUL character)"
     except FileNotFoundError:
         return "is a broken symlink (to nothing)" if os.path.islink(path) else "does not exist"
+    except UnicodeEncodeError:  # a lone surrogate no file system name can hold
+        return "is not a usable path (not valid UTF-8)"
     except OSError as e:
         if e.errno == errno.ELOOP:
             return "is a symlink loop (too many levels of symbolic links)"

@@ -25,6 +25,7 @@ from pathlib import Path
 import google.protobuf.message
 import onnx
 
+from amp_convert.core import user_text
 from amp_convert.errors import InputError, OutputError
 from amp_convert.files import file_kinds
 from amp_convert.files.proto_checks import external_locations, resolve_location
@@ -65,8 +66,8 @@ def file_identity(path: Path) -> tuple:
     """What makes two paths the same file: (device, inode) when it exists, else the real path."""
     try:
         st = os.stat(path)
-    except OSError:
-        return ("path", os.path.realpath(path))
+    except (OSError, ValueError):  # ValueError: a NUL in the path (refused by its own check)
+        return ("path", os.fspath(path))
     return ("inode", st.st_dev, st.st_ino)
 
 
@@ -74,6 +75,8 @@ def _check_name(label: str, path: Path) -> None:
     text = os.fspath(path)
     if not text:
         raise OutputError(f"{label}: empty path")
+    if problem := user_text.text_problem(text):  # the API's paths: the CLI checks argv itself
+        raise OutputError(f"{label} '{user_text.printable(text)}': {problem}")
     if text.endswith(("/", os.sep)) or path.name in ("", ".", ".."):
         raise OutputError(f"{text}: {label} must name a file, not a folder")
     limit = MAX_MODEL_NAME_BYTES if label in _MODEL_LABELS else MAX_NAME_BYTES

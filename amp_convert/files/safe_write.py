@@ -63,11 +63,13 @@ TEMP_FOLDERS = {
 
 
 def temp_folder(prefix: str) -> tempfile.TemporaryDirectory:
-    """A fresh temporary folder of a declared kind (TEMP_FOLDERS); OutputError if none can be."""
+    """A fresh temporary folder of a declared kind (TEMP_FOLDERS), held by this run (stale); the
+    folders killed runs left behind are removed first. OutputError if none can be made."""
     if prefix not in TEMP_FOLDERS:
         raise ValueError(f"undeclared temporary folder kind {prefix!r}")
     with temp_writes(prefix):
-        return tempfile.TemporaryDirectory(prefix=prefix)
+        stale.remove_stale_folders(tuple(TEMP_FOLDERS))  # of runs killed outright (SIGKILL)
+        return stale.HeldFolder(prefix)
 
 
 def temp_error(prefix: str, e: OSError) -> OutputError:

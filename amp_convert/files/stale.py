@@ -15,6 +15,9 @@ lock (``safe_write.folder_lock``: commits are one at a time), removes every temp
 whose lock it can take: its writer is gone. A ``.data.tmp`` that still has a second link under a
 final data name marks a commit that was cut short: if OUT references that name, the commit went
 through and only the old pair's data files are left to remove; if not, the linked name goes too.
+
+Temporary folders (``safe_write.temp_folder``) follow the same rule: each holds an owner file its
+run keeps locked (``HeldFolder``), and a run making one removes those of killed runs first.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ import errno
 import os
 import re
 import secrets
+import shutil
+import tempfile
 from collections.abc import Callable, Collection, Iterator
 
 try:
@@ -162,4 +167,56 @@ def remove_stale(
         with _quiet():
             os.unlink(name, dir_fd=dir_fd)
             removed.append(name)
+    return removed
+
+
+# -- temporary folders (TMPDIR) ---------------------------------------------------------------
+
+#: the file a temporary folder's owner holds locked for as long as it lives
+OWNER = ".amp-owner"
+
+
+class HeldFolder(tempfile.TemporaryDirectory):
+    """A temporary folder whose owner holds a lock on a file inside it: a later run tells the
+    folder of a killed run (its lock free) from one in use (``remove_stale_folders``)."""
+
+    def __init__(self, prefix: str) -> None:
+        super().__init__(prefix=prefix)
+        self._held = Held()
+        fd = os.open(os.path.join(self.name, OWNER), _CREATE_FLAGS, 0o600)
+        self._held.hold(fd)
+
+    def cleanup(self) -> None:
+        self._held.release()
+        super().cleanup()
+
+
+def remove_stale_folders(prefixes: tuple[str, ...]) -> list[str]:
+    """Remove the temporary folders of killed runs (`prefixes`, in the system's temporary
+    folder): those holding an owner file nobody holds locked. Folders without one (not ours, or
+    an older version's) are left alone. The names removed."""
+    root = tempfile.gettempdir()
+    removed: list[str] = []
+    try:
+        entries = list(os.scandir(root))
+    except OSError:
+        return removed
+    for entry in entries:
+        if not entry.name.startswith(prefixes) or not entry.is_dir(follow_symlinks=False):
+            continue
+        try:
+            fd = os.open(os.path.join(entry.path, OWNER), _READ_FLAGS)
+        except OSError:
+            continue
+        try:
+            if fcntl is None:  # pragma: no cover - no locks: nothing is known stale
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                continue  # its owner is alive
+            shutil.rmtree(entry.path, ignore_errors=True)
+            removed.append(entry.name)
+        finally:
+            os.close(fd)
     return removed

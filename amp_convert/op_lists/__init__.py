@@ -224,11 +224,16 @@ def _builtin() -> OpLists:
 def apply_user_file(lists: OpLists, path: str | Path) -> OpLists:
     """Extend/trim `lists` with a user file of [allow]/[infer]/[clear]/[deny]/[rules] sections."""
     try:
-        text = Path(path).read_bytes().decode("utf-8-sig")  # a BOM (Windows editors) is skipped
+        data = Path(path).read_bytes()
+        text = data.decode("utf-8-sig")  # a BOM (Windows editors) is skipped
     except OSError as e:
         raise OptionError(f"cannot read op list file {path}: {e.strerror or e}") from None
     except UnicodeDecodeError as e:
-        raise OptionError(f"op list file {path} is not UTF-8 text (byte {e.start})") from None
+        at = data.count(b"\n", 0, e.start) + 1
+        raise OptionError(
+            f"op list file {path} is not UTF-8 text: byte 0x{data[e.start]:02x} on line {at} "
+            f"(offset {e.start})"
+        ) from None
     section: str | None = None
     out = lists.copy()
     user_rules: list[Rule] = []

@@ -29,7 +29,11 @@ bodies, with names from ``precision.UniqueNames``:
 * dtype attributes that name FLOAT16/BFLOAT16 (``precision.DTYPE_ATTRIBUTES``; Cast ``to`` is the
   rounding itself) become FLOAT, and tensor attributes (Constant / ConstantOfShape ``value``) are
   upcast exactly;
-* every other FP16/BF16 type (graph inputs and outputs, values, sequences, optionals) becomes FLOAT.
+* every other FP16/BF16 type (graph inputs and outputs, values, sequences, optionals) becomes FLOAT;
+* an input of a kernel that prepacks what it reads (``CONSTANT_INPUT_OPS``: MatMulNBits' scales)
+  that constants alone compute (an Identity or a Cast of an initializer, a Constant node) becomes
+  an initializer first (``fold_constant_inputs``), as ORT's constant folding makes it for users:
+  the copy runs unoptimised, and the kernel would otherwise read zeros.
 
 The session running the copy must not optimise the Cast pairs away: see
 ``amp_convert.validation.runtime`` (graph optimisations disabled; the pair survives, proven by the

@@ -268,9 +268,10 @@ def make_session(
 
     ``disable_optimizations`` sets ORT_DISABLE_ALL: the emulate mode needs it so that no graph
     optimiser may ever fold the rounding Cast pairs (ORT 1.31 keeps them even at ORT_ENABLE_ALL,
-    but that is an implementation detail we do not want to depend on), and the reference then runs
-    the same way, like with like. ``configure`` may adjust the SessionOptions last (--auto's
-    probes trade ORT's arena and weight prepacking for a smaller memory footprint).
+    but that is an implementation detail we do not want to depend on). The reference runs at ORT's
+    defaults, as users run it (sessions.py): constant folding is what feeds prepacking kernels
+    such as MatMulNBits the weights they read. ``configure`` may adjust the SessionOptions last
+    (--auto's probes trade ORT's arena and weight prepacking for a smaller memory footprint).
     """
     ort = import_ort()
     so = ort.SessionOptions()

@@ -176,6 +176,15 @@ def test_symlink_loops_and_broken_symlinks_are_named(links: Path, name: str, wor
     assert os.path.islink(links / "dangling") and not (links / "nothing").exists()
 
 
+def test_non_utf8_text_names_the_byte_and_its_line(tmp_path: Path) -> None:
+    """It said "(byte 7)": the offset, read as the byte's value."""
+    src = saved(tmp_path / "m.onnx")
+    lists = tmp_path / "lists.txt"
+    lists.write_bytes(b"[deny]\nSoftmax keep\n\xff\xfe x\n")
+    res = CliRunner().invoke(cli, [str(src), "--op-lists", str(lists), "-q"])
+    one_line(res, "not UTF-8 text", "byte 0xff on line 3")
+
+
 # ------------------------------------------------------------------ models ORT loads
 
 

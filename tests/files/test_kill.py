@@ -110,3 +110,40 @@ held = stale.Held()
 print(held.create(output, "data.tmp", fd), flush=True)
 time.sleep(120)
 """
+
+
+_KILLED_IN_TEMP = """
+import os, signal, sys
+from amp_convert.files import pair_write
+
+def kill(at):
+    if at.name == "WRITTEN":
+        os.kill(os.getpid(), signal.SIGKILL)
+
+pair_write.on_step = kill
+sys.argv = ["amp-convert", *sys.argv[1:]]
+from amp_convert.startup import main
+main()
+"""
+
+
+def test_a_killed_runs_temporary_folder_is_removed_by_the_next_run(pair, tmp_path: Path) -> None:
+    """--validate stages the model in a temporary folder: a SIGKILL there left the folder (and
+    the model in it) in TMPDIR for good."""
+    src, out, _, _ = pair
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(temp)}
+    args = [str(src), "-o", str(out), "--force", "--validate", "--provider", "emulate", "-q"]
+    done = subprocess.run([sys.executable, "-c", _KILLED_IN_TEMP, *args], env=env,
+                          capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    assert done.returncode == -signal.SIGKILL, done.stderr[-2000:]
+    assert [p.name for p in temp.iterdir() if p.name.startswith("amp-validate-")]
+    rerun = subprocess.run(
+        [sys.executable, "-c", "import sys; sys.argv[0] = 'amp-convert'\n"
+         "from amp_convert.startup import main; main()", *args],
+        env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    assert [p.name for p in temp.iterdir() if p.name.startswith("amp-")] == []
+    assert files(out.parent) == sorted({"m.onnx", "m.onnx.data", "o.onnx", *referenced(out)})
