@@ -4,7 +4,9 @@ an output; real processes interrupted at random moments end as documented.
 
 500 cases with fixed seeds, in-process (click's CliRunner), with hostile text among the values
 (bytes that are not UTF-8, NUL, ESC sequences, U+FFFE) and models whose names hold control
-characters or whose external-data location holds a NUL; bench/cli_fuzz.py runs more.
+characters or whose external-data location holds a NUL; a fifth of them call the Python entry
+points instead (convert, convert_file, validate, auto_convert, MixedPrecisionPass, Olive's
+pass); bench/cli_fuzz.py runs more.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ def _report(failures) -> str:
 @pytest.mark.slow
 @pytest.mark.parametrize("seeds", SEEDS, ids=lambda r: f"{r.start}-{r.stop}")
 def test_cli_fuzz_never_crashes(tmp_path: Path, seeds: range) -> None:
-    failures, codes = fuzz(tmp_path / "arena", seeds)
+    failures, codes = fuzz(tmp_path / "arena", seeds, api_share=0.2)
     assert not failures, f"{len(failures)} failing case(s):\n{_report(failures)}"
     assert set(codes) <= {0, 1, 2}
     assert codes[2] > 0 and codes[0] > 0  # both refusals and successful runs were exercised
@@ -37,8 +39,10 @@ def test_cli_fuzz_never_crashes(tmp_path: Path, seeds: range) -> None:
 
 @pytest.mark.slow
 def test_signals_at_random_moments_end_as_documented(tmp_path: Path) -> None:
-    """SIGINT: 130 and one line; SIGTERM: clean-up, then death by SIGTERM; old or new outputs."""
+    """SIGINT: 130 and one line; SIGTERM: clean-up, then death by SIGTERM; SIGKILL: a rerun
+    leaves nothing of the killed run; old or new outputs."""
     failures, codes = signal_fuzz(tmp_path / "arena", range(0, 10))
     assert not failures, f"{len(failures)} failing case(s):\n{_report(failures)}"
-    assert set(codes) <= {0, 1, 2, 130, -signal.SIGTERM}
-    assert codes[130] + codes[-signal.SIGTERM] > 0  # some were interrupted, not all finished
+    assert set(codes) <= {0, 1, 2, 130, -signal.SIGTERM, -signal.SIGKILL}
+    interrupted = codes[130] + codes[-signal.SIGTERM] + codes[-signal.SIGKILL]
+    assert interrupted > 0  # some were interrupted, not all finished
