@@ -17,7 +17,8 @@ import numpy as np
 from amp_convert.errors import ValidationError
 
 __all__ = [
-    "ERROR_STATS", "JUDGING_KEYS", "THRESHOLD_KEYS", "Thresholds", "check_error_stat", "statistic",
+    "DEFAULT_THRESHOLDS_SPEC", "ERROR_STATS", "JUDGING_KEYS", "THRESHOLD_KEYS", "Thresholds",
+    "check_error_stat", "statistic",
 ]  # fmt: skip
 
 
@@ -107,6 +108,12 @@ class Thresholds:
         if self.per_output:
             d["per_output"] = {k: v.to_dict() for k, v in self.per_output.items()}
         return d
+
+
+#: what every command judges by when the user sets no threshold (``validate``, ``convert
+#: --validate``, ``--auto``, the Olive pass): a conversion that works measures cosine 0.999+ on
+#: every output, and a new NaN/Inf is an overflow. ``--report-only`` judges nothing instead.
+DEFAULT_THRESHOLDS_SPEC: dict[str, Any] = {"min_cosine": 0.999, "max_nan": 0}
 
 
 def check_error_stat(value: Any) -> str:
