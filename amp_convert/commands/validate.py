@@ -5,8 +5,9 @@
   declarations (not ``--report``, ``--junit``, ``--save-inputs`` or ``-q``, the outputs and
   switches each command names itself), as the keyword arguments ``VALIDATION_OPTION_NAMES``;
 * ``run_cli_validation``: runs, prints the table, writes the reports, returns the exit code:
-  0 when nothing failed (verdict ``pass``, or ``not_judged`` when no threshold was set: the table
-  then ends with "result: NOT JUDGED", never PASS), 1 when an output fails (a threshold, a shape
+  0 when nothing failed (verdict ``pass``; with no threshold given the default set judges,
+  cosine 0.999 and no new NaN/Inf; ``not_judged`` only with ``--report-only``: the table then
+  ends with "result: NOT JUDGED", never PASS), 1 when an output fails (a threshold, a shape
   mismatch, or new NaN/Inf, which fail even without thresholds), 2 on an error such as an
   unreadable model or inputs file, an explicit ``--provider cuda`` that cannot start, or a
   reference that runs on none of the generated inputs.
@@ -163,6 +164,7 @@ def run_cli_validation(
             say_internal(e)
             return 3
         report = verdict.report
+        name_worst_node(reference_path, candidate_path, verdict, quiet)
         if on_verdict is not None:
             on_verdict(verdict)
         if not quiet:
@@ -218,9 +220,10 @@ def validate_command(
 ) -> None:
     """Run ORIGINAL (FP32) and CONVERTED on the same inputs and compare every output.
 
-    Exit code 0 when nothing fails (with no thresholds the result is NOT JUDGED, not PASS), 1 when
-    an output fails its thresholds or has new NaN/Inf (thresholds or not), 2 on usage errors,
-    models/inputs that cannot be loaded or run, or an explicit --provider cuda that cannot start.
+    Exit code 0 when nothing fails, 1 when an output fails its thresholds (with none given:
+    --min-cosine 0.999, no new NaN/Inf; --report-only judges nothing, NOT JUDGED), 2 on usage
+    errors, models/inputs that cannot be loaded or run, or an explicit --provider cuda that cannot
+    start.
     Every file it writes is checked first (output_rules): never a model, its data or the inputs
     file, never another of its outputs, an existing file only with --force.
     """
@@ -261,3 +264,35 @@ def validate_command(
                 say_error(f"{e}; no file was written")
                 code = 2
     ctx.exit(code)
+
+
+def name_worst_node(
+    reference: str | Path, candidate: str | Path, verdict: Verdict, quiet: bool
+) -> None:
+    """A FAIL far from any threshold (``report.broken``): localise where the output breaks (the
+    per-node trace the HTML page draws, two more sessions) and say it; a localisation that cannot
+    run changes nothing of the verdict."""
+    report, options = verdict.report, verdict.options
+    if not report.broken:
+        return
+    from amp_convert.pages.worst import worst_node  # on use: only a broken model needs it
+
+    if not quiet:
+        click.echo("amp-convert validate: localising where the output breaks", err=True)
+    try:
+        found = worst_node(
+            reference, candidate, provider=report.provider, inputs=options.inputs,
+            dims=report.dims if options.inputs is None else None, seed=options.seed,
+        )  # fmt: skip
+    except AmpConvertError:
+        return
+    if found is None:
+        return
+    report.worst_node = found
+    error = found["error"]
+    text = f"{error:.3g}" if isinstance(error, float) else str(error)
+    report.warnings.append(
+        f"the output breaks at node {found['name']!r} ({found['op_type']}, "
+        f"{found['precision']}): error {text} there; --exclude-nodes "
+        f"'{found['name']}' keeps it FP32, --auto finds every node that must stay FP32"
+    )

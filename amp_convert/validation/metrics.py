@@ -282,7 +282,7 @@ def _compare_float(
         _check_thresholds(res, st, ref, cand, t)
     max_nan = t.max_nan if t.max_nan is not None else 0
     if res.nonfinite > max_nan:
-        default = "" if t.max_nan is not None else " (the default: new NaN/Inf always fail)"
+        default = "" if t.max_nan else " (the default: new NaN/Inf always fail)"
         fin = "n/a" if res.cosine_finite is None else f"{res.cosine_finite:.6f}"
         res.failures.append(
             f"{res.nonfinite} new NaN/Inf values (candidate nan {res.candidate_nan}, "

@@ -27,7 +27,12 @@ from amp_convert.errors import OptionError, ValidationError
 from amp_convert.options import declare
 from amp_convert.options.declare import ThresholdFlag, check_names, option
 from amp_convert.validation.decode import MAX_DECODE_STEPS
-from amp_convert.validation.metrics import MATCH_MODES, Thresholds
+from amp_convert.validation.metrics import MATCH_MODES
+from amp_convert.validation.thresholds import (
+    DEFAULT_THRESHOLDS_SPEC,
+    Thresholds,
+    check_error_stat,
+)
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -44,7 +49,7 @@ AUTO_REFUSED_PROVIDERS = {
 #: what auto_convert judges on when the caller gives no provider (the command line's is ``auto``)
 AUTO_PROVIDER = "emulate"
 #: the threshold ``--auto`` (and auto_convert, the Olive pass) meets when none is given
-AUTO_MIN_COSINE = 0.999
+AUTO_MIN_COSINE = float(DEFAULT_THRESHOLDS_SPEC["min_cosine"])
 
 
 class ValidateKwargs(TypedDict, total=False):
@@ -61,6 +66,7 @@ class ValidateKwargs(TypedDict, total=False):
     match: Mapping[str, str] | Iterable[str] | None
     decode_steps: int | None
     save_inputs: str | os.PathLike[str] | None
+    report_only: bool
 
 
 @dataclass(frozen=True)
@@ -113,17 +119,46 @@ class ValidateOptions:
         kind="thresholds",
         parts=(
             ThresholdFlag(
-                "atol", "Absolute tolerance: pass when |cand-ref| <= atol + rtol*|ref| elementwise."
+                "atol",
+                "Absolute tolerance: pass when |cand-ref| <= atol + rtol*|ref| elementwise (or "
+                "on a statistic: --error-stat). With no threshold at all every command judges by "
+                "--min-cosine 0.999 and no new NaN/Inf (--report-only: judge nothing).",
             ),
             ThresholdFlag("rtol", "Relative tolerance (see --atol)."),
-            ThresholdFlag("min_cosine", "Lowest acceptable cosine similarity."),
+            ThresholdFlag(
+                "min_cosine",
+                "Lowest acceptable cosine similarity (default 0.999 when no threshold is given).",
+            ),
             ThresholdFlag(
                 "max_nan",
                 "Most new NaN/Inf values allowed (default 0: new NaN/Inf fail even without other "
                 "thresholds).",
                 metavar="[NAME:]COUNT",
             ),
+            ThresholdFlag(
+                "error_stat",
+                "Check --atol/--rtol on a statistic S of the error instead of every element: max, "
+                "mean, median or a quantile pNN (p99, p99.9): S(|cand-ref|) <= atol + "
+                "rtol*S(|ref|).",
+                metavar="[NAME:]STAT",
+            ),
+            ThresholdFlag(
+                "max_mismatch",
+                "Share of the elements (0-1) allowed past the element-wise --atol/--rtol bound: "
+                "1e-3 passes a probability map whose steep edges take the rounding, and fails one "
+                "whose edges moved.",
+                metavar="[NAME:]FRACTION",
+            ),
         ),
+    )
+    report_only: bool = option(
+        False,
+        ("--report-only",),
+        "Judge nothing: print the figures with no default thresholds (the result is NOT "
+        "JUDGED, exit 0 unless new NaN/Inf appear). Without it and without thresholds, the "
+        "defaults judge: --min-cosine 0.999 and no new NaN/Inf.",
+        "flag",
+        auto=False,
     )
     top1: frozenset[str] = option(
         frozenset(),
@@ -187,7 +222,8 @@ class ValidateOptions:
             put("decode_steps", int(steps))
         put("dims", Dims(self.dims))
         put("inputs", _inputs(self.inputs))
-        put("thresholds", _thresholds(self.thresholds))
+        put("thresholds", _judged_by(_thresholds(self.thresholds), bool(self.report_only)))
+        put("report_only", bool(self.report_only))
         put("top1", frozenset((self.top1,) if isinstance(self.top1, str) else self.top1))
         put("match", parse_match(self.match))
 
@@ -262,8 +298,21 @@ def parse_threshold(key: str, items: tuple[str, ...] | list[str]) -> ThresholdOp
     glob: float | int | None = None
     per: dict[str, float | int] = {}
     flag = "--" + key.replace("_", "-")
+    glob_stat: list[str] = []  # --error-stat takes a name, not a number
+    stats: dict[str, str] = {}
     for item in items:
         name, sep, text = item.rpartition(":")
+        if key == "error_stat":
+            if sep and not name:
+                raise ValidationError(f"{flag} {item!r}: empty output name before ':'")
+            stat = check_error_stat(text)
+            if not sep:
+                glob_stat.append(stat)
+            elif name in stats:
+                raise ValidationError(f"{flag} given twice for output {name!r}")
+            else:
+                stats[name] = stat
+            continue
         try:
             value: float | int = int(text) if key == "max_nan" else float(text)
         except ValueError:
@@ -275,6 +324,8 @@ def parse_threshold(key: str, items: tuple[str, ...] | list[str]) -> ThresholdOp
             raise ValidationError(f"{flag} {item!r}: must not be negative")
         if key == "min_cosine" and value > 1:
             raise ValidationError(f"{flag} {item!r}: a cosine is at most 1")
+        if key == "max_mismatch" and value > 1:
+            raise ValidationError(f"{flag} {item!r}: a share of the elements is at most 1")
         if sep and not name:
             raise ValidationError(f"{flag} {item!r}: empty output name before ':'")
         if not sep:
@@ -285,7 +336,30 @@ def parse_threshold(key: str, items: tuple[str, ...] | list[str]) -> ThresholdOp
             if name in per:
                 raise ValidationError(f"{flag} given twice for output {name!r}")
             per[name] = value
+    if key == "error_stat":
+        if len(glob_stat) > 1:
+            raise ValidationError(f"{flag} given twice without an output name")
+        return ThresholdOption(glob_stat[0] if glob_stat else None, stats)  # type: ignore[arg-type]
     return ThresholdOption(glob, per)
+
+
+def _judged_by(thresholds: Thresholds, report_only: bool) -> Thresholds:
+    """The thresholds a validation judges by: the user's, else the defaults every command
+    shares (``DEFAULT_THRESHOLDS_SPEC``), else none with ``report_only`` (and then no user
+    threshold either: asking for both is a contradiction)."""
+    defaults = Thresholds.coerce(DEFAULT_THRESHOLDS_SPEC)
+    if report_only:
+        if thresholds == defaults:  # options replaced with report_only: the defaults go
+            return Thresholds()
+        if thresholds.any_set:
+            raise ValidationError(
+                "--report-only judges nothing: drop it, or drop the thresholds "
+                f"({', '.join(k for k, v in thresholds.to_dict().items() if v is not None)})"
+            )
+        return thresholds
+    if thresholds.any_set:
+        return thresholds
+    return dataclasses.replace(defaults, per_output=thresholds.per_output)  # names still checked
 
 
 def _thresholds(value: Any) -> Thresholds:

@@ -353,8 +353,8 @@ class ValidationReport(Report, tool="amp-convert validate", schema_version=SCHEM
         if _any_set(self.thresholds):
             return f"result: NOT JUDGED ({self._nothing_to_judge()}; {outs}){weak}"
         return (
-            f"result: NOT JUDGED (report only: no thresholds set, nothing failed; {outs}; "
-            f"set --atol/--rtol/--min-cosine/--max-nan to judge){weak}"
+            f"result: NOT JUDGED (--report-only: no thresholds, nothing failed; {outs}; "
+            f"without it the defaults judge: --min-cosine 0.999, no new NaN/Inf){weak}"
         )
 
     def _nothing_to_judge(self) -> str:

@@ -14,6 +14,7 @@ import pytest
 from click.testing import CliRunner
 from onnx import TensorProto
 
+import amp_convert
 from models import validation_models as vm
 
 pytest.importorskip("onnxruntime")
@@ -206,9 +207,13 @@ def test_exit_1_when_an_output_fails(pairs) -> None:
     assert res.exit_code == 0 and "removes the casts" in res.output
 
 
-def test_no_thresholds_is_report_only(pairs) -> None:
+def test_no_thresholds_judges_by_the_defaults_and_report_only_judges_nothing(pairs) -> None:
+    """Issue 33: a gate that sets no threshold judges (cosine 0.999, no new NaN/Inf); NOT JUDGED
+    only when asked for by name."""
     res = _run(*pairs["mlp"])
-    assert res.exit_code == 0 and "result: NOT JUDGED (report only" in res.output
+    assert res.exit_code == 0 and "result: PASS" in res.output
+    res = _run(*pairs["mlp"], "--report-only")
+    assert res.exit_code == 0 and "result: NOT JUDGED (--report-only" in res.output
     assert "PASS" not in res.output
 
 
@@ -435,3 +440,70 @@ def test_top1_option(pairs) -> None:
     assert res.exit_code == 0 and "top1 100.0%" in res.output
     res = _run(*pairs["tokens"], "--top1", "nope")
     assert res.exit_code == 2 and "top1 for unknown output 'nope'" in res.output
+
+
+# ------------------------------------------------------------- defaults that judge
+
+
+def _broken_by_fp16(tmp_path: Path) -> tuple[Path, Path]:
+    """A hand-written variance of inputs near 100 at O3: FP16 cancels (x - mean) to a cosine of
+    0.97, finite everywhere (no NaN/Inf to fail on): only a threshold sees it."""
+    from models.overflow import calibration, hand_variance
+
+    model, _ = hand_variance()
+    src = tmp_path / "hv.onnx"
+    onnx.save(model, src)
+    feeds = tmp_path / "offset.npz"
+    np.savez(feeds, **calibration(model, "offset", batch=2))
+    return src, feeds
+
+
+def test_validate_without_thresholds_on_a_broken_conversion_exits_1(tmp_path: Path) -> None:
+    """No threshold given: convert --validate, validate and --auto judge by one default set
+    (cosine 0.999, no new NaN/Inf); a broken conversion is not written."""
+    from amp_convert.commands.cli import cli
+
+    src, feeds = _broken_by_fp16(tmp_path)
+    out = tmp_path / "hv.fp16.onnx"
+    res = CliRunner().invoke(cli, [str(src), "-o", str(out), "--level", "O3", "--validate",
+                                   "--provider", "emulate", "--inputs", str(feeds)])  # fmt: skip
+    assert res.exit_code == 1, res.output
+    assert "result: FAIL" in res.output and "min_cosine 0.999" in res.output
+    assert not out.exists()
+    onnx.save(amp_convert.convert(onnx.load(src), level="O3"), out)
+    res = CliRunner().invoke(validate_command, [str(src), str(out), "--provider", "emulate",
+                                                "--inputs", str(feeds)])  # fmt: skip
+    assert res.exit_code == 1 and "result: FAIL" in res.output
+    # judging nothing is asked for by name, and then says so
+    args = [str(src), str(out), "--provider", "emulate", "--inputs", str(feeds)]
+    res = CliRunner().invoke(validate_command, [*args, "--report-only"])
+    assert res.exit_code == 0 and "NOT JUDGED" in res.output
+    res = CliRunner().invoke(validate_command, [str(src), str(out), "--report-only",
+                                                "--min-cosine", "0.9"])  # fmt: skip
+    assert res.exit_code == 2 and "--report-only judges nothing" in res.output
+
+
+def test_the_defaults_are_in_the_help() -> None:
+    res = CliRunner().invoke(validate_command, ["--help"])
+    text = " ".join(res.output.split())
+    assert "--report-only" in text and "--min-cosine 0.999 and no new NaN/Inf" in text
+
+
+def test_a_broken_model_gets_the_node_where_it_breaks_and_no_thresholds(tmp_path: Path) -> None:
+    """Far from any threshold (an Exp that overflows FP16 at O3): no "smallest thresholds", the
+    node where the output breaks is named, and the JSON report holds it."""
+    from models.overflow import exp_overflow
+
+    model, _ = exp_overflow()
+    src, dst = tmp_path / "m.onnx", tmp_path / "m.o3.onnx"
+    onnx.save(model, src)
+    onnx.save(amp_convert.convert(model, level="O3"), dst)
+    report = tmp_path / "r.json"
+    res = CliRunner().invoke(validate_command, [str(src), str(dst), "--provider", "emulate",
+                                                "--report", str(report)])  # fmt: skip
+    assert res.exit_code == 1, res.output
+    assert "smallest thresholds" not in res.output
+    assert "is far from any threshold" in res.output
+    assert "the output breaks at node" in res.output and "(Exp, low)" in res.output
+    data = json.loads(report.read_text())
+    assert data["broken"] and data["worst_node"]["op_type"] == "Exp"

@@ -107,7 +107,7 @@ def test_thresholds_coerce_and_overrides() -> None:
 
 def test_thresholds_pass_and_fail_per_output() -> None:
     ref, cand = vm.multi_io_pair()
-    report = validate(ref, cand, provider="emulate", runs=0)
+    report = validate(ref, cand, provider="emulate", runs=0, report_only=True)
     # report only: nothing failed, but nothing was judged either, so it is not a pass
     assert report.verdict == "not_judged" and not report.passed and not report.failed
     assert not any(o.checked for o in report.outputs)
@@ -192,7 +192,8 @@ def test_junit_report(tmp_path: Path) -> None:
 def test_table() -> None:
     ref, cand = vm.multi_io_pair()
     # logits are [batch, seq, vocab]: rank 3, so top-1 agreement is shown only when asked for
-    report = validate(ref, cand, provider="cpu", runs=2, warmup=0, dims={"seq": 4}, top1=["logits"])
+    report = validate(ref, cand, provider="cpu", runs=2, warmup=0, dims={"seq": 4}, top1=["logits"],
+                      report_only=True)  # fmt: skip
     table = report.format_table()
     lines = table.splitlines()
     assert lines[0].split()[:4] == ["output", "dtype", "shape", "max_abs"]
@@ -201,7 +202,7 @@ def test_table() -> None:
     assert "speedup" in table and "provider: cpu" in table
     assert "dims: batch=1, seq=4" in table
     assert "warning: provider cpu: ONNX Runtime runs FP16 nodes in FP32" in table
-    assert lines[-1].startswith("result: NOT JUDGED (report only: no thresholds set")
+    assert lines[-1].startswith("result: NOT JUDGED (--report-only: no thresholds")
     assert "PASS" not in table
 
 
