@@ -106,13 +106,23 @@ def make_variant(variant: str, src: Path, folder: Path, *, target: str) -> Path:
 # ----------------------------------------------------------------------------------------------
 # sessions
 # ----------------------------------------------------------------------------------------------
+#: CUDA provider options that make a variant's NHWC column (ORT's NHWC kernels for convolutions)
+NHWC = {"prefer_nhwc": "1"}
+
+
 def open_session(
-    path: Path, provider: str, *, tf32: bool = True, profile_prefix: str | None = None
+    path: Path,
+    provider: str,
+    *,
+    tf32: bool = True,
+    profile_prefix: str | None = None,
+    options: dict[str, str] | None = None,
 ) -> Runner:
     """An ORT session on ``provider`` ("cuda": CUDA first, CPU for what CUDA cannot run).
 
-    ``tf32=False`` sets the CUDA provider option ``use_tf32=0``: ORT's FP32 default runs MatMul and
-    Conv in TF32 (10-bit mantissa), which is no reference for FP16 errors.
+    ``options``: CUDA provider options (``--cuda-option``, ``prefer_nhwc``...). ``tf32=False``
+    sets ``use_tf32=0`` over them: ORT's FP32 default runs MatMul and Conv in TF32 (10-bit
+    mantissa), which is no reference for FP16 errors.
     """
     ort = import_ort()
     so = ort.SessionOptions()
@@ -121,7 +131,8 @@ def open_session(
         so.enable_profiling = True
         so.profile_file_prefix = profile_prefix
     if provider == "cuda":
-        providers: list[Any] = [(CUDA_EP, {} if tf32 else {"use_tf32": "0"}), CPU_EP]
+        cuda = dict(options or {}) | ({} if tf32 else {"use_tf32": "0"})
+        providers: list[Any] = [(CUDA_EP, cuda), CPU_EP]
     else:
         providers = [CPU_EP]
     sess = ort.InferenceSession(str(path), so, providers=providers)
@@ -185,6 +196,9 @@ class Measurement:
     median_ms: float | None = None
     p90_ms: float | None = None
     times_ms: list[float] = field(default_factory=list)
+    #: the same variant timed in a second session with prefer_nhwc=1 (``--nhwc``)
+    nhwc_median_ms: float | None = None
+    nhwc_p90_ms: float | None = None
     outputs: list[OutputError] = field(default_factory=list)
     placement: Placement | None = None
     error: str | None = None
@@ -207,6 +221,8 @@ class Measurement:
             "median_ms": self.median_ms,
             "p90_ms": self.p90_ms,
             "times_ms": self.times_ms,
+            "nhwc_median_ms": self.nhwc_median_ms,
+            "nhwc_p90_ms": self.nhwc_p90_ms,
             "max_rel_err": _json_float(self.worst_rel),
             "min_cosine": _json_float(self.worst_cosine),
             "outputs": [o.to_dict() for o in self.outputs],
@@ -246,11 +262,15 @@ def measure(
     runs: int,
     warmup: int,
     profile_prefix: str,
+    options: dict[str, str] | None = None,
+    nhwc: bool = False,
 ) -> Measurement:
-    """Profiled accuracy run, then ``warmup`` + ``runs`` timed runs, in one session."""
+    """Profiled accuracy run, then ``warmup`` + ``runs`` timed runs, in one session with the
+    CUDA provider ``options``; with ``nhwc`` the timing again in a session that adds
+    prefer_nhwc=1."""
     m = Measurement(variant)
     try:
-        runner = open_session(path, provider, profile_prefix=profile_prefix)
+        runner = open_session(path, provider, profile_prefix=profile_prefix, options=options)
     except Exception as e:
         m.error, m.stage = first_line(e), "load"
         return m
@@ -266,6 +286,17 @@ def measure(
         m.error, m.stage = first_line(e), "run"
     finally:
         runner.close()
+    if nhwc and m.error is None:
+        try:
+            runner = open_session(path, provider, options=dict(options or {}) | NHWC)
+            try:
+                times = time_runs(runner, feeds, runs=runs, warmup=warmup)
+            finally:
+                runner.close()
+            m.nhwc_median_ms = float(np.median(times))
+            m.nhwc_p90_ms = float(np.percentile(times, 90))
+        except Exception as e:
+            m.error, m.stage = f"with prefer_nhwc=1: {first_line(e)}", "nhwc"
     return m
 
 
@@ -280,6 +311,8 @@ def convert_and_measure(
     target: str,
     runs: int,
     warmup: int,
+    options: dict[str, str] | None = None,
+    nhwc: bool = False,
 ) -> Measurement:
     """Make the variant (timing it), then measure it; a failure at either step is recorded."""
     t0 = time.perf_counter()
@@ -299,6 +332,8 @@ def convert_and_measure(
         runs=runs,
         warmup=warmup,
         profile_prefix=prefix,
+        options=options,
+        nhwc=nhwc,
     )
     m.convert_s = convert_s
     return m

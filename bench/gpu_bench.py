@@ -21,6 +21,11 @@ say nothing about a GPU, and ORT CPU computes most FP16 nodes in FP32).
     PYTHONPATH=. python bench/gpu_bench.py                       # on a GPU machine, ~minutes
     PYTHONPATH=. python bench/gpu_bench.py --only cnn --runs 100 --json gpu.json --markdown gpu.md
     PYTHONPATH=. python bench/gpu_bench.py --provider cpu --small --runs 3 --warmup 1
+    PYTHONPATH=. python bench/gpu_bench.py --only cnn --nhwc --cuda-option use_tf32=0
+
+``--cuda-option KEY=VALUE`` (repeatable) passes CUDA provider options to every measured session
+(the FP32 reference keeps its own, use_tf32=0); ``--nhwc`` times each variant a second time with
+``prefer_nhwc=1`` added and shows it in an "NHWC ms" column (ORT's NHWC convolution kernels).
 """
 
 from __future__ import annotations
@@ -89,6 +94,13 @@ def _dim(value: str) -> tuple[str, int]:
     return name.strip(), int(num)
 
 
+def _cuda_option(value: str) -> tuple[str, str]:
+    key, sep, val = value.partition("=")
+    if not sep or not key.strip() or not val.strip():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {value!r}")
+    return key.strip(), val.strip()
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument(
@@ -120,9 +132,25 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--json", type=Path, help="write every figure (per output, per run) here")
     p.add_argument("--markdown", type=Path, help="write the table as Markdown here")
     p.add_argument("--keep", type=Path, help="build the models in this folder and keep them")
+    p.add_argument(
+        "--cuda-option",
+        action="append",
+        default=[],
+        type=_cuda_option,
+        metavar="KEY=VALUE",
+        help="a CUDA provider option for every measured session, e.g. prefer_nhwc=1 (repeatable)",
+    )
+    p.add_argument(
+        "--nhwc",
+        action="store_true",
+        help="also time each variant with prefer_nhwc=1 (ORT's NHWC kernels): an NHWC column",
+    )
     args = p.parse_args(argv)
     if args.runs < 1 or args.warmup < 0:
         p.error("--runs must be >= 1 and --warmup >= 0")
+    if args.provider != "cuda" and (args.cuda_option or args.nhwc):
+        p.error("--cuda-option and --nhwc are CUDA provider options: they need --provider cuda")
+    args.cuda_options = dict(args.cuda_option)
     known = {d for k in args.only for d in FULL[k].dims}
     for name, _ in args.dim:
         if name not in known:
@@ -170,6 +198,8 @@ def meta(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
         "runs": args.runs,
         "warmup": args.warmup,
         "sizes": "small" if args.small else "full",
+        "cuda_options": args.cuda_options,
+        "nhwc": args.nhwc,
     }
 
 
@@ -183,6 +213,11 @@ def meta_lines(m: dict[str, Any]) -> list[str]:
         + (", I/O binding (inputs and outputs on the GPU)" if m["provider"] == "cuda" else "")
         + f"; errors against {ref}",
         f"command: {m['command']}",
+        *(
+            [f"CUDA provider options: {', '.join(f'{k}={v}' for k, v in options.items())}"]
+            if (options := m.get("cuda_options"))
+            else []
+        ),
     ]
 
 
@@ -216,6 +251,8 @@ def run_model(
             target=args.target,
             runs=args.runs,
             warmup=args.warmup,
+            options=args.cuda_options,
+            nhwc=args.nhwc,
         )
         if m.error:
             _log(f"[{key}] {variant}: fails at {m.stage}: {m.error}")
@@ -260,14 +297,22 @@ def run_all(args: argparse.Namespace, workdir: Path) -> list[dict[str, Any]]:
 # ----------------------------------------------------------------------------------------------
 # tables
 # ----------------------------------------------------------------------------------------------
-def rows(models: list[dict[str, Any]]) -> list[list[str]]:
+#: the extra column of --nhwc: each variant timed again with prefer_nhwc=1
+NHWC_COLUMN = Column("NHWC ms", right=True, md_title="NHWC median ms")
+
+
+def columns(nhwc: bool) -> list[Column]:
+    return [*COLUMNS, NHWC_COLUMN] if nhwc else list(COLUMNS)
+
+
+def rows(models: list[dict[str, Any]], nhwc: bool = False) -> list[list[str]]:
     out: list[list[str]] = []
     for mod in models:
         fp32 = next((m for m in mod["variants"] if m.variant == "FP32" and not m.error), None)
         for m in mod["variants"]:
             if m.error:
                 fail = Wide(clip(f"fails ({m.stage}): {m.error}", 110))
-                out.append([mod["title"], m.variant, fail] + [""] * (len(COLUMNS) - 3))
+                out.append([mod["title"], m.variant, fail] + [""] * (len(columns(nhwc)) - 3))
                 continue
             speed = "-"
             if fp32 is not None and fp32.median_ms and m.median_ms:
@@ -285,6 +330,7 @@ def rows(models: list[dict[str, Any]]) -> list[list[str]]:
                     str(pl.nodes) if pl else "-",
                     str(pl.cpu_nodes) if pl else "-",
                     str(pl.memcpy) if pl else "-",
+                    *([float_text(m.nhwc_median_ms, ".3f")] if nhwc else []),
                 ]
             )
     return out
@@ -328,7 +374,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         with tempfile.TemporaryDirectory(prefix="gpu-bench-") as tmp:
             models = run_all(args, Path(tmp))
-    table_rows = rows(models)
+    table_rows = rows(models, args.nhwc)
+    cols = columns(args.nhwc)
     head = meta_lines(info)
     notes = cpu_placed_lines(models, args.provider)
     notes += [
@@ -336,12 +383,12 @@ def main(argv: list[str] | None = None) -> int:
     ]
     print("\n".join(head))
     print()
-    print(text_table(COLUMNS, table_rows, group_first=True))
+    print(text_table(cols, table_rows, group_first=True))
     if notes:
         print()
         print("\n".join(notes))
     if args.markdown is not None:
-        md = [*(f"{line}  " for line in head), "", markdown_table(COLUMNS, table_rows)]
+        md = [*(f"{line}  " for line in head), "", markdown_table(cols, table_rows)]
         if notes:
             md += ["", *notes]
         args.markdown.write_text("\n".join(md) + "\n", encoding="utf-8")

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import pytest
@@ -199,3 +200,77 @@ def test_reference_falls_back_to_cpu_fp32_when_the_no_tf32_session_fails(
     calls.clear()
     assert gpu_run.reference_outputs(Path("m.onnx"), "cpu", {})[1] == "FP32, CPU provider"
     assert calls == ["cpu"]
+
+
+def test_cuda_options_are_parsed_and_need_the_cuda_provider(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    args = parse_args(["--cuda-option", "prefer_nhwc=1", "--cuda-option", " use_tf32 = 0 "])
+    assert args.cuda_options == {"prefer_nhwc": "1", "use_tf32": "0"} and not args.nhwc
+    assert parse_args(["--nhwc"]).nhwc
+    for argv, message in [
+        (["--cuda-option", "prefer_nhwc"], "expected KEY=VALUE, got 'prefer_nhwc'"),
+        (["--cuda-option", "=1"], "expected KEY=VALUE, got '=1'"),
+        (["--provider", "cpu", "--nhwc"], "they need --provider cuda"),
+        (["--provider", "cpu", "--cuda-option", "a=b"], "they need --provider cuda"),
+    ]:
+        with pytest.raises(SystemExit) as exc:
+            parse_args(argv)
+        assert exc.value.code == 2
+        assert message in capsys.readouterr().err
+
+
+class _FakeSession:
+    """What ORT's InferenceSession shows gpu_bench: the providers each session was given."""
+
+    opened: ClassVar[list[list]] = []
+
+    def __init__(self, path: str, so: object, providers: list) -> None:
+        self.providers = providers
+        _FakeSession.opened.append(providers)
+
+    def get_providers(self) -> list[str]:
+        return [CUDA_EP, CPU_EP]
+
+    def get_inputs(self) -> list:
+        return []
+
+    def get_outputs(self) -> list:
+        return []
+
+    def end_profiling(self) -> str:
+        return ""
+
+
+class _FakeOrt:
+    InferenceSession = _FakeSession
+
+    class SessionOptions:
+        pass
+
+
+def test_cuda_options_and_nhwc_reach_the_sessions(monkeypatch: pytest.MonkeyPatch) -> None:
+    """--cuda-option goes to every measured session; --nhwc times a second session with
+    prefer_nhwc=1 added; the FP32 reference's use_tf32=0 wins over the options."""
+    _FakeSession.opened = []
+    monkeypatch.setattr(gpu_run, "import_ort", lambda: _FakeOrt)
+    monkeypatch.setattr(gpu_run, "run_once", lambda runner, feeds, label: {})
+    monkeypatch.setattr(gpu_run, "read_profile", lambda path: None)
+    timings = iter([[2.0, 4.0, 3.0], [1.0, 1.5, 1.2]])
+    monkeypatch.setattr(gpu_run, "time_runs", lambda runner, feeds, runs, warmup: next(timings))
+    options = {"cudnn_conv_algo_search": "HEURISTIC"}
+    m = gpu_run.measure(
+        "O2", Path("m.onnx"), "cuda", {}, {}, runs=3, warmup=0, profile_prefix="p",
+        options=options, nhwc=True,
+    )  # fmt: skip
+    assert m.error is None and m.median_ms == 3.0 and m.nhwc_median_ms == 1.2
+    assert _FakeSession.opened == [
+        [(CUDA_EP, {"cudnn_conv_algo_search": "HEURISTIC"}), CPU_EP],
+        [(CUDA_EP, {"cudnn_conv_algo_search": "HEURISTIC", "prefer_nhwc": "1"}), CPU_EP],
+    ]
+    _FakeSession.opened = []
+    gpu_run.open_session(Path("m.onnx"), "cuda", tf32=False, options={"use_tf32": "1"})
+    assert _FakeSession.opened == [[(CUDA_EP, {"use_tf32": "0"}), CPU_EP]]
+    mod = {"title": "ResNet", "variants": [m]}
+    assert rows([mod], nhwc=True)[0][-1] == "1.200"
+    assert len(rows([mod])[0]) == len(rows([mod], nhwc=True)[0]) - 1
