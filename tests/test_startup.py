@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -78,3 +79,26 @@ def test_public_names_resolve_on_demand() -> None:
     for name in amp_convert.__all__:
         assert getattr(amp_convert, name) is not None
     assert set(amp_convert.__all__) <= set(dir(amp_convert))
+
+
+def test_the_command_line_runs_one_blas_thread_unless_told_otherwise(tmp_path: Path) -> None:
+    """numpy's BLAS would spin a thread per core; the user's own setting is kept."""
+    code = (
+        "import os, sys\n"
+        "sys.argv = ['amp-convert', '--help']\n"
+        "from amp_convert.startup import main\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "import gc\n"
+        "blas = os.environ['OPENBLAS_NUM_THREADS']\n"
+        "print('BLAS=' + blas, gc.isenabled(), gc.get_freeze_count() > 0)\n"
+    )
+    for env, want in (({}, "BLAS=1"), ({"OPENBLAS_NUM_THREADS": "3"}, "BLAS=3")):
+        done = subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            check=True,
+            env={k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"} | env,
+        )
+        assert done.stdout.splitlines()[-1] == f"{want} True True"
