@@ -191,7 +191,7 @@ def _validate(
 ) -> tuple[ValidationReport, Samples[RefOutputs]]:
     """The steps of a validation, in order (see the module docstring)."""
     log.phase("loading both models once with ONNX Runtime's default options (crash check)")
-    sessions = open_sessions(ref_src, cand_src, req.provider, stack)
+    sessions = open_sessions(ref_src, cand_src, req.provider, stack, req.cuda_options)
     warnings = list(sessions.warnings)
     log.phase(f"opened both models for provider {sessions.mode}")
     _check_interface(sessions, req, warnings)
@@ -439,6 +439,7 @@ def _report(
         candidate=cand_src.label,
         provider_requested=req.provider,
         provider=sessions.mode,
+        provider_options=dict(req.cuda_options) if sessions.mode == "cuda" else {},
         ort_providers=sessions.candidate.providers,
         onnxruntime_version=str(getattr(ort, "__version__", "unknown")),
         graph_optimizations=(

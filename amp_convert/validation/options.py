@@ -67,6 +67,7 @@ class ValidateKwargs(TypedDict, total=False):
     decode_steps: int | None
     save_inputs: str | os.PathLike[str] | None
     report_only: bool
+    cuda_options: Mapping[str, str | int | bool] | Iterable[str] | None
 
 
 @dataclass(frozen=True)
@@ -196,6 +197,17 @@ class ValidateOptions:
     #: write the (first sample's) inputs here as an ``.npz`` that ``inputs`` reads back (on the
     #: command line an output of each command, declared with its others)
     save_inputs: str | os.PathLike[str] | None = option(None)
+    cuda_options: Mapping[str, str] = option(
+        default_factory=dict,
+        flags=("--cuda-option",),
+        help="An option of ONNX Runtime's CUDA provider for both models' sessions, as KEY=VALUE "
+        "(repeatable), e.g. prefer_nhwc=1 (its NHWC convolution kernels): latency as the "
+        "model will be served. Needs --provider cuda (or auto, when CUDA starts).",
+        kind="multiple",
+        metavar="KEY=VALUE",
+        param="cuda_option",
+        auto=False,
+    )
 
     def __post_init__(self) -> None:
         put = functools.partial(object.__setattr__, self)
@@ -226,6 +238,12 @@ class ValidateOptions:
         put("report_only", bool(self.report_only))
         put("top1", frozenset((self.top1,) if isinstance(self.top1, str) else self.top1))
         put("match", parse_match(self.match))
+        put("cuda_options", parse_cuda_options(self.cuda_options))
+        if self.cuda_options and self.provider in ("cpu", "emulate"):
+            raise ValidationError(
+                f"--cuda-option sets options of ONNX Runtime's CUDA provider: it needs "
+                f"--provider cuda (or auto), not {self.provider}"
+            )
 
     @classmethod
     def from_kwargs(cls, **kwargs: Unpack[ValidateKwargs]) -> ValidateOptions:
@@ -271,6 +289,36 @@ def parse_match(items: Any) -> dict[str, str]:
         if out.get(name, mode) != mode:
             raise ValidationError(f"--match given twice for output {name!r}")
         out[name] = mode
+    return out
+
+
+def parse_cuda_options(items: Any) -> dict[str, str]:
+    """``{"prefer_nhwc": 1}`` or ``("prefer_nhwc=1",)`` → ``{"prefer_nhwc": "1"}`` (ORT takes
+    provider options as text; True/False are 1/0). ONNX Runtime checks the names themselves."""
+    if items is None:
+        return {}
+    pairs: list[tuple[Any, Any]]
+    if isinstance(items, Mapping):
+        pairs = list(items.items())
+    else:
+        pairs = []
+        for item in (items,) if isinstance(items, str) else items:
+            key, sep, value = str(item).partition("=")
+            if not sep:
+                raise ValidationError(f"--cuda-option {item!r}: expected KEY=VALUE")
+            pairs.append((key, value))
+    out: dict[str, str] = {}
+    for key, value in pairs:
+        name = str(key).strip()
+        text = str(int(value)) if isinstance(value, bool) else str(value).strip()
+        if not name or not text or not name.replace("_", "").isalnum():
+            raise ValidationError(
+                f"--cuda-option {key}={value}: expected KEY=VALUE with a name of letters, "
+                "digits and _ and a value"
+            )
+        if out.get(name, text) != text:
+            raise ValidationError(f"--cuda-option {name} given twice with different values")
+        out[name] = text
     return out
 
 

@@ -8,7 +8,7 @@ the strings ``"inf"``, ``"-inf"`` and ``"nan"`` so the file is strict JSON. Top-
   least one output and nothing failed) or ``"not_judged"`` (no threshold applied and nothing
   failed: report only); ``passed`` is true only for ``"pass"``;
 * ``reference``, ``candidate``;
-* ``provider {requested, used, ort_providers, onnxruntime_version, graph_optimizations}``;
+* ``provider {requested, used, ort_providers, onnxruntime_version, graph_optimizations, options}``;
 * ``inputs {source, seed, dims, shapes, dtypes}``;
 * ``thresholds``;
 * ``outputs``: one object per output with the OutputResult fields (``name, kind,
@@ -114,6 +114,8 @@ class ValidationReport(Report, tool="amp-convert validate", schema_version=SCHEM
     outputs: list[OutputResult]
     warmup: int
     runs: int
+    #: the CUDA provider options both sessions ran with (``--cuda-option``)
+    provider_options: dict[str, str] = field(default_factory=dict)
     reference_latency: LatencyStats | None = None
     candidate_latency: LatencyStats | None = None
     emulation: dict[str, Any] | None = None
@@ -187,6 +189,7 @@ class ValidationReport(Report, tool="amp-convert validate", schema_version=SCHEM
                 "ort_providers": list(self.ort_providers),
                 "onnxruntime_version": self.onnxruntime_version,
                 "graph_optimizations": self.graph_optimizations,
+                "options": dict(self.provider_options),
             },
             "inputs": {
                 "source": self.inputs_source,
@@ -301,10 +304,11 @@ class ValidationReport(Report, tool="amp-convert validate", schema_version=SCHEM
             )
         else:
             lines.append("latency: not measured (--runs N to time N runs of each model)")
+        options = ", ".join(f"{k}={v}" for k, v in self.provider_options.items())
         lines.append(
             f"provider: {self.provider} (requested {self.provider_requested}; ORT "
             f"{self.onnxruntime_version}: {', '.join(self.ort_providers)}; graph optimizations "
-            f"{self.graph_optimizations})"
+            f"{self.graph_optimizations}" + (f"; CUDA options {options}" if options else "") + ")"
         )
         shapes = ", ".join(f"{k}{v}" for k, v in self.input_shapes.items())
         lines.append(

@@ -263,6 +263,7 @@ def make_session(
     disable_optimizations: bool,
     model_override: onnx.ModelProto | None = None,
     configure: Callable[[Any], None] | None = None,
+    cuda_options: Mapping[str, str] | None = None,
 ) -> Runner:
     """Open an ORT session for ``src`` (or for ``model_override``, a rewritten copy of it).
 
@@ -272,6 +273,7 @@ def make_session(
     defaults, as users run it (sessions.py): constant folding is what feeds prepacking kernels
     such as MatMulNBits the weights they read. ``configure`` may adjust the SessionOptions last
     (--auto's probes trade ORT's arena and weight prepacking for a smaller memory footprint).
+    ``cuda_options`` go to the CUDA provider (``--cuda-option``: prefer_nhwc...).
     """
     ort = import_ort()
     so = ort.SessionOptions()
@@ -303,7 +305,7 @@ def make_session(
         )
     providers: list = [CPU_EP]
     if device == "cuda":
-        providers = [(CUDA_EP, {}), CPU_EP]
+        providers = [(CUDA_EP, dict(cuda_options or {})), CPU_EP]
     ep_fail = _ort_ep_fail_type(ort)
     try:
         session = ort.InferenceSession(model_input, so, providers=providers)
@@ -317,6 +319,9 @@ def make_session(
                 "CUDA/cuDNN libraries onnxruntime-gpu needs, or use --provider emulate"
             ) from None
         hint = NO_KERNEL_HINT if is_missing_kernel(msg) else ""
+        if device == "cuda" and cuda_options:
+            given = ", ".join(f"{k}={v}" for k, v in cuda_options.items())
+            hint += f" (with the CUDA provider options {given})"
         raise ValidationError(
             f"{role} {src.label}: ONNX Runtime cannot load it: {msg}{hint}"
         ) from None

@@ -9,6 +9,7 @@ mode and the models.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -80,14 +81,19 @@ def default_load_check(
 
 
 def open_sessions(
-    ref_src: ModelSource, cand_src: ModelSource, provider: str, stack: ExitStack
+    ref_src: ModelSource,
+    cand_src: ModelSource,
+    provider: str,
+    stack: ExitStack,
+    cuda_options: Mapping[str, str] | None = None,
 ) -> Sessions:
-    """Check both models load at ORT defaults, then open them for the mode (see the module)."""
+    """Check both models load at ORT defaults, then open them for the mode (see the module);
+    on CUDA with the provider options ``cuda_options`` (``--cuda-option``)."""
     warnings: list[str] = []
     mode = provider_mode(provider)
     warnings += default_load_check(ref_src, cand_src, mode, strict=provider != "auto")
     try:
-        ref, cand, emulated = _open(ref_src, cand_src, mode, stack)
+        ref, cand, emulated = _open(ref_src, cand_src, mode, stack, cuda_options)
     except CudaStartError as e:
         if provider != "auto":
             raise ValidationError(f"provider cuda: {e}") from None
@@ -98,6 +104,8 @@ def open_sessions(
         mode = "emulate"
         warnings += default_load_check(ref_src, cand_src, mode)
         ref, cand, emulated = _open(ref_src, cand_src, mode, stack)
+        if cuda_options:
+            warnings.append("provider auto fell back to emulate: --cuda-option was not used")
     warnings += _mode_warnings(mode, ref_src, cand_src, emulated)
     return Sessions(mode, ref, cand, emulated, warnings)
 
@@ -127,7 +135,11 @@ def _mode_warnings(
 
 
 def _open(
-    ref_src: ModelSource, cand_src: ModelSource, mode: str, stack: ExitStack
+    ref_src: ModelSource,
+    cand_src: ModelSource,
+    mode: str,
+    stack: ExitStack,
+    cuda_options: Mapping[str, str] | None = None,
 ) -> tuple[Runner, Runner, EmulatedModel | None]:
     """Sessions for ``mode``, closed by ``stack``; CudaStartError when CUDA does not start."""
 
@@ -151,6 +163,6 @@ def _open(
             session(cand_src, "candidate", "cpu", False),
             None,
         )
-    ref = session(ref_src, "reference", "cuda", False)
-    cand = session(cand_src, "candidate", "cuda", False)
+    ref = session(ref_src, "reference", "cuda", False, cuda_options=cuda_options)
+    cand = session(cand_src, "candidate", "cuda", False, cuda_options=cuda_options)
     return ref, cand, None

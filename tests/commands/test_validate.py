@@ -198,6 +198,68 @@ def test_make_session_reports_cuda_start_failure_by_type(pairs, monkeypatch) -> 
     assert not isinstance(err.value, CudaStartError)
 
 
+def test_cuda_options_reach_both_sessions_and_the_report(
+    pairs, monkeypatch, tmp_path: Path
+) -> None:
+    """--cuda-option goes to the CUDA provider of both models' sessions (latency as served:
+    prefer_nhwc...) and the report says which options ran. The sessions are opened on the CPU
+    here, with what they were handed recorded."""
+    from amp_convert.validation import runtime, sessions
+
+    seen: list[tuple[str, dict[str, str] | None]] = []
+    real = sessions.make_session
+
+    def make_session(src, role, *, device, cuda_options=None, **kw):
+        seen.append((role, cuda_options))
+        return real(src, role, device="cpu", **kw)
+
+    monkeypatch.setattr(runtime, "cuda_available", lambda: True)
+    monkeypatch.setattr(sessions, "make_session", make_session)
+    real_check = sessions.default_load_check
+    monkeypatch.setattr(
+        sessions, "default_load_check",
+        lambda ref, cand, mode, strict=True: real_check(ref, cand, "cpu", strict=strict),
+    )  # fmt: skip
+    report = tmp_path / "r.json"
+    options = [
+        "--cuda-option",
+        "prefer_nhwc=1",
+        "--cuda-option",
+        "cudnn_conv_algo_search = HEURISTIC",
+    ]
+    res = _run(*pairs["mlp"], "--provider", "cuda", *options, "--report", str(report))
+    assert res.exit_code == 0, res.output
+    want = {"prefer_nhwc": "1", "cudnn_conv_algo_search": "HEURISTIC"}
+    assert seen == [("reference", want), ("candidate", want)]
+    assert "CUDA options prefer_nhwc=1, cudnn_conv_algo_search=HEURISTIC)" in res.output
+    assert json.loads(report.read_text())["provider"]["options"] == want
+    api = validate(*pairs["mlp"], provider="cuda", runs=0, cuda_options={"prefer_nhwc": True})
+    assert api.provider_options == {"prefer_nhwc": "1"}
+    assert seen[-1] == ("candidate", {"prefer_nhwc": "1"})
+
+
+def test_make_session_hands_the_cuda_options_to_onnxruntime(pairs, monkeypatch) -> None:
+    """The options are the CUDA provider's own dict in the session's provider list."""
+    import onnxruntime as ort
+
+    from amp_convert.validation.runtime import load_source, make_session
+
+    given: list[list] = []
+
+    def recording_session(model, so, providers):
+        given.append(providers)
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr(ort, "InferenceSession", recording_session)
+    src = load_source(pairs["mlp"][0], "reference")
+    with pytest.raises(ValidationError, match=r"with the CUDA provider options prefer_nhwc=1\)"):
+        make_session(
+            src, "reference", device="cuda", disable_optimizations=False,
+            cuda_options={"prefer_nhwc": "1"},
+        )  # fmt: skip
+    assert given == [[("CUDAExecutionProvider", {"prefer_nhwc": "1"}), "CPUExecutionProvider"]]
+
+
 def test_exit_1_when_an_output_fails(pairs) -> None:
     res = _run(*pairs["overflow"], "--atol", "0.1")
     assert res.exit_code == 1, res.output
@@ -255,6 +317,12 @@ def test_dims_option(pairs) -> None:
         (["--max-nan", "1.5"], "with an integer"),
         (["--provider", "tpu"], "Invalid value for '--provider'"),
         (["--seed", "-1"], "Invalid value for '--seed'"),
+        (["--cuda-option", "prefer_nhwc"], "--cuda-option 'prefer_nhwc': expected KEY=VALUE"),
+        (["--cuda-option", "prefer_nhwc=1"], "it needs --provider cuda (or auto), not emulate"),
+        (
+            ["--cuda-option", "a=1", "--cuda-option", "a=2", "--provider", "cuda"],
+            "--cuda-option a given twice with different values",
+        ),
     ],
 )
 def test_usage_errors_exit_2(pairs, args, message) -> None:

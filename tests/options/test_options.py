@@ -196,7 +196,14 @@ def test_validate_shows_every_validation_field_and_convert_the_shared_ones() -> 
     }
     assert api_only == {"save_inputs"}  # an output: each command declares it with its others
     assert set(VALIDATION_OPTION_NAMES) >= {"dim", "atol", "max_nan", "provider"}
-    assert set(NOT_FOR_AUTO) == {"runs", "warmup", "top1", "match", "report_only"}  # --auto judges
+    assert set(NOT_FOR_AUTO) == {
+        "runs",
+        "warmup",
+        "top1",
+        "match",
+        "report_only",
+        "cuda_option",
+    }  # --auto judges
 
 
 def test_api_takes_every_option_field() -> None:
