@@ -96,8 +96,9 @@ def _types(entry: ContribSchema, node: ir.Node) -> str | None:
 
 
 def check_runtime_ops(model: ir.Model) -> int:
-    """InputError for the first node of an ORT-defined op its schema refuses; nodes checked."""
-    table = load_contrib_table()
+    """InputError for the first node of an ORT-defined op its schema refuses; nodes checked.
+
+    ORT's table is read only when the model has an op onnx does not define."""
     opsets = model.opset_imports
     checked = 0
     for node in model.graph.all_nodes():
@@ -106,7 +107,7 @@ def check_runtime_ops(model: ir.Model) -> int:
         if domain == domains.DEFAULT:
             entry = schema.runtime_schema(node.op_type, domain, opset)
         elif domain == "com.microsoft":
-            entry = table.lookup(domain, node.op_type, opset)
+            entry = load_contrib_table().lookup(domain, node.op_type, opset)
         else:
             continue
         if entry is None:
@@ -120,6 +121,7 @@ def check_runtime_ops(model: ir.Model) -> int:
         if problem:
             raise InputError(
                 f"the input model's {_label(node)}: {problem}; ONNX Runtime "
-                f"{table.ort_version} refuses this node too (fix the model; nothing was converted)"
+                f"{load_contrib_table().ort_version} refuses this node too (fix the model; "
+                "nothing was converted)"
             )
     return checked

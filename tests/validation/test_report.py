@@ -156,6 +156,7 @@ def test_json_report(tmp_path: Path) -> None:
         "requested": "emulate", "used": "emulate", "ort_providers": ["CPUExecutionProvider"],
         "onnxruntime_version": report.onnxruntime_version,
         "graph_optimizations": "default (the emulated candidate: disabled)",
+        "options": {},  # CUDA provider options (--cuda-option): none off CUDA
     }  # fmt: skip
     assert d["inputs"]["dims"] == {"batch": 1} and d["inputs"]["shapes"] == {"x": [1, 8]}
     (y,) = d["outputs"]
