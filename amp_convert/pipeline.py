@@ -3,7 +3,7 @@
 Every step takes what it reads as arguments and returns one frozen result that later steps receive
 explicitly; no step reads another step's object, and every graph edit happens inside a step.
 
-    1. prepare         passes/prepare.py       -> Prepared (IR < 4 initializers, constants, names)
+    1. prepare         passes/prepare.py       -> Prepared (initializer inputs, constants, names)
    1b. opset upgrade   passes/opset_upgrade.py -> UpgradeResult (--opset-upgrade, QDQ models)
     2. analyse         passes/analyse.py       -> (strict check error, inferred types)
     3. infer dtypes    passes/infer_dtypes.py  -> DtypeResult
@@ -117,7 +117,7 @@ def run(model: ir.Model, options: ConvertOptions) -> ConversionReport:
         report.low_io = sorted(low_io)
 
     snapshot = Snapshot.take(model)  # the original's values and nodes: the value map's keys
-    prepared = _step(1, "prepare", prepare, model)
+    prepared = _step(1, "prepare", prepare, model, options.keep_initializer_inputs)
     upgraded = _step(1, "opset upgrade", _upgrade, model, options, prepared.names)
     with serialised_once(model):  # analyse and the shape inference read one stripped copy
         strict_error, inferred = _step(2, "analyse", analyse, model)
@@ -146,7 +146,8 @@ def run(model: ir.Model, options: ConvertOptions) -> ConversionReport:
     _step(13, "verify", _verify, model, strict_error)
     limits = kernel_limits(model, target, shapes)
 
-    if prepared.promoted:
+    report.initializer_inputs = prepared.initializer_inputs
+    if prepared.initializer_inputs is not None and prepared.initializer_inputs.case == "constants":
         report.warnings.append(
             f"IR version < 4: {prepared.promoted} initializers listed as graph inputs are "
             "constants (as ONNX Runtime treats them); they left the inputs and the IR version is "

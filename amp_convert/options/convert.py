@@ -71,6 +71,7 @@ class ConvertKwargs(TypedDict, total=False):
     dims: Mapping[str, int] | Iterable[str] | Iterable[tuple[str, int]]
     target: str
     opset_upgrade: bool
+    keep_initializer_inputs: bool
     pinned_nodes: Iterable[str]
 
 
@@ -167,6 +168,14 @@ class ConvertOptions:
         "where an op's meaning could change.",
         "flag",
     )
+    keep_initializer_inputs: bool = option(
+        False,
+        ("--keep-initializer-inputs",),
+        "Initializers the model also lists as graph inputs (old exporters) stay overridable FP32 "
+        "inputs, a Cast each where read low; by default they are weights, converted and folded, "
+        "and leave the inputs.",
+        "flag",
+    )
     #: exact names of nodes kept FP32 (the API's typed pin set; ``--auto`` passes its pins here)
     pinned_nodes: frozenset[str] = field(default=frozenset(), metadata={"kind": "api"})
     exclude_patterns: tuple[NamePattern, ...] = field(
@@ -199,6 +208,8 @@ class ConvertOptions:
         put("low_io_patterns", tuple(compile_pattern(p, "--low-io") for p in self.low_io))
         put("cast_optional_params", _bool("cast_optional_params", self.cast_optional_params))
         put("opset_upgrade", _bool("opset_upgrade", self.opset_upgrade))
+        keep_inputs = _bool("keep_initializer_inputs", self.keep_initializer_inputs)
+        put("keep_initializer_inputs", keep_inputs)
         put("op_lists", _op_lists(self.op_lists))
         put("dims", _dims(self.dims))
         put("target", _target(self.target))

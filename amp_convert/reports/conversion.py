@@ -64,6 +64,21 @@ class FoldNote:
 
 
 @dataclass
+class InitializerInputs:
+    """Initializers the model also listed as graph inputs (old exporters), and what became of
+    them. case: "constants" (IR < 4: ORT cannot override them; promoted), "weights" (IR >= 4:
+    removed from the inputs, converted and folded like any weight) or "overridable"
+    (--keep-initializer-inputs: kept as FP32 inputs)."""
+
+    count: int
+    case: str
+    detail: str
+
+    def text(self) -> str:
+        return f"{self.count} initializers listed as graph inputs: {self.detail}"
+
+
+@dataclass
 class LimitNote:
     """A low node whose kernel holds a sum in the low type (targets/accumulation.py): it is right
     exactly while `limit` holds for the data (passes/kernel_limits.py)."""
@@ -124,6 +139,8 @@ class ConversionReport(Report, tool="amp-convert", schema_version=SCHEMA_VERSION
     low_io: list[str] = field(default_factory=list)
     #: low nodes whose kernel holds a sum in the low type: right only while the limit holds
     limits: list[LimitNote] = field(default_factory=list)
+    #: initializers the input also listed as graph inputs, and which case applied (or None)
+    initializer_inputs: InitializerInputs | None = None
 
     @property
     def casts_inserted(self) -> int:
@@ -197,6 +214,8 @@ class ConversionReport(Report, tool="amp-convert", schema_version=SCHEMA_VERSION
         if self.size_before and self.size_after:  # not before the file is written (--validate)
             before, after = _sizes(self.size_before, self.size_after)
             lines.append(f"size: {before} -> {after} in {self.seconds:.2f} s")
+        if self.initializer_inputs is not None and self.initializer_inputs.case != "constants":
+            lines.append(f"note: {self.initializer_inputs.text()}")
         for note in self.tensors:
             if note.action != "converted":
                 lines.append(f"note: {note.name}: {note.action} ({note.detail})")
