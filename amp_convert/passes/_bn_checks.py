@@ -11,6 +11,7 @@ import onnx_ir as ir
 from amp_convert.core import domains, proto_walk
 from amp_convert.core.dtypes import FP16_MIN_NORMAL
 from amp_convert.core.precision import constant_tensor
+from amp_convert.core.weight_range import LowLimits
 
 
 class Kept(Exception):
@@ -102,3 +103,32 @@ def drop_if_dead(value: ir.Value) -> None:
     producer = value.producer()
     if is_onnx(producer, "Constant") and producer is not None and producer.graph is not None:
         producer.graph.remove(producer, safe=True)
+
+
+def output_channels(op: str, shape: tuple[int, ...], group: int = 1, trans_b: bool = False) -> np.ndarray:
+    """For each element of a Conv/ConvTranspose/Gemm/MatMul weight of `shape`, the index of the
+    output channel it feeds (the channel a BatchNormalization after it scales)."""
+    index = np.indices(shape, dtype=np.int64)
+    if op == "Conv":
+        return index[0]
+    if op == "ConvTranspose":  # W is [C_in, C_out/group, k...]
+        per_group_in = shape[0] // group
+        return (index[0] // per_group_in) * shape[1] + index[1]
+    return index[0] if trans_b else index[1]
+
+
+def channel_range_loss(
+    values: np.ndarray, channel: np.ndarray, channels: int, limits: LowLimits
+) -> np.ndarray:
+    """Per output channel, what flush and subnormal rounding in the low type take from that
+    channel's weights, relative to their norm (weight_range.RangeStats.range_loss per channel):
+    the relative error they bring to that channel's output, beside the ordinary rounding of
+    every normal value (at most ``limits.roundoff``)."""
+    v = values.astype(np.float64).reshape(-1)
+    c = channel.reshape(-1)
+    tiny = (v != 0) & (np.abs(v) < limits.min_normal)
+    rounded = v[tiny].astype(np.float32).astype(limits.numpy).astype(np.float64)
+    loss = np.bincount(c[tiny], (rounded - v[tiny]) ** 2, minlength=channels)
+    norm = np.bincount(c, v * v, minlength=channels)
+    ratio = np.divide(loss, norm, out=np.zeros(channels), where=norm > 0)
+    return np.sqrt(ratio)

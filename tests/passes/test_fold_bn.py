@@ -535,3 +535,24 @@ def test_pipeline_hooks_types_and_names() -> None:
     assert [r.action for r in result.records] == ["decomposed", "decomposed"]
     assert "post_bn/BatchNormalization/Mul" in names
     assert names.take("post_bn/BatchNormalization/Mul") == "post_bn/BatchNormalization/Mul_1"
+
+
+def test_a_tiny_underflowing_tail_is_judged_per_output_channel() -> None:
+    """~5% of the folded kernel lands below 2**-14 (the old count rule kept the BN, FP32 with two
+    casts); each output channel loses ~1e-6 of its norm to them: folded, no cast."""
+    import amp_convert
+    from models.trained_weights import bn_tiny_tail
+    from tests.helpers import casts, run
+
+    original = bn_tiny_tail()
+    folded, records = _fold(original)
+    assert [r.action for r in records] == ["folded"]
+    kernel = next(t for t in folded.graph.initializer if t.name == "conv2d_0.w_0")
+    values = np.abs(numpy_helper.to_array(kernel))
+    assert np.mean(values[values > 0] < 2.0**-14) > 0.03  # the tail the count rule refused
+    converted, report = amp_convert.convert(original, return_report=True)
+    assert casts(converted) == 2 and report.nodes_fp32 == 0, report.summary()
+    x = np.random.default_rng(0).standard_normal((1, 48, 8, 8)).astype(np.float32)
+    ref, got = run(original, {"x": x})[0], run(converted, {"x": x})[0]
+    cosine = float(np.dot(ref.ravel(), got.ravel()) / np.linalg.norm(ref) / np.linalg.norm(got))
+    assert cosine >= 0.9999
