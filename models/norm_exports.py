@@ -10,6 +10,12 @@
   HF ``LlamaRMSNorm``: ``Pow(x, 2)``, ``ReduceMean(-1)``, ``+ eps``, ``Sqrt``, ``Div(1, ·)``,
   ``Mul(x, ·)``, ``Mul(weight, ·)``; opset 17. Rotary embeddings are left out (the norms are
   what it is for).
+- `paddle_ln_after_transpose`: PP-OCRv4's recogniser neck as paddle2onnx writes it at opset 12:
+  Conv -> Swish -> ``Reshape`` to ``Concat(Slice(Shape(x), 0, 2), [-1])`` -> ``Transpose(0, 2, 1)``
+  -> Paddle's hand LayerNorm (``ReduceMean(axes=[-1])``, ``Sub``, ``Pow(2)``, ``ReduceMean``,
+  ``Add(eps)``, ``Sqrt``, ``Div``, ``Mul(gamma)``, ``Add(beta)``) -> Linear. ONNX inference loses
+  the reshaped value's rank (the target shape is computed), so the norm's axis size is known only
+  from its weights.
 """
 
 from __future__ import annotations
@@ -119,3 +125,36 @@ def llama_hand_rms(
          outputs=["logits"])  # fmt: skip
     b.output("logits", FLOAT, [1, seq, vocab])
     return b.model(opset=17, doc=first_doc_paragraph(llama_hand_rms))
+
+
+def paddle_ln_after_transpose(
+    channels: int = 32, width: int = 16, norms: int = 2, seed: int = 72
+) -> onnx.ModelProto:
+    """paddle2onnx at opset 12: a computed Reshape, a Transpose, then hand LayerNorms."""
+    b = GraphBuilder("paddle_ln_after_transpose", seed)
+    x = b.input("x", FLOAT, ["p2o.DynamicDimension.0", channels, 1, "p2o.DynamicDimension.1"])
+    h = b.op("Conv", [x, b.weight("conv2d_0.w_0", [channels, channels, 1, 1])], "p2o.Conv.0")
+    h = b.op("Mul", [h, b.op("Sigmoid", [h], "p2o.Sigmoid.0")], "p2o.Mul.0")
+    shape = b.op("Shape", [h], "p2o.Shape.0")
+    head = b.op("Slice", [shape, b.i64("p2o.helper.constant.0", [0]),
+                          b.i64("p2o.helper.constant.1", [2])], "p2o.Slice.0")  # fmt: skip
+    target = b.op("Concat", [head, b.i64("p2o.helper.constant.2", [-1])], "p2o.Concat.0", axis=0)
+    h = b.op("Reshape", [h, target], "p2o.Reshape.0")
+    h = b.op("Transpose", [h], "p2o.Transpose.0", perm=[0, 2, 1])
+    for i in range(norms):
+        mean = b.op("ReduceMean", [h], f"p2o.ReduceMean.{2 * i}", axes=[-1], keepdims=1)
+        d = b.op("Sub", [h, mean], f"p2o.Sub.{i}")
+        sq = b.op("Pow", [d, b.f32("p2o.helper.constant.3", 2.0)], f"p2o.Pow.{i}")
+        var = b.op("ReduceMean", [sq], f"p2o.ReduceMean.{2 * i + 1}", axes=[-1], keepdims=1)
+        std = b.op("Sqrt", [b.op("Add", [var, b.f32("p2o.helper.constant.4", 1e-6)],
+                                 f"p2o.Add.{2 * i}")], f"p2o.Sqrt.{i}")  # fmt: skip
+        y = b.op("Div", [d, std], f"p2o.Div.{i}")
+        gamma = (1 + 0.1 * b.rng.standard_normal(channels)).astype(np.float32)
+        y = b.op("Mul", [y, b.initializer(f"layer_norm_{i}.w_0", gamma)], f"p2o.Mul.{i + 1}")
+        y = b.op("Add", [y, b.weight(f"layer_norm_{i}.b_0", [channels])], f"p2o.Add.{2 * i + 1}")
+        y = b.op("MatMul", [y, b.weight(f"linear_{i}.w_0", [channels, channels])],
+                 f"p2o.MatMul.{i}")  # fmt: skip
+        h = b.op("Add", [y, b.weight(f"linear_{i}.b_0", [channels])], f"p2o.Add.lin{i}")
+    b.op("Identity", [h], "p2o.Identity.0", outputs=["y"])
+    b.output("y", FLOAT, ["p2o.DynamicDimension.2", "p2o.DynamicDimension.3", channels])
+    return b.model(opset=12, doc=first_doc_paragraph(paddle_ln_after_transpose))

@@ -33,7 +33,7 @@ is ``ConstantOfShape(Shape(x)[axis:], 1)`` and the affine part stays outside.
 from __future__ import annotations
 
 import types
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -85,18 +85,61 @@ def _normalised_dims(
     match: NormMatch, inferred: Mapping[str, onnx.TypeProto]
 ) -> tuple[int, list[int] | None] | None:
     """(first normalised axis as a negative index, static sizes of the normalised dims or None
-    where a size is not static); None where the rank is unknown or the axes are not trailing."""
+    where a size is not static); None where the axes are not trailing (or cannot be known to be).
+
+    Where ONNX inference loses the input's shape (paddle2onnx's Reshape to a Concat of Shape
+    slices, then a Transpose: PP-OCRv4's recogniser at opset 12), the rank is taken from a
+    producing Transpose's perm, and trailing negative axes (``axes=[-1]``) need no rank at all;
+    the sizes then come from the affine weights (`_sizes_from_weights`).
+    """
     shape = _dims(match.x, inferred)
     if shape is None:
-        return None
+        rank = _rank_from_producer(match.x)
+        if rank is None:
+            first = sorted(match.axes)
+            if first[0] >= 0 or first != list(range(first[0], 0)):
+                return None  # rank unknown: only axes counted from the end are known trailing
+            return first[0], _sizes_from_weights(match, len(first))
+        shape = [None] * rank
     rank = len(shape)
     axes = sorted(a % rank for a in match.axes)
     if axes != list(range(axes[0], rank)):
         return None  # LayerNormalization normalises trailing axes only
     dims = [shape[a] for a in axes]
     if any(d is None for d in dims):
-        return axes[0] - rank, None
+        return axes[0] - rank, _sizes_from_weights(match, len(axes))
     return axes[0] - rank, [int(d) for d in dims]  # type: ignore[arg-type]
+
+
+def _rank_from_producer(value: ir.Value) -> int | None:
+    """The rank a Transpose's perm gives its output (inference may lose what perm says)."""
+    producer = value.producer()
+    if producer is None or producer.op_type != "Transpose" or not domains.is_default(
+        producer.domain
+    ):
+        return None
+    perm = producer.attributes.get("perm")
+    return None if perm is None else len(perm.value)
+
+
+def _sizes_from_weights(match: NormMatch, count: int) -> list[int] | None:
+    """The normalised dims' sizes read off the affine weights (gamma, else beta): their shape,
+    right-aligned on the `count` normalised axes, must give every size (a 1 there could be a
+    broadcast, so it gives none), and anything before those axes must be 1."""
+    last = match.normalised
+    for node in (match.gamma, match.beta):
+        if node is None:
+            continue
+        other = node.inputs[1] if node.inputs[0] is last else node.inputs[0]
+        last = node.outputs[0]
+        tensor = constant_tensor(other) if other is not None else None
+        if tensor is None:
+            continue
+        shape = [int(d) for d in tensor.shape.numpy()]
+        lead, tail = shape[: max(0, len(shape) - count)], shape[max(0, len(shape) - count) :]
+        if len(tail) == count and all(d > 1 for d in tail) and all(d == 1 for d in lead):
+            return tail
+    return None
 
 
 def _param(node: ir.Node | None, out: ir.Value, dims: list[int]) -> np.ndarray | None:
@@ -259,10 +302,23 @@ class _Folder:
         )  # fmt: skip
         old = match.nodes
         self._record(match, fused, out)
+        consts = {id(v): v for n in old for v in n.inputs if v is not None and v.is_initializer()}
         ir.convenience.replace_nodes_and_values(
             graph, match.output.producer() or old[-1], old, [*made, fused], [match.output], [out]
         )
+        self._drop_dead(graph, consts.values(), fused)
         return op
+
+    def _drop_dead(self, graph: ir.Graph, values: Iterable[ir.Value], fused: ir.Node) -> None:
+        """The norm's constants nobody reads any more (its eps, exponent, gamma and beta, now
+        the fused op's attributes and Scale/B) leave the graph instead of staying FP32 there."""
+        why = f"hand-written norm run as {fused.op_type} {fused.name!r}"
+        for value in values:
+            if value.uses() or value.is_graph_input() or value.is_graph_output():
+                continue
+            if value.graph is graph and value.name in graph.initializers:
+                graph.initializers.pop(value.name)
+                self.values.append(Folded(value, fused.name or "", why))
 
     def _ones_of_shape(
         self, graph: ir.Graph, x: ir.Value, axis: int, opset: int, base: str

@@ -372,3 +372,21 @@ def test_llama_hand_rms_norms_run_as_simplified_layer_norm() -> None:
     plain, none = amp_convert.convert(model, level="O2", target="none", return_report=True)
     assert op_counts(plain)["SimplifiedLayerNormalization"] == 0
     assert {r.into for r in none.rewrites} == {"statistics FP32"}
+
+
+def test_paddle_layer_norm_at_opset_12_after_a_transpose() -> None:
+    """paddle2onnx at opset 12 (PP-OCRv4's recogniser): inference loses the rank after the
+    computed Reshape and the Transpose; the norm's size comes from its weights and each norm runs
+    as ORT's LayerNormalization-1: no cast but the interface's, the old gamma/beta gone."""
+    from models.norm_exports import paddle_ln_after_transpose
+
+    original = paddle_ln_after_transpose()
+    converted, report = amp_convert.convert(original, return_report=True)
+    check_onnx(converted)
+    ops = op_counts(converted)
+    assert ops["LayerNormalization"] == 2 and ops["ReduceMean"] == 0
+    assert casts(converted) - casts(original) == 2, report.summary()  # the input's and output's
+    assert report.nodes_fp32 == 0 and report.initializers_kept == 0
+    x = np.random.default_rng(0).standard_normal((2, 32, 1, 16)).astype(np.float32)
+    ref, got = run(original, {"x": x})[0], run(converted, {"x": x})[0]
+    np.testing.assert_allclose(got, ref, atol=3e-2, rtol=3e-2)
