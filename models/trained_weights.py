@@ -67,7 +67,9 @@ def conv_tiny_tail(channels: int = 16, size: int = 12, seed: int = 52) -> onnx.M
     return b.model(opset=11, doc=first_doc_paragraph(conv_tiny_tail))
 
 
-def bn_tiny_tail(channels: int = 24, c_in: int = 48, size: int = 8, seed: int = 53) -> onnx.ModelProto:
+def bn_tiny_tail(
+    channels: int = 24, c_in: int = 48, size: int = 8, seed: int = 53
+) -> onnx.ModelProto:
     """paddle2onnx Conv -> BatchNormalization (running var ~2500: scale/sqrt(var) ~0.02) ->
     Swish -> Conv; folded, ~5% of the first kernel's values fall below 2**-14."""
     b = GraphBuilder("bn_tiny_tail", seed)

@@ -105,7 +105,9 @@ def drop_if_dead(value: ir.Value) -> None:
         producer.graph.remove(producer, safe=True)
 
 
-def output_channels(op: str, shape: tuple[int, ...], group: int = 1, trans_b: bool = False) -> np.ndarray:
+def output_channels(
+    op: str, shape: tuple[int, ...], group: int = 1, trans_b: bool = False
+) -> np.ndarray:
     """For each element of a Conv/ConvTranspose/Gemm/MatMul weight of `shape`, the index of the
     output channel it feeds (the channel a BatchNormalization after it scales)."""
     index = np.indices(shape, dtype=np.int64)

@@ -17,9 +17,10 @@ Range check (on the float32 values that are stored):
   output channel (the channel its BN scaled): the fold fails when, for some channel, what those
   values lose in the low type exceeds the unit roundoff (FP16 2**-11) of that channel's weight
   norm, beyond what the unfolded weight already lost there (a weight that already lost more is
-  judged by the weight check, with or without the fold). A tiny tail of a trained channel (PP-OCRv4's recogniser: 7% of a folded
-  weight's values below 2**-14, every channel losing < 3.2e-6 of its norm) folds; a channel its BN
-  scaled down to 1e-6 (a pruned layer) loses 2-3% and keeps the BN;
+  judged by the weight check, with or without the fold). A tiny tail of a trained channel
+  (PP-OCRv4's recogniser: 7% of a folded weight's values below 2**-14, every channel losing
+  < 3.2e-6 of its norm) folds; a channel its BN scaled down to 1e-6 (a pruned layer) loses 2-3%
+  and keeps the BN;
 - the decomposed scale ``s`` (additive biases are compared with O(1) activations, where a
   subnormal is harmless), for FP16: fail when more than 1% of its nonzero values fall below
   FP16's smallest normal 2**-14 ~ 6.10e-05 (there they keep fewer than 11 significant bits, or

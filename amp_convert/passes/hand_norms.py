@@ -114,8 +114,10 @@ def _normalised_dims(
 def _rank_from_producer(value: ir.Value) -> int | None:
     """The rank a Transpose's perm gives its output (inference may lose what perm says)."""
     producer = value.producer()
-    if producer is None or producer.op_type != "Transpose" or not domains.is_default(
-        producer.domain
+    if (
+        producer is None
+        or producer.op_type != "Transpose"
+        or not domains.is_default(producer.domain)
     ):
         return None
     perm = producer.attributes.get("perm")
@@ -316,7 +318,7 @@ class _Folder:
         for value in values:
             if value.uses() or value.is_graph_input() or value.is_graph_output():
                 continue
-            if value.graph is graph and value.name in graph.initializers:
+            if value.graph is graph and value.name is not None and value.name in graph.initializers:
                 graph.initializers.pop(value.name)
                 self.values.append(Folded(value, fused.name or "", why))
 
