@@ -128,7 +128,7 @@ def run(model: ir.Model, options: ConvertOptions) -> ConversionReport:
     before = _step(4, "measure", measure_original, model, shapes, low, keep_io, low_io)
     folded = _step(5, "fold BN", fold_batch_norm, model, low, inferred, prepared.names)
     norms = _step(6, "hand norms", rewrite_hand_norms, model, prepared.names, inferred, target)
-    pooled = _step(7, "global pool", run_as_global_pool, model, inferred, target)
+    pooled = _step(7, "global pool", run_as_global_pool, model, inferred, target, prepared.names)
     classes = _step(8, "classify", classify, model, options, lists, target)
     classes = _step(9, "pin statistics", pin_norm_statistics, classes, norms, options.level)
     groups = _step(9, "QDQ groups", keep_qdq_groups, model, classes)
@@ -159,7 +159,9 @@ def run(model: ir.Model, options: ConvertOptions) -> ConversionReport:
             "check verified the result"
         )
     report.nodes = decisions(model, plan, rewritten)
-    records = (*folded.values, *norms.values, *rewritten.values, *cleaned.values)
+    records = (
+        *folded.values, *norms.values, *pooled.values, *rewritten.values, *cleaned.values
+    )  # fmt: skip
     report.value_map = _value_map(snapshot, records, model, plan, rewritten)
     report.tensors.extend((*plan.tensor_notes, *rewritten.saturated))
     report.initializers_converted = rewritten.initializers_converted

@@ -26,10 +26,12 @@ from collections.abc import Callable
 import numpy as np
 import onnx
 
-from models._graph import FLOAT, GraphBuilder
+from models._graph import FLOAT, GraphBuilder, first_doc_paragraph
 from models.cnn import bn_stats
 
-__all__ = ["ALL_VISION", "PAIRS", "ocr_recogniser", "se_cnn", "torch_encoder_opset14"]
+__all__ = [
+    "ALL_VISION", "PAIRS", "mean_pool_cnn", "ocr_recogniser", "se_cnn", "torch_encoder_opset14",
+]  # fmt: skip
 
 ARCHS = ("efficientnet", "mobilenetv3", "regnet", "mobilevit")
 
@@ -239,6 +241,31 @@ def se_cnn(
     b.output(y, FLOAT, [1, classes])
     opset = 18 if style == "dynamo" else 14
     return b.model(opset=opset, doc=f"{arch}-like CNN, torch.onnx {style} export shape")
+
+
+def mean_pool_cnn(
+    style: str = "dynamo", *, channels: int = 16, image: int = 32, classes: int = 10, seed: int = 61
+) -> onnx.ModelProto:
+    """A CNN whose head pools with PyTorch's ``x.mean((2, 3))`` (no keepdim): ``ReduceMean`` with
+    ``keepdims=0`` over the spatial axes, an axes input under dynamo (opset 18), an attribute
+    under TorchScript (opset 14), then a Linear (Gemm) on the (N, C) result."""
+    if style not in ("dynamo", "torchscript"):
+        raise ValueError(f"unknown style {style!r}")
+    b = GraphBuilder(f"mean_pool_{style}", seed=seed)
+    net = _Net(b, style)
+    h = b.input("input", FLOAT, ["batch", 3, image, image])
+    h = net.conv_bn_act(h, 3, channels, 3, "relu", stride=2)
+    h = net.conv_bn_act(h, channels, 2 * channels, 3, "relu", stride=2)
+    n = net.name("mean")
+    if style == "dynamo":
+        axes = b.i64("val_axes_23", [2, 3])
+        pooled = b.op("ReduceMean", [h, axes], f"{n}/node_mean", keepdims=0)
+    else:
+        pooled = b.op("ReduceMean", [h], f"{n}/ReduceMean", axes=[2, 3], keepdims=0)
+    w = b.weight("/fc.weight", [classes, 2 * channels], std=1.0 / math.sqrt(2 * channels))
+    y = b.op("Gemm", [pooled, w, b.weight("/fc.bias", [classes])], "/fc/Gemm", transB=1)
+    b.output(y, FLOAT, ["batch", classes])
+    return b.model(opset=18 if style == "dynamo" else 14, doc=first_doc_paragraph(mean_pool_cnn))
 
 
 def ocr_recogniser(

@@ -1,4 +1,4 @@
-"""ReduceMean over every spatial axis, keeping dims, is a global average pool: run it as one.
+"""ReduceMean over every spatial axis is a global average pool: run it as one.
 
 torch.onnx's dynamo exporter writes ``adaptive_avg_pool2d(1)`` and ``x.mean((2, 3), keepdim=True)``
 (global pooling, squeeze-excite blocks) as ``ReduceMean``; the TorchScript exporter writes the same
@@ -9,19 +9,25 @@ reduce_matrix_columns then UnaryDiv), which overflows once n*|mean| > 65504. Rew
 place (same node, same output value) gives both exports the same graph, so the same placement,
 and the pooling kernel, safe in low precision between low neighbours. Only for a target that
 wants it (``Rewrite.GLOBAL_POOL``: ORT CUDA); the others keep the ReduceMean and its range rule.
+
+PyTorch's global pool ``x.mean((2, 3))`` (TorchScript and dynamo alike) drops the pooled axes
+(``keepdims=0``): the node becomes GlobalAveragePool (output ``(N, C, 1, 1)``) followed by a
+``Flatten(axis=1)`` that gives the ``(N, C)`` the readers read (one reshape, precision-neutral);
+the ReduceMean's output value is then carried by the Flatten's (value map).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import onnx
 import onnx_ir as ir
 
 from amp_convert.core import domains
-from amp_convert.core.precision import FLOAT, constant_tensor, is_default_domain
+from amp_convert.core.precision import FLOAT, UniqueNames, constant_tensor, is_default_domain
 from amp_convert.reports.conversion import FoldNote
+from amp_convert.reports.value_map import Carried, ValueRecord
 from amp_convert.targets import Rewrite, Target
 
 DETAIL = (
@@ -59,9 +65,6 @@ def global_pool_reason(
     x = node.inputs[0]
     if x is None or x.dtype != FLOAT:
         return "input is not FP32"
-    keep = node.attributes.get("keepdims")
-    if keep is not None and int(keep.value) == 0:
-        return "keepdims=0 drops the pooled axes"
     rank = _rank(x, inferred)
     if rank is None or rank < 3:
         return "rank unknown or below 3"
@@ -73,11 +76,18 @@ def global_pool_reason(
     return None
 
 
+def _keeps_dims(node: ir.Node) -> bool:
+    keep = node.attributes.get("keepdims")
+    return keep is None or int(keep.value) != 0
+
+
 @dataclass(frozen=True)
 class PoolResult:
     """The ReduceMeans now run as GlobalAveragePool (one report note each)."""
 
     notes: tuple[FoldNote, ...] = ()
+    #: keepdims=0 pools: their output value carried by the Flatten after the pool (value map)
+    values: tuple[ValueRecord, ...] = field(default=(), compare=False, repr=False)
 
     @property
     def modified(self) -> bool:
@@ -85,23 +95,53 @@ class PoolResult:
 
 
 def run_as_global_pool(
-    model: ir.Model, inferred: Mapping[str, onnx.TypeProto], target: Target
+    model: ir.Model,
+    inferred: Mapping[str, onnx.TypeProto],
+    target: Target,
+    names: UniqueNames | None = None,
 ) -> PoolResult:
     """Rewrite spatial-mean ReduceMeans as GlobalAveragePool in place, for a target that wants it.
 
-    The node keeps its identity, name and output value: only its op type, attributes and the
-    axes input change, so every reader and the value map see the same value.
+    The node keeps its identity and name: only its op type, attributes and the axes input
+    change. With keepdims (the default) it keeps its output value too, so every reader and the
+    value map see the same value; with keepdims=0 a Flatten(axis=1) after it carries the value.
     """
     if not target.wants(Rewrite.GLOBAL_POOL):
         return PoolResult()
     opset = domains.opset_version(model.opset_imports)
     notes = []
+    values: list[ValueRecord] = []
     for node in list(model.graph.all_nodes()):
         if node.op_type != "ReduceMean" or global_pool_reason(node, opset, inferred) is not None:
             continue
+        keeps = _keeps_dims(node)
         node.op_type = "GlobalAveragePool"
         for key in list(node.attributes):
             del node.attributes[key]
         node.resize_inputs(1)
-        notes.append(FoldNote(node.name or "", "ReduceMean run as", "GlobalAveragePool", DETAIL))
-    return PoolResult(tuple(notes))
+        detail = DETAIL
+        if not keeps:
+            values.append(_flatten_after(node, names or UniqueNames.of_model(model)))
+            detail += "; keepdims=0: a Flatten(axis=1) after the pool drops the pooled axes"
+        notes.append(FoldNote(node.name or "", "ReduceMean run as", "GlobalAveragePool", detail))
+    return PoolResult(tuple(notes), tuple(values))
+
+
+def _flatten_after(pool: ir.Node, names: UniqueNames) -> ValueRecord:
+    """Insert Flatten(axis=1) after `pool` for the readers of its output, which now carries the
+    pooled (N, C, 1, ...) value; the Flatten's output takes over the old name and readers."""
+    old = pool.outputs[0]
+    graph = pool.graph
+    assert graph is not None
+    name = old.name or names.take(f"{pool.name or 'pool'}_out")
+    old.name = names.take(f"{name}/pooled")
+    flat = ir.Value(name=name, type=old.type, shape=old.shape)
+    old.shape = None
+    old.replace_all_uses_with(flat, replace_graph_outputs=True)
+    flatten = ir.Node(
+        "", "Flatten", [old], [ir.AttrInt64("axis", 1)], outputs=[flat],
+        name=names.take(f"{pool.name or 'pool'}/Flatten"),
+    )  # fmt: skip
+    graph.insert_after(pool, flatten)
+    why = f"ReduceMean {pool.name!r} (keepdims=0) run as GlobalAveragePool + Flatten"
+    return Carried(old, flat, why)

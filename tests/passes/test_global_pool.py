@@ -152,3 +152,25 @@ def _reduce_model(op: str, axes: list[int]) -> onnx.ModelProto:
 def test_reductions_between_low_neighbours(op: str, axes: list[int], low: bool) -> None:
     _, report = _convert(_reduce_model(op, axes))
     assert (report.decision("reduce").precision != "fp32") == low, report.decision("reduce")
+
+
+@pytest.mark.parametrize("style", ["dynamo", "torchscript"])
+def test_mean_without_keepdim_runs_as_global_pool_and_flatten(style: str) -> None:
+    """``x.mean((2, 3))`` (keepdims=0) from both exporters: GlobalAveragePool then a Flatten to
+    (N, C), all low; no cast but the input's and output's."""
+    from models.vision import mean_pool_cnn
+
+    original = mean_pool_cnn(style)
+    converted, report = _convert(original)
+    check_onnx(converted)
+    ops = op_counts(converted)
+    assert ops["GlobalAveragePool"] == 1 and ops["ReduceMean"] == 0 and ops["Flatten"] == 1
+    assert casts(converted) - casts(original) <= 2, report.summary()
+    assert report.nodes_fp32 == 0
+    x = np.random.default_rng(0).standard_normal((2, 3, 32, 32)).astype(np.float32)
+    ref, got = run(original, {"input": x})[0], run(converted, {"input": x})[0]
+    assert got.shape == ref.shape == (2, 10)
+    np.testing.assert_allclose(got, ref, atol=3e-2, rtol=3e-2)
+    (mean,) = (n.output[0] for n in original.graph.node if n.op_type == "ReduceMean")
+    assert report.value_map.carrier(mean) == mean  # the Flatten carries the mean, by its name
+    assert "GlobalAveragePool + Flatten" in report.value_map.fate(mean).why
