@@ -16,6 +16,10 @@
   ``Add(eps)``, ``Sqrt``, ``Div``, ``Mul(gamma)``, ``Add(beta)``) -> Linear. ONNX inference loses
   the reshaped value's rank (the target shape is computed), so the norm's axis size is known only
   from its weights.
+- `jax_moments_ln`: a flax LayerNorm through jax2tf and tf2onnx (opset 15; Google's Magika ships
+  one): the variance as ``E[x^2] - E[x]^2`` from ``ReduceSum(keepdims=0) * (1/n)``, clamped by
+  ``Max(0, .)``, each statistic ``Reshape``'d and ``Expand``'ed back, ``Rsqrt`` as ``Sqrt`` +
+  ``Reciprocal``, the scale multiplied into it, then ``(x - mean) * inv + bias``.
 """
 
 from __future__ import annotations
@@ -158,3 +162,39 @@ def paddle_ln_after_transpose(
     b.op("Identity", [h], "p2o.Identity.0", outputs=["y"])
     b.output("y", FLOAT, ["p2o.DynamicDimension.2", "p2o.DynamicDimension.3", channels])
     return b.model(opset=12, doc=first_doc_paragraph(paddle_ln_after_transpose))
+
+
+def jax_moments_ln(features: int = 48, hidden: int = 64, seed: int = 73) -> onnx.ModelProto:
+    """Dense -> flax LayerNorm in jax2tf/tf2onnx's E[x^2] - E[x]^2 spelling -> Dense (opset 15)."""
+    b = GraphBuilder("jax_moments_ln", seed)
+    s = "jax2tf_model_/pjit_model_/LayerNorm_0"
+    x = b.input("x", FLOAT, ["unk__10", features])
+    h = b.op("MatMul", [x, b.weight(f"{s}/../Dense_0/kernel", [features, hidden])],
+             "jax2tf_model_/pjit_model_/Dense_0/MatMul")  # fmt: skip
+    shape = b.op("Shape", [h], f"{s}/Shape")
+    head = b.op("Slice", [shape, b.i64("const_starts__0", [0]), b.i64("const_ends__1", [1]),
+                          b.i64("const_axes__2", [0])], f"{s}/strided_slice")  # fmt: skip
+    keep = b.op("Concat", [head, b.i64("const_fold_opt__3", [1])], f"{s}/shape_Concat", axis=0)
+    axes = b.i64("const_axes__4", [1])
+    inv_n = b.f32("const_fold_opt__5", [1.0 / hidden])
+    total = b.op("ReduceSum", [h, axes], f"{s}/Sum", keepdims=0, noop_with_empty_axes=1)
+    mean = b.op("Mul", [total, inv_n], f"{s}/truediv")
+    squares = b.op("Mul", [h, h], f"{s}/Square")
+    total2 = b.op("ReduceSum", [squares, axes], f"{s}/Sum_1", keepdims=0, noop_with_empty_axes=1)
+    mean2 = b.op("Mul", [total2, inv_n], f"{s}/truediv_1")
+    var = b.op("Sub", [mean2, b.op("Mul", [mean, mean], f"{s}/Square_1")], f"{s}/Sub")
+    var = b.op("Max", [b.f32("const_fold_opt__6", [0.0]), var], f"{s}/Maximum")
+    var = b.op("Expand", [b.op("Reshape", [var, keep], f"{s}/Reshape_1"), keep],
+               f"{s}/BroadcastTo_1")  # fmt: skip
+    ve = b.op("Add", [var, b.f32("const_fold_opt__7", [1e-6])], f"{s}/AddV2")
+    inv = b.op("Reciprocal", [b.op("Sqrt", [ve], f"{s}/Rsqrt")], f"{s}/Rsqrt__1")
+    gamma = (1 + 0.1 * b.rng.standard_normal((1, hidden))).astype(np.float32)
+    inv = b.op("Mul", [inv, b.initializer(f"{s}/scale", gamma)], f"{s}/Mul")
+    centre = b.op("Expand", [b.op("Reshape", [mean, keep], f"{s}/Reshape"), keep],
+                  f"{s}/BroadcastTo")  # fmt: skip
+    y = b.op("Mul", [b.op("Sub", [h, centre], f"{s}/Sub_1"), inv], f"{s}/Mul_1")
+    y = b.op("Add", [y, b.weight(f"{s}/bias", [1, hidden])], f"{s}/AddV2_1")
+    b.op("MatMul", [y, b.weight("Dense_1/kernel", [hidden, 8])],
+         "jax2tf_model_/pjit_model_/Dense_1/MatMul", outputs=["logits"])  # fmt: skip
+    b.output("logits", FLOAT, ["unk__11", 8])
+    return b.model(opset=15, doc=first_doc_paragraph(jax_moments_ln))

@@ -49,6 +49,8 @@ class NormMatch:
     gamma: ir.Node | None = None  # Mul by a constant scale
     beta: ir.Node | None = None  # Add of a constant bias
     notes: list[str] = field(default_factory=list)
+    #: the constant scale multiplied into 1/std (flax's spelling; its Mul is in ``stats``)
+    inner_scale: ir.Value | None = None
 
     @property
     def output(self) -> ir.Value:
@@ -218,10 +220,10 @@ def match_norm(mean_node: ir.Node, opset: int) -> NormMatch | NoMatch:
         result = _match_rms(mean_node, producer, axes, opset)
     else:
         result = _match_layer(mean_node, src, axes, opset)
-    return result if isinstance(result, NoMatch) else _closed(result)
+    return result if isinstance(result, NoMatch) else closed(result)
 
 
-def _closed(match: NormMatch) -> NormMatch | NoMatch:
+def closed(match: NormMatch) -> NormMatch | NoMatch:
     """Only the norm's output may leave it: an intermediate read elsewhere (or a graph output)
     would vanish with a fold."""
     inside = {id(n) for n in match.nodes}

@@ -45,6 +45,7 @@ from amp_convert.core import domains
 from amp_convert.core.precision import FLOAT, UniqueNames, constant_tensor
 from amp_convert.core.reasons import Reason, ReasonKind
 from amp_convert.options.convert import Level
+from amp_convert.passes._moments_match import find_moments
 from amp_convert.passes._norm_match import NoMatch, NormMatch, find_norms
 from amp_convert.placement.plan import Classes
 from amp_convert.reports.conversion import FoldNote
@@ -129,11 +130,12 @@ def _sizes_from_weights(match: NormMatch, count: int) -> list[int] | None:
     right-aligned on the `count` normalised axes, must give every size (a 1 there could be a
     broadcast, so it gives none), and anything before those axes must be 1."""
     last = match.normalised
+    operands: list[ir.Value | None] = [match.inner_scale]
     for node in (match.gamma, match.beta):
-        if node is None:
-            continue
-        other = node.inputs[1] if node.inputs[0] is last else node.inputs[0]
-        last = node.outputs[0]
+        if node is not None:
+            operands.append(node.inputs[1] if node.inputs[0] is last else node.inputs[0])
+            last = node.outputs[0]
+    for other in operands:
         tensor = constant_tensor(other) if other is not None else None
         if tensor is None:
             continue
@@ -148,7 +150,11 @@ def _param(node: ir.Node | None, out: ir.Value, dims: list[int]) -> np.ndarray |
     """The constant operand of an affine Mul/Add, shaped as the normalised dims, or None."""
     if node is None:
         return None
-    other = node.inputs[1] if node.inputs[0] is out else node.inputs[0]
+    return _constant_param(node.inputs[1] if node.inputs[0] is out else node.inputs[0], dims)
+
+
+def _constant_param(other: ir.Value | None, dims: list[int]) -> np.ndarray | None:
+    """A constant shaped (after broadcasting) as the normalised dims, or None."""
     tensor = constant_tensor(other) if other is not None else None
     if tensor is None or tensor.dtype != FLOAT or tensor.size != int(np.prod(dims)):
         return None
@@ -157,6 +163,20 @@ def _param(node: ir.Node | None, out: ir.Value, dims: list[int]) -> np.ndarray |
     if [d for d in array.shape if d != 1] != [d for d in dims if d != 1]:
         return None
     return array.reshape(dims)
+
+
+def _mean_factor(match: NormMatch) -> float:
+    """The factor a ReduceSum-spelled mean applies (moments_match notes it), 1 otherwise."""
+    for note in match.notes:
+        if note.startswith("mean_factor="):
+            return float(note.removeprefix("mean_factor="))
+    return 1.0
+
+
+def _mean_factor_fits(match: NormMatch, dims: list[int]) -> bool:
+    """A ReduceSum-spelled mean is a mean: its factor is 1/n for the n values it sums."""
+    factor = _mean_factor(match)
+    return factor == 1.0 or abs(factor * float(np.prod(dims)) - 1.0) <= 1e-5
 
 
 def _carried_name(match: NormMatch, fallback: str, names: UniqueNames) -> str:
@@ -202,6 +222,7 @@ def rewrite_hand_norms(
     pinned: dict[ir.Node, str] = {}
     for graph, nodes in graphs.values():
         found, missed = find_norms(nodes, opset)
+        found += find_moments(nodes, opset, {id(n) for m in found for n in m.nodes})
         misses.extend(missed)
         for match in found:
             if match.x.dtype != FLOAT:
@@ -276,6 +297,8 @@ class _Folder:
         base = match.stats[0].name or "norm"
         inputs: list[ir.Value | None] = [match.x]
         made: list[ir.Node] = []
+        if dims is None and (match.inner_scale is not None or _mean_factor(match) != 1.0):
+            return ""  # a scale inside the statistics, or a 1/n nothing checks: not folded
         if dims is None:  # sizes known at run time only (a reshape to (N, 1, -1)): unit scale
             match.gamma = match.beta = None  # the affine part stays as it is
             ones = self._ones_of_shape(graph, match.x, axis, opset, base)
@@ -284,8 +307,14 @@ class _Folder:
             made, scale_value = ones
             inputs.append(scale_value)
         else:
+            if not _mean_factor_fits(match, dims):
+                return ""
             last = match.normalised
             gamma = _param(match.gamma, last, dims)
+            if match.inner_scale is not None:  # inside the statistics: fold it or nothing
+                gamma = _constant_param(match.inner_scale, dims)
+                if gamma is None:
+                    return ""
             if match.gamma is not None and gamma is None:
                 match.gamma = match.beta = None  # keep a non-constant affine part as it is
             last = match.gamma.outputs[0] if match.gamma is not None else last

@@ -390,3 +390,35 @@ def test_paddle_layer_norm_at_opset_12_after_a_transpose() -> None:
     x = np.random.default_rng(0).standard_normal((2, 32, 1, 16)).astype(np.float32)
     ref, got = run(original, {"x": x})[0], run(converted, {"x": x})[0]
     np.testing.assert_allclose(got, ref, atol=3e-2, rtol=3e-2)
+
+
+def test_moments_layer_norm_folds() -> None:
+    """flax's LayerNorm through jax2tf/tf2onnx: the variance as E[x^2] - E[x]^2 from ReduceSums
+    times 1/n, the scale inside 1/std: one LayerNormalization, no cast but the interface's."""
+    from models.norm_exports import jax_moments_ln
+
+    original = jax_moments_ln()
+    converted, report = amp_convert.convert(original, return_report=True)
+    check_onnx(converted)
+    ops = op_counts(converted)
+    assert ops["LayerNormalization"] == 1 and ops["ReduceSum"] == 0 and ops["Sub"] == 0
+    assert casts(converted) - casts(original) == 2, report.summary()
+    assert report.nodes_fp32 == 0
+    x = 3 + np.random.default_rng(0).standard_normal((4, 48)).astype(np.float32)
+    ref, got = run(original, {"x": x})[0], run(converted, {"x": x})[0]
+    np.testing.assert_allclose(got, ref, atol=3e-2, rtol=3e-2)
+
+
+def test_moments_layer_norm_with_a_wrong_factor_is_not_folded() -> None:
+    """ReduceSum times a constant that is not 1/n is no mean: the norm is not folded."""
+    from models.norm_exports import jax_moments_ln
+
+    original = jax_moments_ln()
+    for t in original.graph.initializer:
+        if t.name == "const_fold_opt__5":
+            t.CopyFrom(numpy_helper.from_array(np.array([1 / 32], np.float32), t.name))
+    converted = amp_convert.convert(original)
+    assert op_counts(converted)["LayerNormalization"] == 0
+    x = 3 + np.random.default_rng(0).standard_normal((4, 48)).astype(np.float32)
+    ref, got = run(original, {"x": x})[0], run(converted, {"x": x})[0]
+    np.testing.assert_allclose(got, ref, atol=5e-2, rtol=5e-2)
