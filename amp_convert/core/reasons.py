@@ -34,6 +34,7 @@ class ReasonKind(str, enum.Enum):
     PLACEMENT = "placement"  # the min-cut moved the node
     QDQ = "qdq"  # next to an FP32 Q/DQ: a Cast would split the DQ -> op -> Q group
     NORM_STATISTICS = "norm_statistics"  # statistics of a hand-written norm: FP32 (stash_type=1)
+    BOUNDED = "bounded"  # deny-listed, but its proven bound fits the low type (op_lists/bounds)
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import types
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -31,7 +32,9 @@ from amp_convert.core.dtypes import FLOAT, LOW_TYPES, NUMPY_TYPES, onnx_name
 from amp_convert.core.precision import CONTROL_FLOW, NodeClass, constant_tensor
 from amp_convert.core.qdq_rules import QDQ_OPS
 from amp_convert.core.reasons import Reason, ReasonKind
+from amp_convert.core.weight_range import LIMITS
 from amp_convert.op_lists import OpLists, op_key
+from amp_convert.op_lists.bounds import Bounds
 from amp_convert.options.convert import ConvertOptions
 from amp_convert.passes import _angles as angles
 from amp_convert.placement.plan import Classes, ClassInfo, LoweredAs
@@ -50,13 +53,16 @@ class _Context:
     lists: OpLists
     target: Target
     low: ir.DataType
+    bounds: Bounds
 
 
 def classify(model: ir.Model, options: ConvertOptions, lists: OpLists, target: Target) -> Classes:
     """A ClassInfo for every node of `model` (subgraphs included); `target` says which low types
     have kernels and which deny-listed ops accumulate in FP32."""
-    ctx = _Context(options, lists, target, options.low_dtype)
     opsets = model.opset_imports
+    low_max = LIMITS[options.low_dtype].max
+    bounds = Bounds(domains.opset_version(opsets), low_max)
+    ctx = _Context(options, lists, target, options.low_dtype, bounds)
     classes: dict[ir.Node, ClassInfo] = {}
     for node in model.graph.all_nodes():
         info = _info_for(node, ctx, domains.opset_version(opsets, node.domain))
@@ -174,6 +180,8 @@ def _info_for(node: ir.Node, ctx: _Context, opset: int) -> ClassInfo:
     info = ClassInfo(cls, (reason,), low_in, low_out, any_in, user=user)
     if cls == NodeClass.DENY and not user and default:
         info = _refine_deny(node, info, has_stash_type(node.op_type, opset), ctx.target)
+    if info.op_class == NodeClass.DENY and not user and default:
+        info = _bounded(node, info, ctx)
     if info.candidate and ctx.target.checks_kernels:
         info = _fit_kernels(node, info, sig, ctx, ctx.target.kernels, opset)
     if info.candidate:
@@ -360,6 +368,39 @@ def _refine_deny(node: ir.Node, info: ClassInfo, has_stash: bool, target: Target
         why = _why(K.RUNTIME_SAFE, detail)
         return dataclasses.replace(info, op_class=infer, reasons=why, low_between_low=True)
     return info
+
+
+#: deny-listed ops whose danger is overflow of their output (or of the sum a kernel holds): a
+#: proven bound that fits the low type answers it
+BOUNDED_OPS = frozenset({"ReduceSum", "ReduceMean", "Exp", "Pow"})
+
+
+def _bounded(node: ir.Node, info: ClassInfo, ctx: _Context) -> ClassInfo:
+    """A deny-listed op whose output provably fits the low type goes INFER, with the bound used.
+
+    Asked of the value the danger is about: the output, or for an op whose kernel holds its sum
+    in the low type (ReduceMean on ORT CUDA: the accumulation table) that sum, n * max|x|. An
+    op nothing bounds keeps its rule.
+    """
+    if node.op_type not in BOUNDED_OPS or not node.outputs:
+        return info
+    limit = LIMITS[ctx.low].max
+    held = ctx.target.held_sum(node.op_type, node.domain, onnx_name(ctx.low).lower())
+    if held is not None and held.limit == "sum":
+        bound = ctx.bounds.sum_of(node)
+        what = "the sum its kernel holds"
+    else:
+        bound = ctx.bounds.of(node.outputs[0])
+        what = "its output"
+    if not bound.fits(limit) or not math.isfinite(bound.magnitude):
+        return info
+    detail = (
+        f"{what} is proven within +-{bound.magnitude:.4g} ({bound.why}), inside "
+        f"{onnx_name(ctx.low)}'s +-{limit:g}"
+    )
+    return dataclasses.replace(
+        info, op_class=NodeClass.INFER, reasons=_why(K.BOUNDED, "bounds", detail)
+    )
 
 
 def _list_class(node: ir.Node, ctx: _Context) -> tuple[NodeClass, Reason, bool]:
