@@ -170,6 +170,8 @@ def run(model: ir.Model, options: ConvertOptions) -> ConversionReport:
     report.rewrites = [*norms.notes, *pooled.notes, *_upgrade_notes(upgraded)]
     report.warnings.extend(_qdq_warnings(groups, options))
     report.limits = list(limits)
+    report.warnings.extend(_low_type_warnings(report, model, options))
+    report.warnings.extend(_runtime_only_warnings(model, norms.notes, options))
     _describe_target(report, model, target)
     report.casts_after = count_casts(model)
     report.weight_bytes_after = ir_weights(model).total  # Constant-held weights too
@@ -199,6 +201,59 @@ def _upgrade(model: ir.Model, options: ConvertOptions, names: UniqueNames) -> Up
     if not options.opset_upgrade or not has_qdq(model):
         return None
     return upgrade_opset(model, names)
+
+
+def _low_type_warnings(
+    report: ConversionReport, model: ir.Model, options: ConvertOptions
+) -> list[str]:
+    """A BF16 (or FP16) request that leaves most nodes FP32: why, and what would help."""
+    low, fp32 = report.nodes_low, report.nodes_fp32
+    if fp32 <= low:
+        return []
+    causes = report.fp32_causes()
+    cause, count = causes.most_common(1)[0]
+    opset = domains.opset_version(model.opset_imports)
+    name = options.dtype.upper()
+    line = (
+        f"{fp32} of {low + fp32} float nodes stay FP32 under {name}; the most because "
+        f"{cause} ({count})"
+    )
+    helps = []
+    if any(r.kind.value == "schema" for n in report.nodes for r in n.reasons[:1]):
+        schema_ops = sorted({n.op_type for n in report.nodes
+                             if n.precision == "fp32" and n.reasons
+                             and n.reasons[0].kind.value == "schema"})  # fmt: skip
+        if options.dtype == "bf16" and opset < 22:
+            helps.append(
+                f"the model is at opset {opset}: {', '.join(schema_ops[:4])} take bfloat16 "
+                "only from opset 22 (re-export at opset >= 22), or use --dtype fp16"
+            )
+        else:
+            helps.append(
+                f"their schemas exclude {name} at opset {opset}: {', '.join(schema_ops[:4])}"
+            )
+    if "no low-precision kernel on the target" in causes:
+        helps.append(f"--target {options.target} has no {name} kernel for some ops; --target none "
+                     "follows the ONNX schemas only")  # fmt: skip
+    return [line + (": " + "; ".join(helps) if helps else "")]
+
+
+def _runtime_only_warnings(
+    model: ir.Model, notes: tuple[FoldNote, ...], options: ConvertOptions
+) -> list[str]:
+    """Hand norms folded into ONNX Runtime's own ai.onnx ops (LayerNormalization below opset 17,
+    SimplifiedLayerNormalization): the result now loads in ONNX Runtime only."""
+    opset = domains.opset_version(model.opset_imports)
+    runtime = [n.into.removeprefix("run as ") for n in notes if n.into.startswith("run as ")]
+    only = [op for op in runtime if op == "SimplifiedLayerNormalization" or opset < 17]
+    if not only:
+        return []
+    kinds = ", ".join(f"{only.count(op)} {op}" for op in sorted(set(only)))
+    return [
+        f"the result needs ONNX Runtime: hand-written norms now run as its own ops ({kinds} at "
+        f"opset {opset}), which onnx.checker and other runtimes do not know; --target none "
+        "keeps a portable model (the norms' statistics then stay FP32 instead)"
+    ]
 
 
 def _upgrade_notes(upgraded: UpgradeResult | None) -> list[FoldNote]:

@@ -286,10 +286,20 @@ def _array(value: ir.Value | None) -> np.ndarray | None:
 
 
 def _through_copies(value: ir.Value | None) -> ir.Node | None:
-    """The producer of `value` behind reshapes and broadcasts."""
+    """The producer of `value` behind reshapes, broadcasts and ``Max(-inf, .)`` (jax2tf's guard
+    around a ReduceMax: the identity)."""
     node = value.producer() if value is not None else None
-    while node is not None and node.op_type in _COPIES and domains.is_default(node.domain):
-        node = node.inputs[0].producer() if node.inputs[0] is not None else None
+    while node is not None and domains.is_default(node.domain):
+        if node.op_type in _COPIES:
+            node = node.inputs[0].producer() if node.inputs[0] is not None else None
+        elif node.op_type == "Max" and len(node.inputs) == 2:
+            low = [v for v in node.inputs if _scalar(v) == -math.inf]
+            rest = [v for v in node.inputs if _scalar(v) != -math.inf]
+            if len(low) != 1 or len(rest) != 1 or rest[0] is None:
+                return node
+            node = rest[0].producer()
+        else:
+            return node
     return node
 
 

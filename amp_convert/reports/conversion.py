@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 
 import ml_dtypes
@@ -150,8 +151,11 @@ class ConversionReport(Report, tool="amp-convert", schema_version=SCHEMA_VERSION
     def count(self, precision: str) -> Counter[str]:
         """Float nodes of ``precision`` by op type; Casts and Constants are not counted (the one
         rule of ``reports.figures``, shared by every command and page)."""
-        return Counter(
-            n.op_type
+        return Counter(n.op_type for n in self._counted(precision))
+
+    def _counted(self, precision: str) -> Iterator[NodeDecision]:
+        return (
+            n
             for n in self.nodes
             if n.precision == precision
             and not (n.op_type in ("Cast", "Constant") and n.domain in ("", "ai.onnx"))
@@ -191,6 +195,7 @@ class ConversionReport(Report, tool="amp-convert", schema_version=SCHEMA_VERSION
             + (f", target {self.target}" if self.target else ""),
             f"nodes {low_name}: {self.nodes_low}  " + _top(self.count("low")),
             f"nodes FP32: {self.nodes_fp32}  " + _top(self.count("fp32")),
+            *self._fp32_why(),
             f"casts inserted: {cast_change(self.casts_before, self.casts_after)}",
             f"initializers converted: {self.initializers_converted}, "
             f"kept FP32: {self.initializers_kept}",
@@ -223,6 +228,20 @@ class ConversionReport(Report, tool="amp-convert", schema_version=SCHEMA_VERSION
         lines.extend(f"warning: {w}" for w in self.warnings)
         return "\n".join(lines)
 
+    def fp32_causes(self) -> Counter[str]:
+        """FP32 float nodes (as `count` counts them) by the cause that kept them FP32."""
+        return Counter(fp32_cause(n) for n in self._counted("fp32"))
+
+    def _fp32_why(self) -> list[str]:
+        causes = self.fp32_causes()
+        if not causes:
+            return []
+        items = causes.most_common()
+        text = ", ".join(f"{n} {cause}" for cause, n in items[:3])
+        if len(items) > 3:
+            text += f", +{sum(n for _, n in items[3:])} for {len(items) - 3} other reasons"
+        return [f"  FP32 because: {text}"]
+
     def _traffic_line(self) -> str:
         t = self.traffic
         original, result, all_low = _sizes(t["original"], t["result"], t["all_low"])
@@ -237,6 +256,37 @@ class ConversionReport(Report, tool="amp-convert", schema_version=SCHEMA_VERSION
             f"1.00 → {t['result'] / t['original']:.2f} (all-low {t['all_low'] / t['original']:.2f})"
             f"; estimated for dims {dims}{guessed}"
         )
+
+
+#: the cause a report names for an FP32 node, by the kind of the reason that decided it
+_CAUSES = {
+    "deny_reach": "follow a deny op (O2)",
+    "neighbour": "next to an FP32 neighbour",
+    "placement": "placed FP32 (fewer bytes moved)",
+    "schema": "the schema excludes the low type",
+    "target": "no low-precision kernel on the target",
+    "range": "weights beyond the low type's range",
+    "norm_statistics": "statistics of a hand-written norm",
+    "user": "kept FP32 by the user",
+    "qdq": "next to an FP32 Q/DQ node",
+    "custom_op": "no schema for the op",
+    "control_flow": "control-flow boundary",
+}
+
+
+def fp32_cause(node: NodeDecision) -> str:
+    """Why an FP32 node is FP32, in a few words: the last reason a step added (a propagation or
+    a placement), else the first (its list, rule, schema or target)."""
+    for reason in reversed(node.reasons):
+        cause = _CAUSES.get(reason.kind.value)
+        if cause is not None:
+            return cause
+    first = node.reasons[0] if node.reasons else None
+    if first is None:
+        return "unknown"
+    if first.kind.value in ("list", "rule"):
+        return f"{first.source} ({node.op_type}: {first.detail.split(';')[0]})"
+    return first.source or first.kind.value
 
 
 def _top(counter: Counter[str], limit: int = 8) -> str:

@@ -68,8 +68,12 @@ def test_interval_rules() -> None:
     # Clip to [-6, 6] * 2 + 1
     clip = [mk("Clip", ["x", "lo", "hi"], ["c"]), mk("Mul", ["c", "two"], ["m2"]),
             mk("Add", ["m2", "one"], ["y"])]  # fmt: skip
-    consts = [weight("lo", np.array(-6.0, np.float32)), weight("hi", np.array(6.0, np.float32)),
-              weight("two", np.array(2.0, np.float32)), weight("one", np.array(1.0, np.float32))]
+    consts = [
+        weight("lo", np.array(-6.0, np.float32)),
+        weight("hi", np.array(6.0, np.float32)),
+        weight("two", np.array(2.0, np.float32)),
+        weight("one", np.array(1.0, np.float32)),
+    ]
     assert _bounds_of(clip, consts, "y") == 13.0
     # Tanh summed over 64 values: 64
     tanh_sum = [mk("Tanh", ["x"], ["t"]), mk("ReduceSum", ["t", "axes"], ["s"], keepdims=1)]
