@@ -46,6 +46,7 @@ from amp_convert.cost.traffic import model_traffic
 from amp_convert.passes.analyse import analyse
 from amp_convert.passes.infer_dtypes import InferDtypesPass
 from amp_convert.validation import validate
+from models.bounded import linear_attention
 from models.decoders import decoder_model_merged, decoder_with_past
 from models.fused import (
     fused_bert,
@@ -53,9 +54,12 @@ from models.fused import (
     genai_llama,
     ort_optimized_bert,
 )
+from models.norm_exports import jax_moments_ln, paddle_ln_after_transpose
+from models.old_exports import torch12_face_detector
 from models.qdq import qdq_encoder
 from models.seq2seq import seq2seq_decoder
-from models.trained_weights import conv_tiny_tail, tiny_bias_linear
+from models.trained_weights import bn_tiny_tail, conv_tiny_tail, tiny_bias_linear
+from models.vision import mean_pool_cnn
 
 Tool = Callable[[onnx.ModelProto], tuple[onnx.ModelProto, Any]]
 
@@ -263,6 +267,13 @@ def models(layers: int, hidden: int, heads: int) -> list[tuple[str, onnx.ModelPr
          s2s_dims, False),
         ("trained: tiny biases", tiny_bias_linear(features=hidden, hidden=4 * hidden), {}, False),
         ("trained: conv tail", conv_tiny_tail(), {}, False),
+        ("trained: BN tiny tail", bn_tiny_tail(), {}, False),
+        ("torch 1.2: weights as inputs", torch12_face_detector(), {}, False),
+        ("paddle LN opset 12 (Transpose)", paddle_ln_after_transpose(), {}, False),
+        ("jax2tf E[x^2]-E[x]^2 LN", jax_moments_ln(), {}, False),
+        ("x.mean((2,3)) dynamo", mean_pool_cnn("dynamo"), {}, False),
+        ("x.mean((2,3)) torchscript", mean_pool_cnn("torchscript"), {}, False),
+        ("MobileViTv2 linear attention", linear_attention(), {}, False),
     ]  # fmt: skip
 
 

@@ -24,9 +24,9 @@ def linear_attention(
     axes = b.i64("val_axes_last", [-1])
     for i in range(blocks):
         s = f"/stages.{i}/attn"
-        qkv = b.op("Conv", [x, b.weight(f"stages.{i}.attn.qkv_proj.weight", [1 + 2 * dim, dim, 1, 1]),
-                            b.weight(f"stages.{i}.attn.qkv_proj.bias", [1 + 2 * dim])],
-                   f"{s}/qkv_proj/Conv")  # fmt: skip
+        w = b.weight(f"stages.{i}.attn.qkv_proj.weight", [1 + 2 * dim, dim, 1, 1])
+        bias = b.weight(f"stages.{i}.attn.qkv_proj.bias", [1 + 2 * dim])
+        qkv = b.op("Conv", [x, w, bias], f"{s}/qkv_proj/Conv")
         q, k, v = b.op("Split", [qkv, split], f"{s}/Split", axis=1, outputs=3)
         scores = b.op("Softmax", [q], f"{s}/Softmax", axis=-1)
         context = b.op("ReduceSum", [b.op("Mul", [k, scores], f"{s}/Mul"), axes],
