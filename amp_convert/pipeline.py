@@ -219,10 +219,9 @@ def _low_type_warnings(
         f"{cause} ({count})"
     )
     helps = []
-    if any(r.kind.value == "schema" for n in report.nodes for r in n.reasons[:1]):
-        schema_ops = sorted({n.op_type for n in report.nodes
-                             if n.precision == "fp32" and n.reasons
-                             and n.reasons[0].kind.value == "schema"})  # fmt: skip
+    schema_ops = sorted({n.op_type for n in report.counted("fp32")
+                         if n.reasons and n.reasons[0].kind.value == "schema"})  # fmt: skip
+    if schema_ops:
         if options.dtype == "bf16" and opset < 22:
             helps.append(
                 f"the model is at opset {opset}: {', '.join(schema_ops[:4])} take bfloat16 "

@@ -342,12 +342,17 @@ def custom_domain(features: int = 16, inner: int = 32, seed: int = 20) -> onnx.M
     return b.model(doc=first_doc_paragraph(custom_domain), extra_opsets={"com.microsoft": 1})
 
 
-def out_of_range_weights(features: int = 16, seed: int = 21) -> onnx.ModelProto:
+def out_of_range_weights(
+    features: int = 16, seed: int = 21, foldable: bool = True
+) -> onnx.ModelProto:
     """Weights beyond FP16's range: BatchNorm running_var up to 1e8, a MatMul weight of 1e5.
 
     ``big/weight[0, 0] = 1e5`` (> 65504) makes channel 0 of the MatMul output ~5e4, which the
     BatchNormalization (running_var[0] = 1e8, running_mean[0] = 1e3) normalises back to O(1).
     A converter must not silently clamp these to 65504: keep the nodes HIGH or report the clamp.
+    The BN folds into the MatMul (its folded weight is in range); with ``foldable=False`` a Relu
+    comes first and ``running_var[0] = 1e10``, so the BN has nothing to fold into and its
+    decomposed scale (~1e-5) would underflow: both out-of-range weights survive the fold step.
     """
     b = GraphBuilder("out_of_range_weights", seed)
     x = b.input("x", FLOAT, ["batch", features])
@@ -356,10 +361,12 @@ def out_of_range_weights(features: int = 16, seed: int = 21) -> onnx.ModelProto:
     h = b.op("MatMul", [x, b.initializer("big/weight", w)], "big/MatMul")
     rng = b.rng
     var = rng.uniform(0.5, 2.0, features).astype(np.float32)
-    var[0] = 1e8
+    var[0] = 1e8 if foldable else 1e10
     var[1] = 3e6
     mean = (0.1 * rng.standard_normal(features)).astype(np.float32)
     mean[0] = 1e3
+    if not foldable:
+        h = b.op("Relu", [h], "act0/Relu")
     h = b.op(
         "BatchNormalization",
         [

@@ -151,9 +151,10 @@ class ConversionReport(Report, tool="amp-convert", schema_version=SCHEMA_VERSION
     def count(self, precision: str) -> Counter[str]:
         """Float nodes of ``precision`` by op type; Casts and Constants are not counted (the one
         rule of ``reports.figures``, shared by every command and page)."""
-        return Counter(n.op_type for n in self._counted(precision))
+        return Counter(n.op_type for n in self.counted(precision))
 
-    def _counted(self, precision: str) -> Iterator[NodeDecision]:
+    def counted(self, precision: str) -> Iterator[NodeDecision]:
+        """Float nodes of ``precision`` as every figure counts them (no Cast, no Constant)."""
         return (
             n
             for n in self.nodes
@@ -230,7 +231,7 @@ class ConversionReport(Report, tool="amp-convert", schema_version=SCHEMA_VERSION
 
     def fp32_causes(self) -> Counter[str]:
         """FP32 float nodes (as `count` counts them) by the cause that kept them FP32."""
-        return Counter(fp32_cause(n) for n in self._counted("fp32"))
+        return Counter(fp32_cause(n) for n in self.counted("fp32"))
 
     def _fp32_why(self) -> list[str]:
         causes = self.fp32_causes()
