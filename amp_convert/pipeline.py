@@ -206,7 +206,9 @@ def _upgrade(model: ir.Model, options: ConvertOptions, names: UniqueNames) -> Up
 def _low_type_warnings(
     report: ConversionReport, model: ir.Model, options: ConvertOptions
 ) -> list[str]:
-    """A BF16 (or FP16) request that leaves most nodes FP32: why, and what would help."""
+    """A BF16 (or FP16) request that leaves most nodes FP32 where the model or the target sets
+    the limit (a schema at this opset, a missing kernel): why, and what would help. Nodes FP32 by
+    the level's own rules are the summary's "FP32 because" line, not a warning."""
     low, fp32 = report.nodes_low, report.nodes_fp32
     if fp32 <= low:
         return []
@@ -234,7 +236,7 @@ def _low_type_warnings(
     if "no low-precision kernel on the target" in causes:
         helps.append(f"--target {options.target} has no {name} kernel for some ops; --target none "
                      "follows the ONNX schemas only")  # fmt: skip
-    return [line + (": " + "; ".join(helps) if helps else "")]
+    return [f"{line}: {'; '.join(helps)}"] if helps else []
 
 
 def _runtime_only_warnings(

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import onnx_ir as ir
+from onnx import helper
+
 import amp_convert
 from models.blocks import resnet_cnn
 from models.norm_exports import paddle_ln_after_transpose
+from tests.graphs import model, tensor
 
 
 def test_bf16_cnn_below_opset_22_says_why_and_what_would_help() -> None:
@@ -17,6 +21,20 @@ def test_bf16_cnn_below_opset_22_says_why_and_what_would_help() -> None:
     assert "the schema excludes the low type" in why
     warning = next(w for w in report.warnings if "stay FP32 under BF16" in w)
     assert "take bfloat16 only from opset 22" in warning and "--dtype fp16" in warning
+
+
+def test_fp32_by_the_levels_own_rules_is_no_warning() -> None:
+    """O1 keeps an Elu between FP32 I/O FP32 (two casts would cost more): the summary's FP32
+    line says why; a warning is kept for limits the user can lift (the opset, the target)."""
+    elu = model(
+        [helper.make_node("Elu", ["x"], ["y"], name="elu")],
+        [tensor("x", [1, 64])],
+        [tensor("y", [1, 64])],
+    )
+    _, report = amp_convert.convert(ir.to_proto(elu), level="O1", return_report=True)
+    assert report.nodes_fp32 == 1 and report.nodes_low == 0
+    assert any("FP32 because:" in line for line in report.summary().splitlines())
+    assert not [w for w in report.warnings if "stay FP32 under" in w]
 
 
 def test_fp32_line_groups_by_reason_top_three() -> None:
