@@ -34,6 +34,7 @@ from amp_convert.errors import ValidationError
 from amp_convert.files.budget import memory_budget
 from amp_convert.validation.decoder_inputs import is_cross_cache
 from amp_convert.validation.metrics import OutputResult
+from amp_convert.validation.options import MAX_DECODE_STEPS as MAX_DECODE_STEPS  # re-exported
 from amp_convert.validation.runtime import RunError
 
 #: input name -> output name pairs: past_key_values.X / past.X / past_X (ORT's GPT-2) in,
@@ -41,8 +42,6 @@ from amp_convert.validation.runtime import RunError
 _PAST = re.compile(r"^(?:past_key_values|past)[._](.+)$")
 _PRESENT = re.compile(r"^(?:present_key_values|present)[._](.+)$")
 USE_CACHE = "use_cache_branch"
-#: most decode steps a validation runs (see the module's docstring)
-MAX_DECODE_STEPS = 10_000
 
 Outputs = Mapping[str, np.ndarray | None]
 Run = Callable[[dict[str, np.ndarray]], Outputs]

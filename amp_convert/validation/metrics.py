@@ -65,6 +65,7 @@ import numpy as np
 from amp_convert.errors import ValidationError
 from amp_convert.validation.float_stats import REL_FLOOR as REL_FLOOR  # re-exported
 from amp_convert.validation.float_stats import FloatStats, any_finite, chunks
+from amp_convert.validation.thresholds import MATCH_MODES as MATCH_MODES  # re-exported
 from amp_convert.validation.thresholds import (
     Thresholds,
     statistic,
@@ -72,8 +73,6 @@ from amp_convert.validation.thresholds import (
 
 #: OutputResult.status values
 STATUSES = ("pass", "fail", "not_judged", "skipped")
-#: how an output is matched: element by element, or after sorting along the last axis
-MATCH_MODES = ("position", "sort")
 
 
 @dataclass

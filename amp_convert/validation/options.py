@@ -26,10 +26,9 @@ from amp_convert.cost.dims import Dims
 from amp_convert.errors import OptionError, ValidationError
 from amp_convert.options import declare
 from amp_convert.options.declare import ThresholdFlag, check_names, option
-from amp_convert.validation.decode import MAX_DECODE_STEPS
-from amp_convert.validation.metrics import MATCH_MODES
 from amp_convert.validation.thresholds import (
     DEFAULT_THRESHOLDS_SPEC,
+    MATCH_MODES,
     Thresholds,
     check_error_stat,
 )
@@ -39,6 +38,8 @@ if TYPE_CHECKING:
 
     from amp_convert.options.convert import ConvertOptions
 
+#: most decode steps a validation runs (validation/decode.py)
+MAX_DECODE_STEPS = 10_000
 #: ``auto``: cuda when it starts, else emulate; cpu: ORT CPU as is; emulate: CPU with rounding
 PROVIDERS = ("auto", "cuda", "cpu", "emulate")
 #: providers ``--auto`` refuses, and why

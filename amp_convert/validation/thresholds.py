@@ -16,6 +16,9 @@ import numpy as np
 
 from amp_convert.errors import ValidationError
 
+#: how an output is matched: element by element, or after sorting along the last axis
+MATCH_MODES = ("position", "sort")
+
 __all__ = [
     "DEFAULT_THRESHOLDS_SPEC", "ERROR_STATS", "JUDGING_KEYS", "THRESHOLD_KEYS", "Thresholds",
     "check_error_stat", "statistic",
