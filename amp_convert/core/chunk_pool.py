@@ -44,6 +44,13 @@ def workers() -> int:
     return max(1, min(cores, MAX_WORKERS))
 
 
+def workers_for(elements: int) -> int:
+    """Threads for `elements` of weight work: one when it all fits in a chunk (a pool's threads
+    would cost more than they save: most models under 20 MB), else `workers()`."""
+    threads = workers()  # an AMP_CONVERT_THREADS mistake is said whatever the size
+    return 1 if elements <= CHUNK else threads
+
+
 def batches(items: Iterable[J], size: Callable[[J], int], limit: int) -> Iterator[list[J]]:
     """Consecutive `items` grouped while their sizes add up to less than `limit` (an item of
     `limit` or more is a batch of its own): one pool job per batch spares small weights the

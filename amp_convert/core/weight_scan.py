@@ -68,7 +68,8 @@ def range_stats(tensors: Sequence[ir.TensorProtocol], low: ir.DataType) -> list[
     totals = [RangeStats() for _ in tensors]
     failed: dict[int, AmpConvertError] = {}
     work = chunk_pool.batches(_jobs(tensors), lambda job: _elements(tensors, job), SCAN_CHUNK)
-    for results in chunk_pool.ordered_map(run_batch, work, threads=chunk_pool.workers()):
+    threads = chunk_pool.workers_for(sum(t.size for t in tensors))
+    for results in chunk_pool.ordered_map(run_batch, work, threads=threads):
         for index, stats in results:  # each weight's chunks in order: scan's own sum
             if isinstance(stats, AmpConvertError):
                 failed.setdefault(index, stats)

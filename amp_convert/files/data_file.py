@@ -97,7 +97,8 @@ def write(placed: Sequence[Placed], fd: int, threads: int | None = None) -> None
     (direct_stream), else through the page cache."""
     end = max((p.offset + p.tensor.nbytes for p in placed), default=0)
     os.ftruncate(fd, end)
-    threads = chunk_pool.workers() if threads is None else threads
+    if threads is None:
+        threads = chunk_pool.workers_for(sum(p.tensor.size for p in placed))
     if _dense(placed) and all(_streamable(p.tensor) for p in placed):
         with direct_stream.open_direct(fd, end) as stream:
             if stream is not None:

@@ -480,3 +480,14 @@ def test_scan_goes_last_weight_first(small_chunks) -> None:
     given = [ir.Tensor(np.ones(n, np.float32)) for n in (100, 10, 130)]
     jobs = list(weight_scan._jobs(given))
     assert jobs == [(2, 0, 64), (2, 64, 128), (2, 128, 130), (1, 0, 10), (0, 0, 64), (0, 64, 100)]
+
+
+def test_work_within_one_chunk_runs_on_the_callers_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Weights that fit in a chunk get no pool (threads cost more than they save on a small
+    model); more get every worker; a bad AMP_CONVERT_THREADS is said whatever the size."""
+    monkeypatch.setenv("AMP_CONVERT_THREADS", "3")
+    assert chunk_pool.workers_for(chunk_pool.CHUNK) == 1
+    assert chunk_pool.workers_for(chunk_pool.CHUNK + 1) == 3
+    monkeypatch.setenv("AMP_CONVERT_THREADS", "zero")
+    with pytest.raises(OptionError, match="AMP_CONVERT_THREADS='zero'"):
+        chunk_pool.workers_for(10)
