@@ -53,7 +53,8 @@ def prepare(model: ir.Model, keep_overridable: bool = False) -> Prepared:
     initializers listed as graph inputs stay inputs (IR >= 4, where ORT can override them)."""
     listed = initializer_inputs(model, keep_overridable)
     promoted = 0 if listed is None or listed.case == "overridable" else listed.count
-    if promoted:
+    if promoted or model.ir_version is None or model.ir_version < 4:
+        # below IR 4 every initializer must be a graph input, and later steps add initializers
         promote_constant_inputs(model)
     constants = sum(
         normalise_constant(n)

@@ -26,10 +26,7 @@ from amp_convert.files import file_kinds, safe_write, text_fields
 
 
 class CudaStartError(ValidationError):
-    """The CUDA provider is listed but did not start (ORT fell back to CPU or raised EPFail).
-
-    A type of its own so that ``auto`` can fall back on it without reading error messages.
-    """
+    """The CUDA provider did not start (CPU fallback or EPFail): ``auto`` falls back on the type."""
 
 
 class RunError(ValidationError):

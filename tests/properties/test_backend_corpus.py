@@ -118,9 +118,9 @@ def test_backend_model(path: str, level: str, tmp_path) -> None:
     out = tmp_path / "converted.onnx"
     onnx.save(converted, out)
     onnx.checker.check_model(str(out), full_check=True)
-    # interface types are kept FP32. IR < 4 lists initializers as inputs that ONNX Runtime cannot
-    # override (they are constants there); the converter makes them plain initializers
-    feeds = [i for i in model.graph.input if model.ir_version >= 4 or i.name not in _inits(model)]
+    # interface types are kept FP32. Initializers listed as inputs are weights (below IR 4 ONNX
+    # Runtime cannot even override them): the converter makes them plain initializers
+    feeds = [i for i in model.graph.input if i.name not in _inits(model)]
     assert [i.type for i in converted.graph.input] == [i.type for i in feeds]
     if model.ir_version < 4:
         assert converted.ir_version == 4
