@@ -183,8 +183,12 @@ class HeldFolder(tempfile.TemporaryDirectory):
     def __init__(self, prefix: str) -> None:
         super().__init__(prefix=prefix)
         self._held = Held()
-        fd = os.open(os.path.join(self.name, OWNER), _CREATE_FLAGS, 0o600)
+        # locked under another name first: an owner file seen unlocked always means a dead owner
+        # (a concurrent run checking between the create and the lock took live folders away)
+        claim = os.path.join(self.name, OWNER + ".claim")
+        fd = os.open(claim, _CREATE_FLAGS, 0o600)
         self._held.hold(fd)
+        os.rename(claim, os.path.join(self.name, OWNER))
 
     def cleanup(self) -> None:
         self._held.release()
