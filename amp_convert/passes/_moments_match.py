@@ -23,43 +23,11 @@ import math
 import numpy as np
 import onnx_ir as ir
 
-from amp_convert.core.precision import constant_tensor, is_default_domain
+from amp_convert.core.neighbours import constant_scalar, is_op, only_reader, other_input, readers
+from amp_convert.core.precision import constant_tensor
 from amp_convert.passes._norm_match import NoMatch, NormMatch, closed
 
 REDUCTIONS = ("ReduceSum", "ReduceMean")
-
-
-def _is(node: ir.Node | None, *ops: str) -> bool:
-    return node is not None and node.op_type in ops and is_default_domain(node.domain)
-
-
-def _readers(value: ir.Value) -> list[ir.Node]:
-    out: list[ir.Node] = []
-    for use in value.uses():
-        if not any(n is use.node for n in out):
-            out.append(use.node)
-    return out
-
-
-def _only(value: ir.Value, *ops: str) -> ir.Node | None:
-    readers = _readers(value)
-    if len(readers) != 1 or value.is_graph_output() or not _is(readers[0], *ops):
-        return None
-    return readers[0]
-
-
-def _other(node: ir.Node, value: ir.Value) -> ir.Value | None:
-    ins = list(node.inputs)
-    if len(ins) != 2 or value not in ins:
-        return None
-    return ins[1] if ins[0] is value else ins[0]
-
-
-def _scalar(value: ir.Value | None) -> float | None:
-    tensor = constant_tensor(value) if value is not None else None
-    if tensor is None or tensor.size != 1:
-        return None
-    return float(np.asarray(tensor.numpy()).reshape(-1)[0])
 
 
 def reduction_axes(node: ir.Node, opset: int) -> tuple[list[int], bool] | None:
@@ -89,10 +57,10 @@ def _mean_of(red: ir.Node, opset: int, axes: list[int], nodes: list[ir.Node]) ->
     out = red.outputs[0]
     if red.op_type == "ReduceMean":
         return out
-    scale = _only(out, "Mul", "Div")
+    scale = only_reader(out, "Mul", "Div")
     if scale is None:
         return None
-    factor = _scalar(_other(scale, out))
+    factor = constant_scalar(other_input(scale, out))
     if factor is None or (scale.op_type == "Div" and scale.inputs[0] is not out):
         return None
     nodes.append(scale)
@@ -104,7 +72,11 @@ def _scale_factor(node: ir.Node) -> float:
     if node.op_type == "ReduceMean":
         return 1.0
     first, second = node.inputs[0], node.inputs[1]
-    value = _scalar(second) if node.op_type == "Div" else (_scalar(second) or _scalar(first))
+    value = (
+        constant_scalar(second)
+        if node.op_type == "Div"
+        else (constant_scalar(second) or constant_scalar(first))
+    )
     assert value is not None
     return 1.0 / value if node.op_type == "Div" else value
 
@@ -112,7 +84,7 @@ def _scale_factor(node: ir.Node) -> float:
 def _broadcast(value: ir.Value, nodes: list[ir.Node]) -> ir.Value:
     """Follow an optional Reshape then Expand (keepdims restored for the broadcast)."""
     for op in ("Reshape", "Expand"):
-        nxt = _only(value, op)
+        nxt = only_reader(value, op)
         if nxt is not None and nxt.inputs[0] is value:
             nodes.append(nxt)
             value = nxt.outputs[0]
@@ -120,9 +92,9 @@ def _broadcast(value: ir.Value, nodes: list[ir.Node]) -> ir.Value:
 
 
 def _square(node: ir.Node, value: ir.Value) -> bool:
-    if _is(node, "Pow"):
-        return node.inputs[0] is value and _scalar(node.inputs[1]) == 2.0
-    return _is(node, "Mul") and node.inputs[0] is value and node.inputs[1] is value
+    if is_op(node, "Pow"):
+        return node.inputs[0] is value and constant_scalar(node.inputs[1]) == 2.0
+    return is_op(node, "Mul") and node.inputs[0] is value and node.inputs[1] is value
 
 
 def match_moments(red1: ir.Node, opset: int, sizes: list[int] | None) -> NormMatch | NoMatch:
@@ -131,7 +103,7 @@ def match_moments(red1: ir.Node, opset: int, sizes: list[int] | None) -> NormMat
     check is left to the fold, which knows the sizes from the weights (`NormMatch.notes` holds
     the factor as "mean_factor=...")."""
     name = red1.name or ""
-    if not _is(red1, *REDUCTIONS) or red1.inputs[0] is None:
+    if not is_op(red1, *REDUCTIONS) or red1.inputs[0] is None:
         return NoMatch(name, "not a ReduceSum/ReduceMean of a value")
     got = reduction_axes(red1, opset)
     if got is None:
@@ -143,11 +115,11 @@ def match_moments(red1: ir.Node, opset: int, sizes: list[int] | None) -> NormMat
     if mean is None:
         return NoMatch(name, "the sum is not scaled to a mean by a constant")
     factor = _scale_factor(stats[-1])
-    squares = [n for n in _readers(x) if _square(n, x)]
+    squares = [n for n in readers(x) if _square(n, x)]
     if len(squares) != 1:
         return NoMatch(name, "x is not squared (Mul x*x or Pow 2) once")
     sq = squares[0]
-    red2 = _only(sq.outputs[0], red1.op_type)
+    red2 = only_reader(sq.outputs[0], red1.op_type)
     if red2 is None:
         return NoMatch(sq.name or "", "the square is not only reduced like x")
     stats.append(sq)
@@ -170,9 +142,9 @@ def _variance(
     name = red1.name or ""
     if sizes is not None and not math.isclose(factor * math.prod(sizes), 1.0, rel_tol=1e-5):
         return NoMatch(name, f"the mean's factor {factor:.6g} is not 1/{math.prod(sizes)}")
-    readers = _readers(mean)
-    m2 = next((n for n in readers if _square(n, mean)), None)
-    sub = _only(mean2, "Sub")
+    users = readers(mean)
+    m2 = next((n for n in users if _square(n, mean)), None)
+    sub = only_reader(mean2, "Sub")
     if (
         m2 is None
         or sub is None
@@ -182,44 +154,46 @@ def _variance(
         return NoMatch(name, "the variance is not E[x^2] - E[x]^2")
     stats += [m2, sub]
     var = sub.outputs[0]
-    clamp = _only(var, "Max", "Relu")
-    if clamp is not None and (clamp.op_type == "Relu" or _scalar(_other(clamp, var)) == 0.0):
+    clamp = only_reader(var, "Max", "Relu")
+    if clamp is not None and (
+        clamp.op_type == "Relu" or constant_scalar(other_input(clamp, var)) == 0.0
+    ):
         stats.append(clamp)
         var = clamp.outputs[0]
     var = _broadcast(var, stats)
-    add = _only(var, "Add")
-    eps = _scalar(_other(add, var)) if add is not None else None
+    add = only_reader(var, "Add")
+    eps = constant_scalar(other_input(add, var)) if add is not None else None
     if add is None or eps is None or not 0.0 <= eps < 1.0:
         return NoMatch(name, "the variance is not followed by Add of a constant epsilon")
     stats.append(add)
     inv = _inverse_std(add.outputs[0], stats)
     if inv is None:
         return NoMatch(add.name or "", "var + eps is not turned into 1/std")
-    inner = _only(inv, "Mul")
+    inner = only_reader(inv, "Mul")
     scale: ir.Value | None = None
-    if inner is not None and constant_tensor(_other(inner, inv)) is not None:  # type: ignore[arg-type]
-        scale = _other(inner, inv)
+    if inner is not None and constant_tensor(other_input(inner, inv)) is not None:  # type: ignore[arg-type]
+        scale = other_input(inner, inv)
         stats.append(inner)
         inv = inner.outputs[0]
-    others = [n for n in readers if n is not m2]
+    others = [n for n in users if n is not m2]
     mean_nodes: list[ir.Node] = []
     centre: ir.Value | None = None
-    if len(others) == 1 and _is(others[0], "Reshape", "Expand") and others[0].inputs[0] is mean:
+    if len(others) == 1 and is_op(others[0], "Reshape", "Expand") and others[0].inputs[0] is mean:
         mean_nodes.append(others[0])
         centre = _broadcast(others[0].outputs[0], mean_nodes)
     elif len(others) == 1:
         centre = mean
-    sub_x = _only(centre, "Sub") if centre is not None else None
+    sub_x = only_reader(centre, "Sub") if centre is not None else None
     if sub_x is None or sub_x.inputs[0] is not x or sub_x.inputs[1] is not centre:
         return NoMatch(name, "the mean is not subtracted from x once")
     stats += mean_nodes
-    norm = _only(sub_x.outputs[0], "Mul")
-    if norm is None or _other(norm, sub_x.outputs[0]) is not inv:
+    norm = only_reader(sub_x.outputs[0], "Mul")
+    if norm is None or other_input(norm, sub_x.outputs[0]) is not inv:
         return NoMatch(sub_x.name or "", "the centred value is not scaled by 1/std")
     match = NormMatch("layer", x, axes, eps, [red1, *stats], [sub_x, norm], norm.outputs[0])
     match.inner_scale = scale
-    beta = _only(norm.outputs[0], "Add")
-    if beta is not None and constant_tensor(_other(beta, norm.outputs[0])) is not None:  # type: ignore[arg-type]
+    beta = only_reader(norm.outputs[0], "Add")
+    if beta is not None and constant_tensor(other_input(beta, norm.outputs[0])) is not None:  # type: ignore[arg-type]
         match.beta = beta
     match.notes.append(f"mean_factor={factor!r}")
     return match
@@ -227,18 +201,19 @@ def _variance(
 
 def _inverse_std(ve: ir.Value, stats: list[ir.Node]) -> ir.Value | None:
     """Reciprocal(Sqrt(ve)) | Div(1, Sqrt(ve)) | Pow(ve, -0.5): its output, nodes to `stats`."""
-    first = _only(ve, "Sqrt", "Pow")
+    first = only_reader(ve, "Sqrt", "Pow")
     if first is None:
         return None
     if first.op_type == "Pow":
-        if _scalar(first.inputs[1]) != -0.5:
+        if constant_scalar(first.inputs[1]) != -0.5:
             return None
         stats.append(first)
         return first.outputs[0]
     s = first.outputs[0]
-    inv = _only(s, "Reciprocal", "Div")
-    if inv is None or (inv.op_type == "Div" and (inv.inputs[1] is not s
-                                                 or _scalar(inv.inputs[0]) != 1.0)):  # fmt: skip
+    inv = only_reader(s, "Reciprocal", "Div")
+    if inv is None:
+        return None
+    if inv.op_type == "Div" and (inv.inputs[1] is not s or constant_scalar(inv.inputs[0]) != 1.0):
         return None
     stats += [first, inv]
     return inv.outputs[0]
@@ -248,7 +223,7 @@ def find_moments(nodes: list[ir.Node], opset: int, taken: set[int]) -> list[Norm
     """Every E[x^2] - E[x]^2 LayerNorm among `nodes` that shares no node with `taken`."""
     found: list[NormMatch] = []
     for node in nodes:
-        if not _is(node, *REDUCTIONS) or id(node) in taken:
+        if not is_op(node, *REDUCTIONS) or id(node) in taken:
             continue
         result = match_moments(node, opset, None)
         if isinstance(result, NoMatch):

@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx_ir as ir
 
-from amp_convert.core.precision import constant_tensor, is_default_domain
+from amp_convert.core.neighbours import constant_scalar, is_op, only_reader, other_input, readers
+from amp_convert.core.precision import constant_tensor
 
 
 @dataclass(frozen=True)
@@ -63,41 +64,6 @@ class NormMatch:
         return [*self.stats, *self.data, *extra]
 
 
-def _is(node: ir.Node | None, op: str) -> bool:
-    return node is not None and node.op_type == op and is_default_domain(node.domain)
-
-
-def _scalar(value: ir.Value | None) -> float | None:
-    tensor = constant_tensor(value) if value is not None else None
-    if tensor is None or tensor.size != 1:
-        return None
-    return float(np.asarray(tensor.numpy()).reshape(-1)[0])
-
-
-def _readers(value: ir.Value) -> list[ir.Node]:
-    """The distinct nodes reading `value` (Mul(d, d) reads d twice)."""
-    out: list[ir.Node] = []
-    for use in value.uses():
-        if not any(n is use.node for n in out):
-            out.append(use.node)
-    return out
-
-
-def _only_reader(value: ir.Value, op: str) -> ir.Node | None:
-    readers = _readers(value)
-    if len(readers) != 1 or value.is_graph_output() or not _is(readers[0], op):
-        return None
-    return readers[0]
-
-
-def _other(node: ir.Node, value: ir.Value) -> ir.Value | None:
-    """The other input of a binary node that reads `value`."""
-    ins = list(node.inputs)
-    if len(ins) != 2 or value not in ins:
-        return None
-    return ins[1] if ins[0] is value else ins[0]
-
-
 def reduce_axes(node: ir.Node, opset: int) -> list[int] | None:
     """A ReduceMean's constant axes (attribute below opset 18, input from 18), keepdims=1 only."""
     keep = node.attributes.get("keepdims")
@@ -114,41 +80,41 @@ def reduce_axes(node: ir.Node, opset: int) -> list[int] | None:
 
 def _square_of(node: ir.Node, value: ir.Value) -> bool:
     """Pow(value, 2) or Mul(value, value)."""
-    if _is(node, "Pow"):
-        return node.inputs[0] is value and _scalar(node.inputs[1]) == 2.0
-    return _is(node, "Mul") and node.inputs[0] is value and node.inputs[1] is value
+    if is_op(node, "Pow"):
+        return node.inputs[0] is value and constant_scalar(node.inputs[1]) == 2.0
+    return is_op(node, "Mul") and node.inputs[0] is value and node.inputs[1] is value
 
 
 def _inv_std(ve: ir.Value, centred: ir.Value) -> tuple[list[ir.Node], ir.Node] | NoMatch:
     """From var + eps to the node that normalises `centred`: (stats nodes, normalising node)."""
-    readers = _readers(ve)
-    if len(readers) != 1:
+    users = readers(ve)
+    if len(users) != 1:
         return NoMatch(ve.name or "", "var + eps has several readers")
-    first = readers[0]
-    if _is(first, "Pow") and _scalar(first.inputs[1]) == -0.5:
-        norm = _only_reader(first.outputs[0], "Mul")
-        if norm is None or _other(norm, first.outputs[0]) is not centred:
+    first = users[0]
+    if is_op(first, "Pow") and constant_scalar(first.inputs[1]) == -0.5:
+        norm = only_reader(first.outputs[0], "Mul")
+        if norm is None or other_input(norm, first.outputs[0]) is not centred:
             return NoMatch(
                 first.name or "", "Pow(var + eps, -0.5) does not scale the centred value"
             )
         return [first], norm
-    if not _is(first, "Sqrt"):
+    if not is_op(first, "Sqrt"):
         return NoMatch(first.name or "", f"{first.op_type} after var + eps (want Sqrt or Pow -0.5)")
     s = first.outputs[0]
-    readers = _readers(s)
-    if len(readers) != 1:
+    users = readers(s)
+    if len(users) != 1:
         return NoMatch(first.name or "", "the standard deviation has several readers")
-    nxt = readers[0]
-    if _is(nxt, "Div") and nxt.inputs[0] is centred and nxt.inputs[1] is s:
+    nxt = users[0]
+    if is_op(nxt, "Div") and nxt.inputs[0] is centred and nxt.inputs[1] is s:
         return [first], nxt
     inv: ir.Node | None = None
-    one_over = _is(nxt, "Div") and nxt.inputs[1] is s and _scalar(nxt.inputs[0]) == 1.0
-    if _is(nxt, "Reciprocal") or one_over:
+    one_over = is_op(nxt, "Div") and nxt.inputs[1] is s and constant_scalar(nxt.inputs[0]) == 1.0
+    if is_op(nxt, "Reciprocal") or one_over:
         inv = nxt
     if inv is None:
         return NoMatch(nxt.name or "", f"{nxt.op_type} after Sqrt does not normalise")
-    norm = _only_reader(inv.outputs[0], "Mul")
-    if norm is None or _other(norm, inv.outputs[0]) is not centred:
+    norm = only_reader(inv.outputs[0], "Mul")
+    if norm is None or other_input(norm, inv.outputs[0]) is not centred:
         return NoMatch(
             inv.name or "", "1/std does not scale the centred value (TF batch-norm form)"
         )
@@ -175,13 +141,13 @@ def _variance(
     sq_node: ir.Node, opset: int, axes: list[int]
 ) -> tuple[ir.Node, ir.Node, float] | NoMatch:
     """ReduceMean(sq) -> Add(eps): (reduce node, add node, eps)."""
-    red = _only_reader(sq_node.outputs[0], "ReduceMean")
+    red = only_reader(sq_node.outputs[0], "ReduceMean")
     if red is None:
         return NoMatch(sq_node.name or "", "the square is not only read by a ReduceMean")
     if reduce_axes(red, opset) != axes:
         return NoMatch(red.name or "", "the variance reduces other axes than the mean")
-    add = _only_reader(red.outputs[0], "Add")
-    eps = _scalar(_other(add, red.outputs[0])) if add is not None else None
+    add = only_reader(red.outputs[0], "Add")
+    eps = constant_scalar(other_input(add, red.outputs[0])) if add is not None else None
     if add is None or eps is None or not 0.0 <= eps < 1.0:
         return NoMatch(red.name or "", "the variance is not followed by Add of a constant epsilon")
     return red, add, eps
@@ -191,15 +157,15 @@ def _affine(match: NormMatch) -> None:
     """Absorb a following Mul by a constant and Add of a constant (the affine part)."""
 
     def constant_operand(node: ir.Node | None, value: ir.Value) -> bool:
-        other = _other(node, value) if node is not None else None
+        other = other_input(node, value) if node is not None else None
         return other is not None and constant_tensor(other) is not None
 
     y = match.normalised
-    mul = _only_reader(y, "Mul")
+    mul = only_reader(y, "Mul")
     if mul is not None and constant_operand(mul, y):
         match.gamma = mul
         y = mul.outputs[0]
-    add = _only_reader(y, "Add")
+    add = only_reader(y, "Add")
     if add is not None and constant_operand(add, y):
         match.beta = add
 
@@ -207,7 +173,7 @@ def _affine(match: NormMatch) -> None:
 def match_norm(mean_node: ir.Node, opset: int) -> NormMatch | NoMatch:
     """The hand-written LayerNorm or RMSNorm whose first ReduceMean is `mean_node`."""
     name = mean_node.name or ""
-    if not _is(mean_node, "ReduceMean"):
+    if not is_op(mean_node, "ReduceMean"):
         return NoMatch(name, "not a ReduceMean")
     axes = reduce_axes(mean_node, opset)
     if axes is None:
@@ -240,19 +206,21 @@ def _match_layer(
     mean_node: ir.Node, x: ir.Value, axes: list[int], opset: int
 ) -> NormMatch | NoMatch:
     mean = mean_node.outputs[0]
-    subs = [n for n in _readers(mean) if _is(n, "Sub") and n.inputs[0] is x and n.inputs[1] is mean]
-    if len(subs) != 1 or len(_readers(mean)) != 1:
+    subs = [
+        n for n in readers(mean) if is_op(n, "Sub") and n.inputs[0] is x and n.inputs[1] is mean
+    ]
+    if len(subs) != 1 or len(readers(mean)) != 1:
         return NoMatch(mean_node.name or "", "the mean is not only read by one Sub(x, mean)")
     sub = subs[0]
     d = sub.outputs[0]
-    squares = [n for n in _readers(d) if _square_of(n, d)]
+    squares = [n for n in readers(d) if _square_of(n, d)]
     if len(squares) != 1:
         return NoMatch(sub.name or "", "the centred value is not squared (Pow 2 or Mul d*d) once")
     found = _statistics(squares[0], opset, axes, d)
     if isinstance(found, NoMatch):
         return found
     red, add, eps, inv_nodes, norm = found
-    others = [n for n in _readers(d) if n is not squares[0] and n is not norm]
+    others = [n for n in readers(d) if n is not squares[0] and n is not norm]
     if others:
         return NoMatch(sub.name or "", f"the centred value has other readers ({others[0].op_type})")
     stats = [mean_node, squares[0], red, add, *inv_nodes]
@@ -264,7 +232,7 @@ def _match_layer(
 def _match_rms(red: ir.Node, sq: ir.Node, axes: list[int], opset: int) -> NormMatch | NoMatch:
     x = sq.inputs[0]
     assert x is not None
-    if len(_readers(sq.outputs[0])) != 1:
+    if len(readers(sq.outputs[0])) != 1:
         return NoMatch(sq.name or "", "the square has other readers")
     found = _statistics(sq, opset, axes, x)
     if isinstance(found, NoMatch):
@@ -281,7 +249,7 @@ def find_norms(graph_nodes: list[ir.Node], opset: int) -> tuple[list[NormMatch],
     misses: list[NoMatch] = []
     taken: set[int] = set()
     for node in graph_nodes:
-        if not _is(node, "ReduceMean") or id(node) in taken:
+        if not is_op(node, "ReduceMean") or id(node) in taken:
             continue
         result = match_norm(node, opset)
         if isinstance(result, NoMatch):
