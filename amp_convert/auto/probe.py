@@ -7,7 +7,7 @@ under a budget however big the model. Sessions are counted: the search reports h
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -144,11 +144,3 @@ def plan_batches(
     if current:
         batches.append(current)
     return batches
-
-
-def iterate(
-    probe: Probe, feeds: Mapping[str, np.ndarray], batches: Sequence[Sequence[str]]
-) -> Iterator[dict[str, Any]]:
-    """The values of each batch in turn, one run per batch."""
-    for batch in batches:
-        yield probe.fetch(feeds, batch)

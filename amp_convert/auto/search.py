@@ -61,7 +61,6 @@ from amp_convert.validation.evidence import (
 from amp_convert.validation.input_search import RANDOM_CALIBRATION_WARNING, fmt_dims
 from amp_convert.validation.metrics import OutputResult, Thresholds, check_names
 from amp_convert.validation.options import (
-    AUTO_MIN_COSINE,
     ValidateOptions,
     auto_judging,
     auto_thresholds,
@@ -69,8 +68,6 @@ from amp_convert.validation.options import (
 from amp_convert.validation.progress import PhaseLog
 from amp_convert.validation.runtime import import_ort, provider_mode
 
-#: kept for callers of the old name: the one value is validation.options.AUTO_MIN_COSINE
-DEFAULT_MIN_COSINE = AUTO_MIN_COSINE
 DEGENERATE_REFERENCE = (
     "--auto: the reference output {name!r} is {why} on random inputs (so is every float output): "
     "a search would tune the model to rounding noise; give real inputs with --inputs FILE.npz "

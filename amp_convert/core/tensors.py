@@ -38,31 +38,6 @@ def read(tensor: ir.TensorProtocol) -> np.ndarray:
         ) from None
 
 
-def max_abs_finite(tensor: ir.TensorProtocol) -> float:
-    """Largest finite |value|, read in chunks so a memory-mapped weight is never copied whole.
-
-    min/max per chunk need no temporary; only a chunk holding NaN/Inf is masked. A memory-mapped
-    tensor is released afterwards so its pages do not stay resident.
-    """
-    best = _max_abs(read(tensor).reshape(-1))
-    release(tensor)
-    return best
-
-
-def _max_abs(flat: np.ndarray) -> float:
-    best = 0.0
-    for start in range(0, flat.size, _CHUNK):
-        chunk = flat[start : start + _CHUNK]
-        lo, hi = float(chunk.min()), float(chunk.max())
-        if not (np.isfinite(lo) and np.isfinite(hi)):
-            finite = chunk[np.isfinite(chunk)]
-            if not finite.size:
-                continue
-            lo, hi = float(finite.min()), float(finite.max())
-        best = max(best, abs(lo), abs(hi))
-    return best
-
-
 def release(tensor: ir.TensorProtocol) -> None:
     """Drop the memory map of an external tensor (it is mapped again if read again)."""
     if isinstance(tensor, ir.ExternalTensor):

@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-Atom = "str | FloorDiv"
 Monomial = tuple  # sorted tuple of atoms (a name repeated for a power)
 
 

@@ -10,7 +10,6 @@ search. Fetched in batches so memory stays bounded.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,7 +41,6 @@ from amp_convert.auto.sessions import worst
 from amp_convert.auto.staging import lean_options
 from amp_convert.core import proto_walk
 from amp_convert.core.dtypes import LOW_TYPES, low_numpy_type
-from amp_convert.files import safe_write
 from amp_convert.pages import html as html_report
 from amp_convert.pages.html import Page
 from amp_convert.reports.value_map import Fate, ValueMap, read_reasons
@@ -443,13 +441,6 @@ def _page(
         folded=vm.with_fate(Fate.FOLDED, Fate.REMOVED) if vm.complete else [],
         map_problem=None if vm.complete else (vm.note or NO_MAP),
     )
-
-
-def write_validation_html(
-    original: str | Path, converted: str | Path, path: str | os.PathLike, **kw: Any
-) -> None:
-    """``validation_html`` written to ``path`` atomically."""
-    safe_write.write_bytes(path, validation_html(original, converted, **kw))
 
 
 def validation_html(

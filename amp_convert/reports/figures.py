@@ -48,10 +48,6 @@ class NodeCounts:
     def total(self) -> int:
         return self.low + self.fp32
 
-    @property
-    def low_percent(self) -> float:
-        return 100.0 * self.low / self.total if self.total else 0.0
-
 
 def count_nodes(nodes: Iterable[NodeFacts]) -> NodeCounts:
     """The float-node counts of ``nodes`` (see the module docstring for the rule)."""
@@ -112,12 +108,6 @@ class WeightFigures:
     def float_as_fp32(self) -> int:
         """Float weights counted in FP32 bytes (a low weight counts twice its size)."""
         return self.fp32 + 2 * self.low
-
-    @property
-    def low_percent(self) -> float:
-        """Share of the float weights (in FP32 bytes) stored low."""
-        whole = self.float_as_fp32
-        return 100.0 * 2 * self.low / whole if whole else 0.0
 
 
 def _weights(tensors: Iterable[tuple[int, int]]) -> WeightFigures:

@@ -165,15 +165,6 @@ class ValueMap:
         """The result's name for the value that carries original value ``name``, or None."""
         return self.fate(name).carrier
 
-    def carriers(self, names: Iterable[str]) -> dict[str, str]:
-        """{original name: result name} for those of ``names`` that something carries."""
-        out = {}
-        for name in names:
-            carrier = self.carrier(name)
-            if carrier is not None:
-                out[name] = carrier
-        return out
-
     def precision(self, node: str) -> Precision | None:
         """LOW/FP32 of an original node in the result (None: no float path, folded, removed)."""
         found = self.nodes.get(node)
@@ -242,14 +233,6 @@ class ValueMap:
     def to_metadata(self) -> str:
         """The compact JSON stored in the converted model's metadata."""
         return json.dumps(self.to_dict(changed_only=True), separators=(",", ":"), sort_keys=True)
-
-    @classmethod
-    def from_metadata(
-        cls, metadata: Mapping[str, str], result_names: Iterable[str]
-    ) -> ValueMap | None:
-        """The map a converted model carries, or None (not converted by amp-convert, or
-        unreadable: a map that cannot be trusted is no map)."""
-        return cls.read_metadata(metadata, result_names)[0]
 
     @classmethod
     def read_metadata(

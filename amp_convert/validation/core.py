@@ -56,9 +56,6 @@ from amp_convert.validation.runtime import (
 )
 from amp_convert.validation.sessions import Sessions, open_sessions
 
-#: what the report says of ORT's graph optimisations under emulate: the reference runs as users
-#: run it, the emulated copy unoptimised so that its rounding Casts stay
-EMULATED_OPTIMIZATIONS = "default (the emulated candidate: disabled)"
 OUT_OF_MEMORY = (
     "validation ran out of memory (the inputs, both models' outputs and ONNX Runtime's copies "
     "did not fit); give smaller inputs (--dim) or set AMP_CONVERT_MEMORY_BUDGET to what this "

@@ -78,10 +78,6 @@ class DecoderInputs:
     #: the past length's key (None without a self-attention cache)
     past: str | None = None
 
-    @property
-    def is_decoder(self) -> bool:
-        return bool(self.self_cache or self.cross_cache)
-
 
 def _past_axis(name: str, shape: Sequence[Dim]) -> int | None:
     """The cache's length axis: its first dynamic axis that is neither the batch nor the last

@@ -71,9 +71,6 @@ from amp_convert.validation.thresholds import (
     statistic,
 )
 
-#: OutputResult.status values
-STATUSES = ("pass", "fail", "not_judged", "skipped")
-
 
 @dataclass
 class OutputResult:
