@@ -22,28 +22,36 @@ import time
 import warnings
 from pathlib import Path
 
+if __package__ in (None, ""):  # run as a script: make the repo root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
 import numpy as np
 import onnx
-import onnxruntime as ort
 
 import amp_convert
 from amp_convert.auto import auto_convert
 from amp_convert.validation.emulate import build_emulated_model
 from amp_convert.validation.metrics import Thresholds, compare_output
+from bench._needs import needs
+from bench._progress import progress
 from models import overflow as ov
 
 THRESHOLDS = Thresholds(min_cosine=0.999, max_nan=0)
 COUNT = {"sessions": 0}
-_REAL = ort.InferenceSession
 
 
-class _Counted(_REAL):  # type: ignore[misc, valid-type]
-    def __init__(self, *a, **k):
-        COUNT["sessions"] += 1
-        super().__init__(*a, **k)
+def count_sessions() -> None:
+    """Count every ONNX Runtime session anyone opens (ours and the peer's) in COUNT."""
+    import onnxruntime as ort
 
+    real = ort.InferenceSession
 
-ort.InferenceSession = _Counted  # every session anyone opens is counted
+    class _Counted(real):  # type: ignore[misc, valid-type]
+        def __init__(self, *a, **k):
+            COUNT["sessions"] += 1
+            super().__init__(*a, **k)
+
+    ort.InferenceSession = _Counted
 
 
 def _accuracy(model: onnx.ModelProto, result: onnx.ModelProto, feeds: dict) -> tuple[float, int]:
@@ -190,6 +198,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip-peer-bert", action="store_true")
     ap.add_argument("--big", action="store_true", help="also the >2 GB model (peak RSS)")
     args = ap.parse_args(argv)
+    needs("onnxruntime", "onnxconverter_common")
+    count_sessions()
     warnings.filterwarnings("ignore", module="onnxconverter_common")
     rng = np.random.default_rng(0)
     cases = []
@@ -213,6 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     auto_convert(*cases[0][1:2], inputs=cases[0][2])  # warm-up: imports, first session
     for name, model, feeds in cases:
         for margin in (2.0, 1.0):
+            progress(f"{name}: amp-convert --auto, margin {margin:g}")
             ours = run_ours(model, feeds, margin)
             label = "amp-convert --auto" + (" (margin 1)" if margin == 1.0 else "")
             print(f"| {name if margin == 2.0 else ''} | {ours['total']} | {label} | "
@@ -222,6 +233,7 @@ def main(argv: list[str] | None = None) -> int:
                 first = ours
         if name.startswith("BERT") and args.skip_peer_bert:
             continue
+        progress(f"{name}: onnxconverter-common's auto_convert_mixed_precision")
         peer = run_peer(model, feeds)
         if "error" in peer:
             print(f"| | | onnxconverter-common | {peer['sessions']} | {peer['seconds']:.2f} | "
@@ -233,6 +245,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| | | ratio (peer / ours) | {peer['sessions'] / first['sessions']:.1f}x | "
               f"{peer['seconds'] / first['seconds']:.1f}x | | | |", flush=True)  # fmt: skip
     if args.big:
+        progress("the >2 GB model: written, then --auto in a fresh process")
         with tempfile.TemporaryDirectory() as tmp:
             print("\n" + big_rss(Path(tmp)))
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024

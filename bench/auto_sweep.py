@@ -25,12 +25,16 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+if __package__ in (None, ""):  # run as a script: make the repo root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
 import numpy as np
 import onnx
 from click.testing import CliRunner
 from onnx import numpy_helper
 
 from amp_convert.commands.cli import cli
+from bench._needs import needs
 
 BACKEND = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data")
 
@@ -141,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", choices=("exporters", "models", "backend"))
     parser.add_argument("-k", default="", help="only models whose name contains this")
     args = parser.parse_args(argv)
+    needs("onnxruntime")
     tally: dict[str, int] = {}
     broken = []
     with tempfile.TemporaryDirectory(prefix="amp-sweep-") as tmp:

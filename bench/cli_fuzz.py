@@ -63,6 +63,8 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
 import itertools
 
 from amp_convert.commands.cli import cli
+from bench._needs import needs
+from bench._progress import Every
 
 #: values an option taking a number may get: valid ones, then hostile ones
 NUMBERS = (
@@ -346,7 +348,9 @@ def _tally(outcomes: Iterable[Outcome]) -> tuple[list[Outcome], Counter[int]]:
     """The failing outcomes and the count of each exit code."""
     failures: list[Outcome] = []
     codes: Counter[int] = Counter()
+    tick = Every(10.0)
     for outcome in outcomes:
+        tick(f"{codes.total()} cases, {len(failures)} failing")
         codes[outcome.code] += 1
         if outcome.problem:
             failures.append(outcome)
@@ -472,6 +476,7 @@ def main() -> int:
     parser.add_argument("--api-share", type=float, default=0.2,
                         help="share of the cases that call the Python entry points")  # fmt: skip
     args = parser.parse_args()
+    needs("onnxruntime")
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="amp-cli-fuzz-") as tmp:

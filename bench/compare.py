@@ -61,6 +61,7 @@ from bench import _corpus as corpus  # noqa: E402
 from bench._compare_model import Model  # noqa: E402
 from bench._compare_run import check_all, log, measure_all  # noqa: E402
 from bench._compare_targets import target_lines, targets  # noqa: E402
+from bench._needs import needs  # noqa: E402
 from bench._table import markdown_table, size_text, text_table  # noqa: E402
 
 GB = 10**9
@@ -182,6 +183,7 @@ def collect_models(args: argparse.Namespace, workdir: Path) -> list[Model]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    needs("onnxruntime", "onnxconverter_common")
     if args.from_json:
         raw = json.loads(args.from_json.read_text())
         models = [Model.from_json(d) for d in raw["models"]]

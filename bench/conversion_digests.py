@@ -21,6 +21,9 @@ import json
 import sys
 from pathlib import Path
 
+if __package__ in (None, ""):  # run as a script: make the repo root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
 REPO = Path(__file__).resolve().parent.parent
 LEVELS = ("O1", "O2", "O3")
 DTYPES = ("fp16", "bf16")

@@ -25,11 +25,15 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+if __package__ in (None, ""):  # run as a script: make the repo root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
 import onnx
 
 from amp_convert.core import proto_walk
 from bench._corpus import wheel_models
 from bench._cost_measure import estimate, feeds_for, measured_bytes
+from bench._needs import needs
 
 MEASURE_BATCH = 1
 MEASURE_OTHER = 64
@@ -158,6 +162,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--dim", action="append", default=[], help="NAME=VALUE for the measured run")
     ap.add_argument("--json", help="write every line as JSON here")
     args = ap.parse_args(argv)
+    needs("onnxruntime")
     user = {k: int(v) for k, v in (d.split("=", 1) for d in args.dim)}
     rows: list[dict] = []
     with tempfile.TemporaryDirectory() as tmp:

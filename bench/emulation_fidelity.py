@@ -11,12 +11,17 @@ detector is the model kind where emulate once looked 4x pessimistic against CUDA
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 from pathlib import Path
+
+if __package__ in (None, ""):  # run as a script: make the repo root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import onnx
 
 import amp_convert
+from bench._needs import needs
 from bench._table import Column, fit_widths, text_header, text_row
 from models.blocks import ALL_BLOCKS
 from models.detector import dbnet_detector
@@ -43,6 +48,7 @@ def main() -> None:
     parser.add_argument("--dtype", default="fp16", choices=["fp16", "bf16"])
     parser.add_argument("--only", nargs="*", default=None)
     args = parser.parse_args()
+    needs("onnxruntime")
     builders = {**ALL_BLOCKS, **ALL_FOCUSED, "dbnet_detector": dbnet_detector}
     names = [n for n in builders if n not in SKIP and (not args.only or n in args.only)]
     providers = ["emulate"] if args.dtype == "bf16" else ["cpu", "emulate"]

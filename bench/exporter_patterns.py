@@ -40,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from amp_convert import convert_file
 from amp_convert.errors import AmpConvertError
 from amp_convert.validation import validate
+from bench._needs import needs
 
 HF_CONFIG = {
     "vocab_size": 128, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
@@ -178,6 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work", help="keep the exported models here")
     parser.add_argument("--json", help="write the figures as JSON")
     args = parser.parse_args(argv)
+    needs("onnxruntime")
     work = Path(args.work or tempfile.mkdtemp(prefix="exporters-"))
     work.mkdir(parents=True, exist_ok=True)
     models: dict[str, Path | str] = {}

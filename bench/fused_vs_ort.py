@@ -25,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from amp_convert import convert
 from amp_convert.validation import validate
+from bench._needs import needs
 from models.fused import (
     fused_bert,
     fused_gpt2_past,
@@ -136,6 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--heads", type=int, default=4)
     ap.add_argument("--json", help="also write the rows here")
     args = ap.parse_args(argv)
+    needs("onnxruntime")
     size = {"layers": args.layers, "hidden": args.hidden, "heads": args.heads}
     models = [
         ("fused_bert", fused_bert(**size, max_positions=128), True),

@@ -28,11 +28,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+if __package__ in (None, ""):  # run as a script: make the repo root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
 import numpy as np
 import onnx
 
 import amp_convert
 from amp_convert.errors import AmpConvertError
+from bench._needs import needs
+from bench._progress import Every
 from models.random_graphs import FuzzCase, case_from_seed, check_case, save_with_external_data
 
 LEVELS = ("O1", "O2", "O3")
@@ -153,6 +158,7 @@ def run(
     verbose: bool,
 ) -> dict:
     findings: dict[str, Finding] = {}
+    tick = Every(10.0)
     ran = passed = conversions = conv_passed = accepted = 0
     start = time.perf_counter()
     for seed in seeds:
@@ -180,8 +186,7 @@ def run(
                         if verbose:
                             print(f"seed {seed} {level} {dtype}: {f}\n  {case.describe()}")
         passed += ok
-        if ran % 100 == 0:
-            print(f"... {ran} graphs, {passed} passed, {len(findings)} findings", file=sys.stderr)
+        tick(f"{ran} of {len(seeds)} graphs, {passed} passed, {len(findings)} findings")
         if verbose and ok:
             print(f"seed {seed}: ok ({case.describe()})")
     return {
@@ -213,6 +218,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--json", type=Path, help="write the summary as JSON")
     p.add_argument("-v", "--verbose", action="store_true")
     args = p.parse_args(argv)
+    needs("onnxruntime")
     np.seterr(all="ignore")
     deadline = time.perf_counter() + 60 * args.minutes if args.minutes else None
     seeds = range(args.seed, args.seed + args.examples)

@@ -14,9 +14,9 @@ ort-cuda; onnxconverter-common's ``convert_float_to_float16(model, keep_io_types
 * placement: nodes per provider from ORT's profile of the first run — CPU-placed nodes (each costs
   device↔host copies, the Memcpy count) and their op types, listed under the table.
 
-Without a usable CUDA provider it prints one line and exits 0. ``--provider cpu`` runs the whole
-pipeline on the CPU provider instead (with ``--small``: a check that the script works; CPU figures
-say nothing about a GPU, and ORT CPU computes most FP16 nodes in FP32).
+Without a usable CUDA provider it prints one line (stderr) and exits 2. ``--provider cpu`` runs the
+whole pipeline on the CPU provider instead (with ``--small``: a check that the script works; CPU
+figures say nothing about a GPU, and ORT CPU computes most FP16 nodes in FP32).
 
     PYTHONPATH=. python bench/gpu_bench.py                       # on a GPU machine, ~minutes
     PYTHONPATH=. python bench/gpu_bench.py --only cnn --runs 100 --json gpu.json --markdown gpu.md
@@ -59,6 +59,7 @@ from bench._gpu_run import (
     cuda_unavailable_reason,
     reference_outputs,
 )
+from bench._needs import needs, no_gpu
 from bench._table import Column, Wide, clip, float_text, markdown_table, text_table
 
 NO_GPU = "gpu_bench: no GPU to measure on"
@@ -362,11 +363,11 @@ def to_json(models: list[dict[str, Any]], m: dict[str, Any]) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parse_args(argv)
+    needs("onnxruntime", "onnxconverter_common")
     if args.provider == "cuda":
         reason = cuda_unavailable_reason()
         if reason is not None:
-            print(f"{NO_GPU}: {reason}; nothing measured (--provider cpu runs it on the CPU).")
-            return 0
+            return no_gpu(reason)
     info = meta(args, argv)
     if args.keep is not None:
         args.keep.mkdir(parents=True, exist_ok=True)

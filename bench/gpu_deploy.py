@@ -42,6 +42,7 @@ from bench._gpu_run import (
     output_errors,
     reference_outputs,
 )
+from bench._needs import needs, no_gpu
 
 BASE_VARIANTS = ("FP32", "O2", "OCC")
 _KERNEL = "_kernel_time"
@@ -233,13 +234,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--profile-models", default="gpt", help="models to profile (default gpt)")
     p.add_argument("--out", type=Path, help="folder for the JSON figures and the models")
     args = p.parse_args(argv)
+    needs("onnxruntime", "onnxconverter_common")
     args.profile = [v for v in args.profile.split(",") if v]
     args.profile_models = [m for m in args.profile_models.split(",") if m]
     if args.provider == "cuda":
         reason = cuda_unavailable_reason()
         if reason is not None:
-            print(f"gpu_deploy: no GPU to measure on: {reason}")
-            return 0
+            return no_gpu(reason)
     ort = import_ort()
     print(
         f"onnxruntime {ort.__version__}; provider {args.provider}; runs {args.runs} x "

@@ -14,10 +14,15 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a script: make the repo root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np
 
 from amp_convert.core.half_cast import to_float16
+from bench._progress import Every
 
 BLOCK = 1 << 24
 
@@ -26,7 +31,9 @@ def check(blocks: int) -> int:
     """Blocks whose result differs from numpy's (0: bit for bit the same everywhere)."""
     bad = 0
     out = np.empty(BLOCK, np.float16)
+    tick = Every(10.0)
     for b in range(blocks):
+        tick(f"{b} of {blocks} blocks checked, {bad} differ")
         bits = np.arange(b * BLOCK, (b + 1) * BLOCK, dtype=np.uint64).astype(np.uint32)
         values = bits.view(np.float32)
         with np.errstate(all="ignore"):

@@ -13,6 +13,10 @@ from __future__ import annotations
 import json
 import os
 import sys
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a script: make the repo root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import amp_convert
 from models.build import BUILDERS

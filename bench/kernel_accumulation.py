@@ -23,9 +23,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+if __package__ in (None, ""):  # run as a script: make the repo root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
 import numpy as np
 import onnx
 from onnx import TensorProto, helper
+
+from bench._needs import needs, no_gpu
 
 F16 = TensorProto.FLOAT16
 MS = "com.microsoft"
@@ -184,14 +189,14 @@ def main(argv: list[str] | None = None) -> int:
         "the mean of squares (what the non-strict SkipSimplifiedLayerNorm keeps in FP16) past it",
     )  # fmt: skip
     args = p.parse_args(argv)
+    needs("onnxruntime")
     if args.provider == "cuda":
         with contextlib.suppress(ImportError):  # torch loads the CUDA libraries ORT needs
             import torch  # noqa: F401
         import onnxruntime as ort
 
         if "CUDAExecutionProvider" not in ort.get_available_providers():
-            print("kernel_accumulation: no CUDA provider")
-            return 0
+            return no_gpu(f"onnxruntime {ort.__version__} has no CUDAExecutionProvider")
     modes = [("default", False), ("strict", True)] if args.provider == "cuda" else [("cpu", False)]
     rows: list[dict[str, Any]] = []
     cases = [c for centre in args.centre for hidden in (64, 4096) for c in _cases(hidden, centre)]

@@ -28,11 +28,9 @@ if __package__ in (None, ""):
 os.environ.setdefault("OLIVE_DISABLE_TELEMETRY", "1")
 
 import onnx
-import onnxruntime as ort
-from olive.workflows import run as olive_run
 
-from amp_convert.olive import merged_package_config
 from amp_convert.validation import validate
+from bench._needs import needs
 from bench.pipelines import _toposorted, casts, traffic
 from models.blocks import bert_encoder, resnet_cnn
 from models.fused import genai_llama
@@ -81,6 +79,8 @@ def measure(name: str, model: onnx.ModelProto, dims: dict[str, int], package: Pa
         row: dict[str, Any] = {"model": name, "pass": label}
         start = time.perf_counter()
         try:
+            from olive.workflows import run as olive_run
+
             olive_run(_workflow(src, work, config), package_config=str(package))
         except Exception as e:
             row["error"] = _first_line(e)
@@ -90,6 +90,8 @@ def measure(name: str, model: onnx.ModelProto, dims: dict[str, int], package: Pa
             row["error"] = "the workflow wrote no model (the pass failed)"
         if "error" not in row:
             try:
+                import onnxruntime as ort
+
                 ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
                 row["loads"] = "yes"
             except Exception as e:
@@ -134,6 +136,9 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args(argv)
+    needs("onnxruntime", "olive")
+    from amp_convert.olive import merged_package_config
+
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         package = merged_package_config(tmp / "package_config.json")

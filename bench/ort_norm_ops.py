@@ -14,10 +14,16 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a script: make the repo root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
+
+from bench._needs import needs, no_gpu
 
 
 def _model(nodes: list[onnx.NodeProto], opset: int, shape: tuple[int, ...], inits: list) -> bytes:
@@ -48,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--provider", choices=("cuda", "cpu"), default="cuda")
     args = p.parse_args(argv)
+    needs("onnxruntime")
     with contextlib.suppress(ImportError):  # torch loads the CUDA libraries ORT needs
         import torch  # noqa: F401
     import onnxruntime as ort
@@ -56,8 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     providers = ["CPUExecutionProvider"]
     if args.provider == "cuda":
         if "CUDAExecutionProvider" not in ort.get_available_providers():
-            print("ort_norm_ops: no CUDA provider")
-            return 0
+            return no_gpu(f"onnxruntime {ort.__version__} has no CUDAExecutionProvider")
         so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
         providers = ["CUDAExecutionProvider"]
 

@@ -46,6 +46,7 @@ from amp_convert.cost.traffic import model_traffic
 from amp_convert.passes.analyse import analyse
 from amp_convert.passes.infer_dtypes import InferDtypesPass
 from amp_convert.validation import validate
+from bench._needs import needs
 from models.bounded import linear_attention
 from models.decoders import decoder_model_merged, decoder_with_past
 from models.fused import (
@@ -315,6 +316,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", nargs="*", help="model names to run (default: all)")
     ap.add_argument("--json", help="also write the rows here")
     args = ap.parse_args(argv)
+    needs("onnxruntime", "onnxconverter_common")
     rows: list[dict[str, Any]] = []
     for name, model, dims, decoder in models(args.layers, args.hidden, args.heads):
         if args.only and name not in args.only:

@@ -24,6 +24,8 @@ import onnx
 
 from bench._gpu_models import FULL, SMALL
 from bench._gpu_run import convert_and_measure, cuda_unavailable_reason, reference_outputs
+from bench._needs import needs, no_gpu
+from bench._progress import progress
 
 
 def _quantize(src: Path, dst: Path, feeds: dict[str, np.ndarray]) -> None:
@@ -47,9 +49,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--provider", choices=("cuda", "cpu"), default="cuda")
     p.add_argument("--small", action="store_true", help="a tiny CNN (a check that the script runs)")
     args = p.parse_args(argv)
+    needs("onnxruntime")
     if args.provider == "cuda" and (why := cuda_unavailable_reason()):
-        print(f"qdq_latency: no GPU ({why})")
-        return 0
+        return no_gpu(why)
     bench = (SMALL if args.small else FULL)["cnn"]
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
@@ -59,8 +61,10 @@ def main(argv: list[str] | None = None) -> int:
         feeds = bench.feeds(model, seed=0)
         feeds = {k: np.repeat(v[:1], args.batch, axis=0) for k, v in feeds.items()}
         qdq = folder / "resnet50.qdq.onnx"
+        progress("quantize_static (QDQ, MinMax calibration)")
         _quantize(src, qdq, feeds)
         ref, _ = reference_outputs(src, args.provider, feeds)
+        progress("FP32, QDQ, QDQ O2 and QDQ O2 --opset-upgrade: converted and timed")
         rows = [
             ("FP32", convert_and_measure("FP32", src, folder, feeds, ref, provider=args.provider,
                                          target="ort-cuda", runs=args.runs, warmup=args.warmup)),

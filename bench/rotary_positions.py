@@ -24,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from amp_convert import convert
 from amp_convert.validation import validate
+from bench._needs import needs
 from models.fused import genai_llama, in_graph_rotary, step_feeds
 
 POSITIONS = (0, 4096, 30000)
@@ -42,6 +43,7 @@ def _worst(original: onnx.ModelProto, converted: onnx.ModelProto, feeds: dict) -
 
 
 def main() -> int:
+    needs("onnxruntime")
     for attention in ("gqa", "mha"):
         model = genai_llama(attention=attention, max_positions=32768)
         converted = convert(model, level="O2")

@@ -37,6 +37,9 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from bench._needs import needs  # noqa: E402
+from bench._progress import progress  # noqa: E402
+
 AMP = "from amp_convert.startup import main; main()"
 OLD_AMP = "from amp_convert.commands.cli import main; main()"
 PEER = """
@@ -114,6 +117,7 @@ def measure(
     """model -> tool -> [(wall, cpu)] per round; one unmeasured warm-up round first."""
     times: dict[str, dict[str, list[tuple[float, float]]]] = {}
     for r in range(repeat + 1):
+        progress(f"round {r} of {repeat}" if r else "warm-up round (unmeasured)")
         for name, path in paths.items():
             cmds = tools(path, out, baseline, out.parent / "pycache")
             order = list(cmds)
@@ -165,6 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", nargs="*", help="model names to run (default: all)")
     p.add_argument("--baseline-src", type=Path, help="source folder of an older amp-convert")
     args = p.parse_args(argv)
+    needs("onnxruntime", "onnxconverter_common")
     tmp = Path(tempfile.mkdtemp(prefix="amp_small_"))
     try:
         paths = write_models(tmp)

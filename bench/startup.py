@@ -81,6 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     import onnx
 
+    from bench._progress import progress
     from models.blocks import bert_encoder
 
     tmp = Path(tempfile.mkdtemp(prefix="amp_startup_"))
@@ -95,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
             for name in names:
                 _timed(*cmds[name])
         for r in range(args.repeat):
+            progress(f"round {r + 1} of {args.repeat}")
             for name in names[r % len(names) :] + names[: r % len(names)]:
                 times[name].append(_timed(*cmds[name]))
         med = {name: statistics.median(t) for name, t in times.items()}

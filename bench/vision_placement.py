@@ -23,6 +23,8 @@ if str(REPO) not in sys.path:
 import onnx  # noqa: E402
 
 import amp_convert  # noqa: E402
+from bench._needs import needs  # noqa: E402
+from bench._progress import progress  # noqa: E402
 from models.vision import ALL_VISION, PAIRS  # noqa: E402
 
 
@@ -61,10 +63,12 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--target", default="ort-cuda", choices=["ort-cuda", "none"])
     args = p.parse_args(argv)
+    needs("onnxruntime", "onnxconverter_common")
     head = ["model", "O2 casts", "O3 casts", "occ casts", "O2/O3 traffic", "cosine O2"]
     head.append("FP32 at O2")
     rows, keys = [head], {}
     for name, build in ALL_VISION.items():
+        progress(name)
         cells, key = _row(name, build(), args.target)
         rows.append(cells)
         keys[name] = key

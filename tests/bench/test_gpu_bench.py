@@ -34,14 +34,16 @@ def _bench(*args: str, env: dict[str, str] | None = None) -> subprocess.Complete
     )
 
 
-def test_without_a_gpu_it_says_so_in_one_line_and_exits_0() -> None:
+def test_without_a_gpu_it_says_so_in_one_line_and_exits_2() -> None:
     # No visible device: a CPU build lacks the provider, a GPU build's provider cannot start.
+    # The CUDA provider is an optional dependency: one line and exit 2, as for a missing module.
     res = _bench("--runs", "1", env={"CUDA_VISIBLE_DEVICES": ""})
-    assert res.returncode == 0, res.stderr
-    lines = res.stdout.splitlines()
-    assert len(lines) == 1, res.stdout
+    assert res.returncode == 2, res.stderr
+    assert res.stdout == ""
+    lines = res.stderr.splitlines()
+    assert len(lines) == 1, res.stderr
     assert lines[0].startswith(NO_GPU + ": ")
-    assert lines[0].endswith("; nothing measured (--provider cpu runs it on the CPU).")
+    assert lines[0].endswith("or --provider cpu for a check on the CPU)")
 
 
 def test_bad_option_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
