@@ -109,7 +109,7 @@ def _one_line(text: str) -> str:
 @click.group(
     cls=_ConvertByDefault,
     context_settings={"help_option_names": ["-h", "--help"]},
-    epilog="Convert is the default command: amp-convert model.onnx --level O2",
+    epilog="Example: amp-convert model.onnx --level O2 (convert is the default command)",
 )
 @click.version_option(__version__, "--version", prog_name="amp-convert")
 def cli() -> None:
@@ -126,7 +126,11 @@ def _fail(error: BaseException, verbose: bool, code: int = EXIT_ERROR) -> None:
     sys.exit(code)
 
 
-@cli.command("convert", context_settings={"help_option_names": ["-h", "--help"]})
+@cli.command(
+    "convert",
+    context_settings={"help_option_names": ["-h", "--help"]},
+    epilog="Example: amp-convert model.onnx -o model.fp16.onnx --validate",
+)
 @click.argument("model", type=InputPath(model=True, must_exist=False, as_str=True))
 @click.option(
     "-o",

@@ -190,7 +190,10 @@ _validate_only_options = click_options(
 )
 
 
-@click.command("validate")
+@click.command(
+    "validate",
+    epilog="Example: amp-convert validate model.onnx model.fp16.onnx --provider emulate",
+)
 @click.argument("original", type=InputPath(model=True))
 @click.argument("converted", type=InputPath(model=True))
 @validation_options
