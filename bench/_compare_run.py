@@ -154,6 +154,7 @@ def check_all(models: list[Model], args: argparse.Namespace, workdir: Path) -> N
             m.original = _result(fut)
             m.size = m.original.get("size") or m.size
         log("originals checked")
+        said = time.monotonic()
         futures2 = {}
         for m in models:
             for conv in CONVERTERS:
@@ -166,7 +167,8 @@ def check_all(models: list[Model], args: argparse.Namespace, workdir: Path) -> N
             m.checks[conv] = _result(fut)
             if m.isolated:
                 log(f"  checked {m.key} {conv}")
-            if n % 200 == 0:
+            if n % 200 == 0 or time.monotonic() - said >= 20:
+                said = time.monotonic()
                 log(f"  {n}/{len(futures2)} converted models checked")
     finally:
         small_pool.shutdown(cancel_futures=True)

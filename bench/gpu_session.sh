@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# One GPU call's measurements, in priority order (../shared/GPU.md): run on the device machine from
-# the repo root after the onnxruntime-gpu parts were carried to /tmp/ortgpu; figures land in $OUT.
-# Here first: bash ../shared/gpu/stage-ort-gpu.sh; python3 -m pip download --no-deps --only-binary=:all:
+# One GPU call's measurements, in priority order (bench/README.md): run on a GPU machine from the
+# repo root after onnxruntime-gpu's wheel was carried to /tmp/ortgpu in parts (ort-gpu.part-*, its
+# file name in ort-gpu.name, its checksum in ort-gpu.sha256), for machines with no network; figures
+# land in $OUT. Here first: python3 -m pip download --no-deps --only-binary=:all:
 #   --python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64 -d .whl/deps
 #   google-re2 onnxconverter-common (the GPU image lacks them); carry .whl/deps with the last part.
 set -uo pipefail

@@ -16,6 +16,11 @@ import sys
 import tempfile
 from pathlib import Path
 
+if __package__ in (None, ""):  # run as a script: make the repo root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench._needs import needs
+
 _CHILD = """
 import resource, sys
 import amp_convert
@@ -35,6 +40,7 @@ def main() -> int:
     parser.add_argument("--rows", type=int, nargs="+", default=[20_000, 50_000])
     parser.add_argument("--provider", default="emulate")
     args = parser.parse_args()
+    needs("onnxruntime")
     import onnx
     from onnx import TensorProto, helper
 

@@ -1,7 +1,8 @@
 """README's CI recipe, run as written: it passes a healthy model and fails a broken one.
 
 The command is read from README's "As a CI gate" block (the lines that continue the
-``amp-convert`` command), so the recipe users copy is the one tested. The model is a
+``amp-convert`` command), so the recipe users copy is the one tested; the GitHub Actions job in
+docs/integrations.md runs the same command. The model is a
 probability-map text detector at a steep edge (``paddle_text_detector(gain=400)``) on a rendered
 text page: a healthy FP16 conversion puts 86 of 307,200 pixels past the element-wise bound
 (cosine 0.999999), the case a bare ``--atol 1e-2 --rtol 1e-2`` failed; a copy whose logits shift
@@ -26,13 +27,17 @@ from models.overflow import calibration, matmul_overflow
 
 pytest.importorskip("onnxruntime")
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+CI_JOB = ROOT / "docs" / "integrations.md"
 
 
-def recipe() -> list[str]:
-    """The arguments of README's CI command (after ``amp-convert``), as written."""
-    text = README.read_text(encoding="utf-8")
-    block = text.split("### As a CI gate", 1)[1].split("```yaml", 1)[1].split("```", 1)[0]
+def recipe(
+    path: Path = README, heading: str = "## As a CI gate", fence: str = "```bash"
+) -> list[str]:
+    """The arguments of a page's CI command (after ``amp-convert``), as written."""
+    text = path.read_text(encoding="utf-8")
+    block = text.split(heading, 1)[1].split(fence, 1)[1].split("```", 1)[0]
     lines = block.splitlines()
     start = next(i for i, ln in enumerate(lines) if ln.strip().startswith("amp-convert "))
     command = []
@@ -58,6 +63,10 @@ def test_the_recipe_is_the_readme_command() -> None:
     args = recipe()
     assert args[0] == "model.onnx" and "--validate" in args
     assert "--max-mismatch" in args and "--min-cosine" in args
+
+
+def test_the_ci_job_in_the_docs_runs_the_readme_recipe() -> None:
+    assert recipe(CI_JOB, "## CI", "```yaml") == recipe()
 
 
 def test_the_readme_recipe_passes_a_healthy_detector(tmp_path) -> None:

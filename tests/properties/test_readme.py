@@ -124,7 +124,7 @@ _LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
 
 def _slug(heading: str) -> str:
     """GitHub's anchor for a heading."""
-    text = re.sub(r"[`*_]", "", heading.strip().lower())
+    text = re.sub(r"[`*]", "", heading.strip().lower())
     text = re.sub(r"[^\w\- ]", "", text)
     return text.replace(" ", "-")
 
@@ -148,13 +148,26 @@ def test_links_resolve_inside_the_repository(page: Path) -> None:
             assert anchor in _anchors(resolved), f"{_id(page)}: no heading #{anchor} in {target}"
 
 
-_NUMBER = re.compile(r"\d\.\d|\d\s?(ms|s|x|×|%|MB|MiB|GB|KB)\b")
+_FIGURE = re.compile(
+    r"[~≈<>≤+\-−]?\d[\d.,]*(e[-+]?\d+)?(ms|s|x|×|%|B|KB|KiB|MB|MiB|GB|GiB)?"
+    r"|ms|s|x|%|B|KB|KiB|MB|MiB|GB|GiB|of|/|->|→"
+)
+
+
+def _is_figure(cell: str) -> bool:
+    """A table cell that is a measurement: numbers with their units, nothing else (``1.32x``,
+    ``+2 / 0.54x / 0.999999``, ``13.60 (1.32x)``), not text that mentions a number."""
+    tokens = re.sub(r"[*`()]", " ", cell).split()
+    measured = re.search(r"\d[.,]\d|\d\s?(ms|s|x|×|%|B|KB|KiB|MB|MiB|GB|GiB)\b|\d / ", cell)
+    return bool(tokens) and all(_FIGURE.fullmatch(t) for t in tokens) and bool(measured)
+
+
 _COMMAND = re.compile(r"(python3? (-m )?(bench|scripts)[/.]\w+|amp-convert \w|bash bench/)")
 
 
 def figure_tables(text: str) -> list[tuple[int, int]]:
-    """(first line, last line) of each Markdown table holding measured figures (a number with
-    decimals or a unit in a body cell)."""
+    """(first line, last line) of each Markdown table holding measured figures (two body cells
+    or more that are measurements)."""
     lines = text.splitlines()
     tables, start = [], None
     for i, line in enumerate([*lines, ""]):
@@ -163,7 +176,8 @@ def figure_tables(text: str) -> list[tuple[int, int]]:
             continue
         if start is not None:
             body = lines[start + 2 : i]
-            if any(_NUMBER.search(cell) for row in body for cell in row.split("|")):
+            figures = sum(_is_figure(cell) for row in body for cell in row.split("|")[1:-1])
+            if figures >= 2:
                 tables.append((start, i - 1))
             start = None
     return tables
@@ -171,8 +185,32 @@ def figure_tables(text: str) -> list[tuple[int, int]]:
 
 @pytest.mark.parametrize("page", PAGES, ids=_id)
 def test_figures_carry_the_command_that_measured_them(page: Path) -> None:
-    """Every table of figures has a command line within the 12 lines before or after it."""
+    """Every table of figures has a command line in it or within the 12 lines around it."""
     lines = page.read_text(encoding="utf-8").splitlines()
     for first, last in figure_tables("\n".join(lines)):
-        near = "\n".join(lines[max(0, first - 12) : first] + lines[last + 1 : last + 13])
+        near = "\n".join(lines[max(0, first - 12) : last + 13])
         assert _COMMAND.search(near), f"{_id(page)}:{first + 1}: a table of figures, no command"
+
+
+def test_the_runner_reads_what_a_page_announces() -> None:
+    """The steps a page yields: exit codes from comments, expected output, skipped blocks."""
+    page = (
+        "```bash\ncp a b\namp-convert nosuch.onnx   # exit 2\n```\n\n"
+        "```text\namp-convert: error: nosuch.onnx: no such file\n```\n\n"
+        "<!-- docs-test: skip needs a GPU -->\n"
+        "```bash\namp-convert validate a b --provider cuda\n```\n"
+        "```bash\npip install -e .\nAMP_CONVERT_THREADS=2 amp-convert m.onnx -o 'o #1.onnx'\n```\n"
+    )
+    steps = page_steps(page)
+    assert [s.kind for s in steps] == ["shell", "cli", "expect", "skip", "skip", "cli"]
+    assert steps[1].exit_code == 2 and steps[0].exit_code == 0
+    assert steps[3].text == "needs a GPU"
+    assert steps[5].env == (("AMP_CONVERT_THREADS", "2"),)
+    assert steps[5].text == "amp-convert m.onnx -o 'o #1.onnx'"
+
+
+def test_expected_output_is_checked_line_by_line() -> None:
+    out = "wrote m.fp16.onnx\nnodes FP16: 17  (Conv 6, Relu 5)\nresult: PASS (1 of 1 output)\n"
+    assert missing_lines("nodes FP16: 17 (Conv 6, …)\n...\nresult: PASS …", out) == []
+    assert missing_lines("result: FAIL", out) == ["result: FAIL"]
+    assert missing_lines("nodes FP16: 18 …", out) == ["nodes FP16: 18 …"]
