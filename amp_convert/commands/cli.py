@@ -41,7 +41,7 @@ from amp_convert.files.output_set import OutputSet
 from amp_convert.files.outputs import default_output_path
 from amp_convert.options.convert import ConvertOptions, resolve
 from amp_convert.options.declare import cli_fields, given_values, param_names
-from amp_convert.validation.options import AUTO_MIN_COSINE, ValidateOptions
+from amp_convert.validation.options import ValidateOptions
 
 EXIT_ERROR = 2
 EXIT_INTERRUPTED = 130
@@ -150,37 +150,32 @@ def _fail(error: BaseException, verbose: bool, code: int = EXIT_ERROR) -> None:
     "--auto",
     "auto",
     is_flag=True,
-    help="Accuracy-driven: start from --level (default O3 here) and keep FP32 only the nodes the "
-    "calibration --inputs show overflow or introduce the error, until the thresholds "
-    f"(default --min-cosine {AUTO_MIN_COSINE}) hold. Exit 1 and write nothing when they cannot "
-    "be met.",
+    help="Search from --level (O3 here): keep FP32 only the nodes --inputs show must be; exit 1, "
+    "nothing written, if it fails.",
 )
 @click.option(
     "--force-write",
     is_flag=True,
-    help="With --auto or --validate: write the model even when the thresholds are not met "
-    "(still exit 1).",
+    help="With --auto or --validate: write the model even when it fails (still exit 1).",
 )
 @click.option(
     "--html",
     "html_path",
     type=OutputPath("HTML report", needs=("--auto",)),
-    help="With --auto: write a self-contained HTML report (error along the graph, pinned nodes).",
+    help="With --auto: write an HTML page (error along the graph, the nodes kept FP32).",
 )
 @click.option(
     "--save-inputs",
     "save_inputs",
     type=OutputPath("inputs file", needs=("--auto",)),
     metavar="FILE.npz",
-    help="With --auto: write the calibration inputs (generated, or the first --inputs file) as "
-    "an .npz that --inputs reads back.",
+    help="With --auto: write the calibration inputs as an .npz that --inputs reads back.",
 )
 @click.option(
     "--validate",
     "do_validate",
     is_flag=True,
-    help="Validate the converted model against the original before writing it: exit 1 and "
-    "write nothing when an output fails (--force-write writes it anyway).",
+    help="Validate before writing: exit 1 and write nothing when an output fails.",
 )
 @click.option(
     "--validation-report",

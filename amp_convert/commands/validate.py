@@ -203,12 +203,12 @@ _validate_only_options = click_options(
               metavar="FILE.xml", help="Write JUnit XML (one testcase per output).")  # fmt: skip
 @click.option("--force", is_flag=True, help="Overwrite the report files if they exist.")
 @click.option("--html", "html_path", type=OutputPath("HTML report"),
-              metavar="FILE.html", help="Write a self-contained HTML report (error along the "
-              "graph, precision by op type).")  # fmt: skip
+              metavar="FILE.html", help="Write an HTML page: the error along the graph, "
+              "precision by op type.")  # fmt: skip
 @_validate_only_options
 @click.option("--save-inputs", "save_inputs", type=OutputPath("inputs file"),
-              metavar="FILE.npz", help="Write the inputs both models ran on (the generated ones, "
-              "or the first --inputs sample) as an .npz that --inputs reads back.")  # fmt: skip
+              metavar="FILE.npz", help="Write the inputs both models ran on as an .npz that "
+              "--inputs reads back.")  # fmt: skip
 @click.option("-q", "--quiet", is_flag=True, help="No table or progress; failures on stderr.")
 def validate_command(
     original: Path,
@@ -223,10 +223,9 @@ def validate_command(
 ) -> None:
     """Run ORIGINAL (FP32) and CONVERTED on the same inputs and compare every output.
 
-    Exit code 0 when nothing fails, 1 when an output fails its thresholds (with none given:
-    --min-cosine 0.999, no new NaN/Inf; --report-only judges nothing, NOT JUDGED), 2 on usage
-    errors, models/inputs that cannot be loaded or run, or an explicit --provider cuda that cannot
-    start.
+    With no threshold given it judges by --min-cosine 0.999 and no new NaN/Inf. Exit 0: every
+    output passes; 1: an output fails; 2: usage, load or run errors.
+    \f
     Every file it writes is checked first (output_rules): never a model, its data or the inputs
     file, never another of its outputs, an existing file only with --force.
     """

@@ -105,8 +105,8 @@ class ConvertOptions:
     low_io: tuple[str, ...] = option(
         (),
         ("--low-io",),
-        "Model inputs/outputs whose whole name matches REGEX become low precision even with "
-        "--keep-io-types, e.g. 'past_key_values\\..*' (repeatable).",
+        "Inputs/outputs whose whole name matches REGEX become low anyway, e.g. a KV cache "
+        "(repeatable).",
         "multiple",
         metavar="REGEX",
     )
@@ -150,8 +150,8 @@ class ConvertOptions:
     target: str = option(
         "ort-cuda",
         ("--target",),
-        "Runtime the result is for: ort-cuda (ort-cpu) keeps low only what ONNX Runtime's CUDA "
-        "(CPU) provider has low-precision kernels for; none follows the ONNX schemas only.",
+        "Runtime the result is for: ort-cuda or ort-cpu (that ONNX Runtime provider's kernels), "
+        "none (schemas only).",
         "choice",
         choices=target_names(),
         olive={
@@ -163,9 +163,8 @@ class ConvertOptions:
     opset_upgrade: bool = option(
         False,
         ("--opset-upgrade",),
-        "Move a QDQ model at opset 13-18 to opset 19, where QuantizeLinear/DequantizeLinear take "
-        "low-precision scales and the float ops between them can go low; refused with one line "
-        "where an op's meaning could change.",
+        "Move a QDQ model at opset 13-18 to opset 19, where its Q/DQ groups can go low "
+        "(refused where a meaning changes).",
         "flag",
     )
     keep_initializer_inputs: bool = option(

@@ -78,9 +78,8 @@ class ValidateOptions:
     provider: str = option(
         "auto",
         ("--provider",),
-        "cuda: ORT CUDA (an error if it cannot start); cpu: ORT CPU as is (FP16 errors "
-        "understated); emulate: CPU with FP16/BF16 rounding reproduced; auto: cuda if it "
-        "starts, else emulate with a warning.",
+        "cuda, emulate (FP16/BF16 rounding on the CPU), cpu (errors understated) or auto "
+        "(cuda if it starts, else emulate).",
         "choice",
         choices=PROVIDERS,
         case_sensitive=True,
@@ -88,10 +87,8 @@ class ValidateOptions:
     dims: Mapping[str, int] = option(
         Dims(),
         ("--dim",),
-        "Value of a dynamic dim for random inputs (repeatable; unnamed dims and ?, -1, None as "
-        "INPUT[AXIS]=VALUE). Defaults, the cost estimate's: batches 1, image H/W 224, "
-        "num_channels 3, others 128; larger ones (256/1024, 640 for image H/W) are tried when "
-        "the original cannot run on them.",
+        "Size of a dynamic dim (repeatable; INPUT[AXIS]=VALUE for an unnamed one). Defaults: "
+        "batch 1, image H/W 224, others 128.",
         "dims",
         metavar="NAME=VALUE",
         param="dim",
@@ -100,8 +97,7 @@ class ValidateOptions:
     inputs: Any = option(
         None,
         ("--inputs",),
-        "Real inputs: one array per model input, by name (repeatable: each file is a sample, "
-        "every sample is judged).",
+        "Real inputs, one array per model input by name (repeatable: one sample each).",
         "inputs",
         metavar="FILE.npz",
     )
@@ -109,8 +105,8 @@ class ValidateOptions:
     runs: int | None = option(
         None,
         ("--runs",),
-        "Timed runs per model (0 skips timing). Default: 20 on cuda, none under emulate or cpu, "
-        "whose latency says nothing about a GPU.",
+        "Timed runs per model (default 20 on cuda; none on emulate and cpu, whose latency "
+        "means nothing).",
         "int",
         min=0,
         auto=False,
@@ -122,33 +118,28 @@ class ValidateOptions:
         parts=(
             ThresholdFlag(
                 "atol",
-                "Absolute tolerance: pass when |cand-ref| <= atol + rtol*|ref| elementwise (or "
-                "on a statistic: --error-stat). With no threshold at all every command judges by "
-                "--min-cosine 0.999 and no new NaN/Inf (--report-only: judge nothing).",
+                "Absolute tolerance: pass when |cand-ref| <= atol + rtol*|ref| per element.",
             ),
             ThresholdFlag("rtol", "Relative tolerance (see --atol)."),
             ThresholdFlag(
                 "min_cosine",
-                "Lowest acceptable cosine similarity (default 0.999 when no threshold is given).",
+                "Lowest cosine similarity (0.999 when no threshold is given).",
             ),
             ThresholdFlag(
                 "max_nan",
-                "Most new NaN/Inf values allowed (default 0: new NaN/Inf fail even without other "
-                "thresholds).",
+                "Most new NaN/Inf values allowed (default 0).",
                 metavar="[NAME:]COUNT",
             ),
             ThresholdFlag(
                 "error_stat",
-                "Check --atol/--rtol on a statistic S of the error instead of every element: max, "
-                "mean, median or a quantile pNN (p99, p99.9): S(|cand-ref|) <= atol + "
-                "rtol*S(|ref|).",
+                "Check --atol/--rtol on a statistic of the error instead of every element: max, "
+                "mean, median or pNN (p99.9).",
                 metavar="[NAME:]STAT",
             ),
             ThresholdFlag(
                 "max_mismatch",
-                "Share of the elements (0-1) allowed past the element-wise --atol/--rtol bound: "
-                "1e-3 passes a probability map whose steep edges take the rounding, and fails one "
-                "whose edges moved.",
+                "Share of the elements (0-1) allowed past the --atol/--rtol bound (1e-3 for "
+                "probability maps).",
                 metavar="[NAME:]FRACTION",
             ),
         ),
@@ -156,17 +147,15 @@ class ValidateOptions:
     report_only: bool = option(
         False,
         ("--report-only",),
-        "Judge nothing: print the figures with no default thresholds (the result is NOT "
-        "JUDGED, exit 0 unless new NaN/Inf appear). Without it and without thresholds, the "
-        "defaults judge: --min-cosine 0.999 and no new NaN/Inf.",
+        "Judge nothing: no default thresholds, the result is NOT JUDGED (new NaN/Inf still fail).",
         "flag",
         auto=False,
     )
     top1: frozenset[str] = option(
         frozenset(),
         ("--top1",),
-        "Also report top-1 agreement (argmax over the last axis) for output NAME (repeatable); "
-        "it is shown anyway for class logits, rank 2 [N, C] with C > 1.",
+        "Report top-1 agreement for output NAME too (repeatable; shown anyway for [N, C] "
+        "class scores).",
         "multiple",
         metavar="NAME",
         auto=False,
@@ -174,9 +163,8 @@ class ValidateOptions:
     match: Mapping[str, str] = option(
         default_factory=dict,
         flags=("--match",),
-        help="Compare output NAME after sorting both along the last axis (repeatable): "
-        "order-insensitive outputs such as scores after NMS or TopK, where near-equal values "
-        "may swap places. The report names the outputs compared that way.",
+        help="Compare output NAME after sorting along the last axis (repeatable): scores after "
+        "NMS or TopK.",
         kind="multiple",
         metavar="NAME:sort",
         auto=False,
@@ -184,11 +172,8 @@ class ValidateOptions:
     decode_steps: int | None = option(
         None,
         ("--decode-steps",),
-        f"Also run both models as decoders for N greedy steps (at most {MAX_DECODE_STEPS}, and "
-        "as many as the memory budget holds the growing KV cache for), each feeding its own "
-        "present.* back as past_key_values.* and its own next token (merged decoders: step 1 "
-        "without past); reports per-step errors, token agreement and the first divergence; "
-        "thresholds apply to every step.",
+        f"Also run both models as decoders for N greedy steps (at most {MAX_DECODE_STEPS}), "
+        "each on its own KV cache; thresholds apply to every step.",
         "int",
         min=1,
         max=MAX_DECODE_STEPS,

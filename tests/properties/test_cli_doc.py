@@ -48,3 +48,13 @@ def test_each_command_help_gives_one_example() -> None:
         text = gen_cli_doc.help_text(args)
         examples = [line for line in text.splitlines() if line.strip().startswith("Example:")]
         assert len(examples) == 1, (args, examples)
+
+
+def test_option_help_stays_short() -> None:
+    """At most three lines of --help per option: the guides in docs/ say the rest."""
+    from amp_convert.commands.cli import cli
+
+    for name, command in cli.commands.items():
+        for param in command.params:
+            text = getattr(param, "help", None) or ""
+            assert len(text) <= 130, (name, param.opts, len(text))
