@@ -170,9 +170,8 @@ class ConvertOptions:
     keep_initializer_inputs: bool = option(
         False,
         ("--keep-initializer-inputs",),
-        "Initializers the model also lists as graph inputs (old exporters) stay overridable FP32 "
-        "inputs, a Cast each where read low; by default they are weights, converted and folded, "
-        "and leave the inputs.",
+        "Initializers also listed as graph inputs (old exporters) stay overridable FP32 inputs; "
+        "by default they are weights.",
         "flag",
     )
     #: exact names of nodes kept FP32 (the API's typed pin set; ``--auto`` passes its pins here)

@@ -186,9 +186,8 @@ class ValidateOptions:
     cuda_options: Mapping[str, str] = option(
         default_factory=dict,
         flags=("--cuda-option",),
-        help="An option of ONNX Runtime's CUDA provider for both models' sessions, as KEY=VALUE "
-        "(repeatable), e.g. prefer_nhwc=1 (its NHWC convolution kernels): latency as the "
-        "model will be served. Needs --provider cuda (or auto, when CUDA starts).",
+        help="A CUDA provider option for both sessions (repeatable), e.g. prefer_nhwc=1, to time "
+        "the model as it is served.",
         kind="multiple",
         metavar="KEY=VALUE",
         param="cuda_option",
