@@ -33,6 +33,7 @@ import onnx
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from amp_convert.validation import validate
+from bench._needs import needs
 from bench.pipelines import TOOLS, casts
 from models.input_meaning import text_like_image
 
@@ -172,6 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cache", default=str(Path.home() / ".cache" / "amp-convert-bench"))
     ap.add_argument("--json", help="also write the rows here")
     args = ap.parse_args(argv)
+    needs("onnxruntime", "onnxconverter_common")
     files = fetch(Path(args.cache))
     rows: list[dict] = []
     for name, (file, feeds) in MODELS.items():
