@@ -38,7 +38,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from bench._needs import needs  # noqa: E402
-from bench._progress import progress  # noqa: E402
+from bench._progress import Every, progress  # noqa: E402
 
 AMP = "from amp_convert.startup import main; main()"
 OLD_AMP = "from amp_convert.commands.cli import main; main()"
@@ -116,9 +116,11 @@ def measure(
 ) -> dict[str, dict[str, list[tuple[float, float]]]]:
     """model -> tool -> [(wall, cpu)] per round; one unmeasured warm-up round first."""
     times: dict[str, dict[str, list[tuple[float, float]]]] = {}
+    every = Every(10.0)
     for r in range(repeat + 1):
         progress(f"round {r} of {repeat}" if r else "warm-up round (unmeasured)")
-        for name, path in paths.items():
+        for i, (name, path) in enumerate(paths.items()):
+            every(f"  model {i + 1} of {len(paths)}: {name}")
             cmds = tools(path, out, baseline, out.parent / "pycache")
             order = list(cmds)
             order = order[r % len(order) :] + order[: r % len(order)]

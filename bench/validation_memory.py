@@ -59,7 +59,7 @@ def main() -> int:
         model.ir_version = 8
         onnx.save(model, ref)
         amp_convert.convert_file(ref, cand, level="O3")
-        print(f"provider {args.provider}; peak RSS above start-up / input bytes")
+        print(f"provider {args.provider}; peak RSS above start-up / input bytes", flush=True)
         for rows in args.rows:
             done = subprocess.run(
                 [sys.executable, "-c", _CHILD, str(ref), str(cand), str(rows), args.provider],
@@ -69,7 +69,7 @@ def main() -> int:
             size = rows * 1024 * 4
             ratio = (int(peak) - int(base)) / size
             print(f"input {size / 2**20:7.1f} MiB: peak +{(int(peak) - int(base)) / 2**20:7.1f} "
-                  f"MiB = {ratio:.1f}x the input ({verdict})")  # fmt: skip
+                  f"MiB = {ratio:.1f}x the input ({verdict})", flush=True)  # fmt: skip
     return 0
 
 
