@@ -19,10 +19,11 @@ import argparse
 import hashlib
 import json
 import sys
+import time
 from pathlib import Path
 
-if __package__ in (None, ""):  # run as a script: make the repo root importable
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+if __package__ in (None, ""):  # run as a script: the repo root importable, AFTER PYTHONPATH, so
+    sys.path.append(str(Path(__file__).resolve().parent.parent))  # PYTHONPATH=OLD picks the code
 
 REPO = Path(__file__).resolve().parent.parent
 LEVELS = ("O1", "O2", "O3")
@@ -43,12 +44,17 @@ def digests(paths: dict[str, Path]) -> dict[str, str]:
 
     import amp_convert
 
+    start = last = time.perf_counter()
     out: dict[str, str] = {}
-    for key, path in sorted(paths.items()):
+    for i, (key, path) in enumerate(sorted(paths.items())):
         proto = onnx.load(str(path))
         for level in LEVELS:
             for dtype in DTYPES:
                 name = f"{key} {level} {dtype}"
+                if time.perf_counter() - last >= 10:  # inline: old checkouts lack bench._progress
+                    last = time.perf_counter()
+                    line = f"[{last - start:7.1f} s] model {i + 1} of {len(paths)}: {name}"
+                    print(line, file=sys.stderr, flush=True)
                 try:
                     model, report = amp_convert.convert(
                         proto, level=level, dtype=dtype, return_report=True

@@ -332,7 +332,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--tmpdir", type=Path, help="where temp models go (default: the system temp dir)"
     )
     p.add_argument("--timeout", type=float, default=900, help="seconds per child process")
-    p.add_argument("-v", "--verbose", action="store_true", help="progress on stderr")
+    p.add_argument("-v", "--verbose", action="store_true", help="each measurement on stderr")
     args = p.parse_args(argv)
     if args.repeat < 1:
         p.error("--repeat must be >= 1")
@@ -370,8 +370,7 @@ def main(argv: list[str] | None = None) -> int:
         outdir = workdir / "out"
         outdir.mkdir()
         for t in targets:
-            if args.verbose:
-                print(f"# measuring {t.name} ({size_text(t.size)})", file=sys.stderr, flush=True)
+            print(f"# measuring {t.name} ({size_text(t.size)})", file=sys.stderr, flush=True)
             measure(t, args, outdir)
 
         print()
