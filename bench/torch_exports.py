@@ -38,6 +38,7 @@ import onnx
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from amp_convert.validation import validate
+from bench._needs import needs
 from bench.pipelines import TOOLS, casts
 
 #: export name -> torch.onnx.export keyword arguments
@@ -153,6 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--json", help="also write the rows here")
     args = ap.parse_args(argv)
+    needs("torch", "onnxruntime", "onnxconverter_common")
     import torch
 
     net = network()
