@@ -36,16 +36,18 @@ if str(REPO) not in sys.path:
 
 from amp_convert.placement.mincut import INF, FlowNetwork  # noqa: E402
 
+#: the child's peak is bench/_measure.peak_rss (VmHWM): ru_maxrss would carry this parent's RSS
+#: at fork (the 100k-node model it just built) into a 1k-node child's figure
 CHILD = """
-import json, resource, sys, time
+import json, sys, time
 from amp_convert.commands.deferred import defer_sympy
 defer_sympy()
 from amp_convert.api import convert_file
+from bench._measure import peak_rss
 start, wall = time.process_time(), time.perf_counter()
 convert_file(sys.argv[1], sys.argv[2], force=True)
 cpu, wall = time.process_time() - start, time.perf_counter() - wall
-rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-print(json.dumps({"cpu": cpu, "wall": wall, "rss": rss}))
+print(json.dumps({"cpu": cpu, "wall": wall, "rss": peak_rss()}))
 """
 
 
