@@ -136,7 +136,7 @@ def ir_weights(model: ir.Model) -> WeightFigures:
                     continue
                 attr = node.attributes.get("value")
                 if attr is not None and attr.type == ir.AttributeType.TENSOR:
-                    t = attr.as_tensor()
+                    t = attr.value  # not as_tensor(): its runtime-Protocol check costs 0.2 ms
                     yield int(t.dtype), _ir_nbytes(t)
 
     return _weights(tensors())
