@@ -26,7 +26,7 @@ import onnx_ir as ir
 
 from amp_convert.api import convert_ir
 from amp_convert.files import io
-from amp_convert.options.convert import ConvertKwargs, ConvertOptions, Level, resolve
+from amp_convert.options.convert import ConvertKwargs, ConvertOptions, resolve
 from amp_convert.reports.conversion import ConversionReport
 
 if TYPE_CHECKING:
@@ -47,5 +47,5 @@ class MixedPrecisionPass(ir.passes.InPlacePass):
         io.check_model(model)  # what the file entry points check at load, before any change
         report = convert_ir(model, self.options)
         self.report = report
-        modified = self.options.level != Level.O0 and not report.already_converted
+        modified = not self.options.level.keeps_model and not report.already_converted
         return ir.passes.PassResult(model, modified)

@@ -41,10 +41,11 @@ from amp_convert.files.output_set import OutputSet
 from amp_convert.options.convert import ConvertOptions
 from amp_convert.options.declare import cli_fields, default_of
 from amp_convert.reports.base import Report
+from amp_convert.targets import providers
 from amp_convert.validation.options import AUTO_MIN_COSINE
 
-#: Olive execution provider -> amp-convert target
-EP_TARGETS = {"CUDAExecutionProvider": "ort-cuda", "CPUExecutionProvider": "ort-cpu"}
+#: Olive execution provider -> amp-convert target (the targets registry's providers)
+EP_TARGETS = providers()
 #: the conversion options the pass mirrors: ConvertOptions' command-line fields, but the target
 #: (which defaults to the accelerator's)
 OPTION_KEYS = tuple(f.name for f in cli_fields(ConvertOptions) if f.name != "target")

@@ -11,7 +11,8 @@ explicitly; no step reads another step's object, and every graph edit happens in
     4. measure         passes/measure.py       -> OriginalTraffic (bytes per inference, before)
     5. fold BN         passes/fold_bn.py       -> FoldResult
     6. hand norms      passes/hand_norms.py    -> NormsResult (folded, or statistics to pin)
-    7. global pool     passes/global_pool.py   -> PoolResult (spatial ReduceMean, ort-cuda)
+    7. global pool     passes/global_pool.py   -> PoolResult (spatial ReduceMean, if the target
+                                                   wants Rewrite.GLOBAL_POOL)
     8. classify        passes/classify.py      -> Classes (a frozen ClassInfo per node)
     9. pin statistics  passes/hand_norms.py    -> Classes (unfolded norms' statistics FP32)
    9b. QDQ groups      passes/qdq.py           -> QdqGroups (ops next to an FP32 Q/DQ pinned)
@@ -61,7 +62,7 @@ from amp_convert.op_lists import (
     unmatched_user_ops,
 )
 from amp_convert.options.checks import check_against_model
-from amp_convert.options.convert import ConvertOptions, Level
+from amp_convert.options.convert import ConvertOptions
 from amp_convert.options.low_io import resolve_low_io
 from amp_convert.passes.analyse import analyse
 from amp_convert.passes.assign import assign
@@ -333,7 +334,7 @@ def _summary(result: object) -> str:
 
 def _nothing_to_do(model: ir.Model, options: ConvertOptions, report: ConversionReport) -> bool:
     """O0 (re-save unchanged), or a model this very conversion already produced."""
-    if options.level == Level.O0:
+    if options.level.keeps_model:
         report.warnings.append("level O0: the model is re-saved unchanged")
         return True
     if domains.imported_opset(model.opset_imports) is None:

@@ -17,6 +17,7 @@ from amp_convert.auto.graph import GraphFacts, NodeFacts
 from amp_convert.auto.localise import Blame, Localiser, ValueStats
 from amp_convert.auto.report import PinnedNode
 from amp_convert.auto.sessions import Sample, Sessions
+from amp_convert.core.dtypes import LowType
 from amp_convert.core.precision import Precision
 from amp_convert.reports.value_map import Fate, ValueMap
 
@@ -46,7 +47,7 @@ def localise(
     failing: Sequence[str],
     pinned: Mapping[str, PinnedNode],
     *,
-    dtype: str,
+    low_type: LowType,
     margin: float,
 ) -> tuple[list[Blame], dict[str, str]]:
     """The nodes that introduce the error of ``failing`` outputs, and the bodies pinned whole."""
@@ -62,7 +63,7 @@ def localise(
 
     protos = {n.name: n for n in sessions.ref_proto.graph.node}
     judge = BodyJudge(
-        facts.opsets, facts.ir_version, dtype, margin, low, weights=facts.initializers
+        facts.opsets, facts.ir_version, low_type, margin, low, weights=facts.initializers
     )
 
     def in_body(node: NodeFacts, exclude: set[str]) -> tuple[list[Blame], str | None]:
@@ -77,7 +78,7 @@ def localise(
         return verdict.blames, verdict.fallback
 
     localiser = Localiser(
-        facts, stats, low, dtype, sessions.ref_values,
+        facts, stats, low, low_type, sessions.ref_values,
         lambda names: sessions.cand_values(cand_feeds, names), initializer,
         node_protos=protos, body_judge=in_body,
     )  # fmt: skip

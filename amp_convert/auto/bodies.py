@@ -27,9 +27,9 @@ import onnx
 from onnx import helper, numpy_helper
 
 from amp_convert.auto.graph import body_graphs, captured_names
-from amp_convert.auto.localise import LOW_NP, Blame, relative_error
-from amp_convert.auto.ranges import LIMITS
+from amp_convert.auto.localise import Blame, relative_error
 from amp_convert.core import domains
+from amp_convert.core.dtypes import LowType
 
 #: iterations of one Loop/Scan analysed per sample (the ORT re-check covers the rest)
 MAX_INVOCATIONS = 256
@@ -65,7 +65,7 @@ class BodyJudge:
 
     opsets: Mapping[str, int]
     ir_version: int
-    dtype: str
+    low_type: LowType
     margin: float
     is_low: Callable[[str], bool]
     #: main-graph initializers (weights are not activations: no range check on them)
@@ -193,7 +193,7 @@ class BodyJudge:
         exclude: set[str],
     ) -> None:
         weights = self.weights | {t.name for t in body.initializer}
-        low = LOW_NP[self.dtype]
+        low = self.low_type.numpy
         for n in body.node:
             if n.name in exclude or not self.is_low(n.name):
                 continue
@@ -236,7 +236,7 @@ class BodyJudge:
         return model
 
     def _select(self, parent: str, judged: Mapping[str, _Judged], note: str) -> list[Blame]:
-        limit = LIMITS[self.dtype]
+        limit = self.low_type.max
         blames: list[Blame] = []
         for name, j in judged.items():
             if j.peak * self.margin > limit:

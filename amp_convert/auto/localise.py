@@ -29,14 +29,13 @@ from onnx import helper
 
 from amp_convert.auto.graph import GraphFacts, NodeFacts
 from amp_convert.core import domains
-from amp_convert.core.dtypes import LOW_BY_OPTION, numpy_type
+from amp_convert.core.dtypes import LowType
 
 TINY = 1e-30
 #: suspects whose isolated error is measured per round (ranked by the cheap difference first)
 SUSPECTS = 24
 #: a suspect is pinned when its introduced error is at least this share of the worst one's
 SHARE = 0.5
-LOW_NP = {name: numpy_type(t) for name, t in LOW_BY_OPTION.items()}
 
 
 @dataclass
@@ -127,7 +126,7 @@ class Localiser:
     facts: GraphFacts
     stats: Mapping[str, ValueStats]
     is_low: Callable[[str], bool]
-    dtype: str
+    low_type: LowType
     #: name -> per-sample arrays, from the reference and the candidate (loaded on demand)
     ref_values: Callable[[Sequence[str]], list[dict[str, np.ndarray]]]
     cand_values: Callable[[Sequence[str]], list[dict[str, np.ndarray]]]
@@ -229,7 +228,7 @@ class Localiser:
         names = [v for v in node.inputs if v not in self.facts.initializers]
         refs = self.ref_values([*names, *node.outputs])
         worst = 0.0
-        low = LOW_NP[self.dtype]
+        low = self.low_type.numpy
         for ref in refs:
             feeds = self._feeds(node, ref)
             if feeds is None:

@@ -10,9 +10,9 @@ a node is kept FP32 when
 * it is a reduction whose accumulated sum would: ReduceMean's sum is |mean| x the reduced count,
   ReduceSumSquare/ReduceL2's is the sum of squares, ReduceLogSumExp's is exp(max input); a kernel
   that accumulates in the low type overflows there even when the result is in range. Which ops
-  hold their sum in the low type is data (targets/ort_cuda_accumulation.json, ``limit: sum``):
-  ORT CUDA's ReduceMean writes the sum into its FP16 output before dividing (Inf past 65504,
-  measured on an H100), and the hit cites that row.
+  hold their sum in the low type is the judging runtime's Target's data (its accumulation table,
+  ``limit: sum``): ORT CUDA's ReduceMean writes the sum into its FP16 output before dividing
+  (Inf past 65504, measured on an H100), and the hit cites that row.
 
 The margin (default 2) covers inputs a little larger than the calibration data. The inference
 analogue of a training loss-scale overflow check; it needs no run of any candidate.
@@ -27,12 +27,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from amp_convert.auto.graph import GraphFacts
-from amp_convert.targets.accumulation import accumulation_for, held_sum_ops
+from amp_convert.core.dtypes import LowType
+from amp_convert.targets import Target
 
 DEFAULT_MARGIN = 2.0
-LIMITS = {"fp16": 65504.0, "bf16": float(np.finfo(np.float32).max) * (1 - 2**-8)}
-#: the accumulation table the guard follows (the runtime --auto judges for)
-TARGET = "ort-cuda"
 _REDUCE_SQUARES = ("ReduceSumSquare", "ReduceL2")
 
 
@@ -56,10 +54,15 @@ class RangeHit:
 
 
 def range_hits(
-    facts: GraphFacts, ref_max: Mapping[str, float], dtype: str, margin: float = DEFAULT_MARGIN
+    facts: GraphFacts,
+    ref_max: Mapping[str, float],
+    low: LowType,
+    target: Target,
+    margin: float = DEFAULT_MARGIN,
 ) -> dict[str, RangeHit]:
-    """Node name → the first reason it must stay FP32 (nodes in range are absent)."""
-    limit = LIMITS[dtype]
+    """Node name → the first reason it must stay FP32 (nodes in range are absent); `target` is
+    the runtime the search judges on (its kernels say which sums are held in `low`)."""
+    limit = low.max
     hits: dict[str, RangeHit] = {}
 
     def over(x: float) -> bool:
@@ -77,10 +80,11 @@ def range_hits(
                     hit = RangeHit(node.name, v, ref_max[v], "input")
                     break
         if hit is None and node.outputs:
-            acc = _accumulated(facts, node.op_type, node.inputs, node.outputs[0], ref_max)
+            acc = _accumulated(facts, target, node.op_type, node.inputs, node.outputs[0], ref_max)
             if acc is not None and over(acc):
-                row = accumulation_for(TARGET, node.op_type, "", "float16")
-                kernel = f"ORT CUDA holds it in FP16: {row.limit_text}" if row else ""
+                row = target.held_sum(node.op_type, "", low.onnx_name)
+                held = f"{target.kernels.display} holds it in {low.name}"
+                kernel = f"{held}: {row.limit_text}" if row else ""
                 hit = RangeHit(node.name, node.inputs[0], acc, "accumulator", kernel)
         if hit is not None:
             hits[node.name] = hit
@@ -88,11 +92,16 @@ def range_hits(
 
 
 def _accumulated(
-    facts: GraphFacts, op: str, inputs: list[str], out: str, ref_max: Mapping[str, float]
+    facts: GraphFacts,
+    target: Target,
+    op: str,
+    inputs: list[str],
+    out: str,
+    ref_max: Mapping[str, float],
 ) -> float | None:
     if not inputs:
         return None
-    if ("", op) in held_sum_ops(TARGET):
+    if target.holds_input_sum(op):
         count = _reduced_count(facts, inputs[0], out)
         return None if count is None else ref_max.get(out, 0.0) * count
     if op == "ReduceSumSquare":

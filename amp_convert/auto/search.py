@@ -36,10 +36,11 @@ from amp_convert.auto.figures import fill_figures
 from amp_convert.auto.graph import FLOAT, name_nodes
 from amp_convert.auto.localise import ValueStats, introduced
 from amp_convert.auto.probe import DEFAULT_BUDGET
-from amp_convert.auto.ranges import DEFAULT_MARGIN, LIMITS, range_hits
+from amp_convert.auto.ranges import DEFAULT_MARGIN, range_hits
 from amp_convert.auto.report import AutoReport, PinnedNode
 from amp_convert.auto.sessions import Sessions
 from amp_convert.auto.staging import stage
+from amp_convert.core.dtypes import LowType
 from amp_convert.errors import ValidationError
 from amp_convert.files import io
 from amp_convert.files.output_set import OutputSet
@@ -49,6 +50,7 @@ from amp_convert.options.convert import ConvertKwargs, ConvertOptions, resolve
 from amp_convert.pipeline import checked_lists
 from amp_convert.reports.conversion import ConversionReport
 from amp_convert.reports.figures import ir_weights
+from amp_convert.targets import Target
 from amp_convert.validation.evidence import (
     ZERO_REFERENCE,
     all_zero,
@@ -66,7 +68,8 @@ from amp_convert.validation.options import (
     auto_thresholds,
 )
 from amp_convert.validation.progress import PhaseLog
-from amp_convert.validation.runtime import import_ort, provider_mode
+from amp_convert.validation.providers import provider_mode, runtime_target
+from amp_convert.validation.runtime import import_ort
 
 DEGENERATE_REFERENCE = (
     "--auto: the reference output {name!r} is {why} on random inputs (so is every float output): "
@@ -163,7 +166,7 @@ def _search(
 ) -> tuple[ir.Model, AutoReport]:  # fmt: skip
     """Stage and search (the body of ``auto_convert``)."""
     renamed = name_nodes(work)
-    settings = Settings(opts, limits, float(margin))
+    settings = Settings(opts, limits, float(margin), runtime_target(provider))
     original = str(model) if isinstance(model, str | os.PathLike) else None
     sessions = Sessions(
         stage(work, "<reference>"), provider=provider, budget=memory_budget, original=original
@@ -193,10 +196,12 @@ class Settings:
     options: ConvertOptions
     limits: Thresholds
     margin: float
+    #: the runtime the search judges on (its kernels' held sums guard the ranges)
+    runtime: Target
 
     @property
-    def dtype(self) -> str:
-        return self.options.dtype
+    def low(self) -> LowType:
+        return self.options.low
 
 
 @dataclass
@@ -371,12 +376,11 @@ class Search:
                     float(np.abs(s[name][np.isfinite(s[name])]).max(initial=0.0)) for s in samples
                 )
         pinned: dict[str, PinnedNode] = {}
-        limit = LIMITS[self.settings.dtype]
-        margin = self.settings.margin
-        for name, hit in range_hits(facts, ref_max, self.settings.dtype, margin).items():
+        low, margin = self.settings.low, self.settings.margin
+        for name, hit in range_hits(facts, ref_max, low, self.settings.runtime, margin).items():
             node = facts.node(name)
             pinned[name] = PinnedNode(
-                name, node.op_type, 0, "range", hit.describe(margin, limit),
+                name, node.op_type, 0, "range", hit.describe(margin, low.max),
                 max_abs=hit.max_abs, body_nodes=len(node.body_nodes),
             )  # fmt: skip
         return pinned
@@ -440,7 +444,7 @@ class Search:
         new, whole = localise(
             self.sessions, self.facts, self.work, self.last.conversion.value_map,
             self.last.stats, self._feeds, failing, pinned,
-            dtype=self.settings.dtype, margin=self.settings.margin,
+            low_type=self.settings.low, margin=self.settings.margin,
         )  # fmt: skip
         if not new:
             report.warnings.append(

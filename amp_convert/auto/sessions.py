@@ -27,6 +27,7 @@ from amp_convert.validation.input_search import Samples, gather_samples
 from amp_convert.validation.inputs import InputSpec
 from amp_convert.validation.load_check import ModelFile, ModelToCheck, check_default_load
 from amp_convert.validation.metrics import OutputResult, Thresholds, compare_output
+from amp_convert.validation.providers import runtime_target
 from amp_convert.validation.runtime import CPU_EP, CUDA_EP
 
 Sample = dict[str, np.ndarray]
@@ -212,7 +213,9 @@ class Sessions:
         interface = {o.name for o in staged.proto.graph.output}
         aliases.update({o: o for o in self.facts.graph_outputs if o in interface})
         if self.provider == "emulate":
-            emulated = build_emulated_model(staged.proto, staged.source.base_dir)
+            emulated = build_emulated_model(
+                staged.proto, staged.source.base_dir, runtime_target(self.provider)
+            )
             model = emulated.model
             expose(model, own, dict.fromkeys(own, FLOAT))  # the emulated copy computes in FP32
             low_inputs = dict(emulated.low_inputs)

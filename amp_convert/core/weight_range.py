@@ -30,9 +30,10 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-import ml_dtypes
 import numpy as np
 import onnx_ir as ir
+
+from amp_convert.core.dtypes import LowType, low_type_of
 
 _CHUNK = 1 << 22
 #: scan works a chunk of this many elements at a time and sums the chunks' stats in order:
@@ -40,32 +41,6 @@ _CHUNK = 1 << 22
 SCAN_CHUNK = _CHUNK
 #: a scalar constant this large, used as a mask fill, is a "minus infinity", not data
 SENTINEL = 1e9
-
-
-@dataclass(frozen=True)
-class LowLimits:
-    """What a low type can hold: largest finite, smallest normal, smallest subnormal, and the
-    unit roundoff (half the spacing at 1: the largest relative error of a normal value)."""
-
-    name: str
-    max: float
-    min_normal: float
-    min_subnormal: float
-    roundoff: float
-    numpy: type
-
-
-LIMITS = {
-    ir.DataType.FLOAT16: LowLimits("FP16", 65504.0, 2.0**-14, 2.0**-24, 2.0**-11, np.float16),
-    ir.DataType.BFLOAT16: LowLimits(
-        "BF16",
-        float(ml_dtypes.finfo(ml_dtypes.bfloat16).max),
-        2.0**-126,
-        2.0**-133,
-        2.0**-8,
-        ml_dtypes.bfloat16,
-    ),
-}
 
 
 @dataclass(frozen=True)
@@ -101,7 +76,7 @@ class RangeStats:
 
 
 def scan(
-    array: np.ndarray, limits: LowLimits, scratch: bool = False, work: np.ndarray | None = None
+    array: np.ndarray, limits: LowType, scratch: bool = False, work: np.ndarray | None = None
 ) -> RangeStats:
     """RangeStats of `array` against `limits`, a chunk at a time (no whole-size temporary).
 
@@ -121,7 +96,7 @@ def scan(
 
 
 def _scan_chunk(
-    part: np.ndarray, limits: LowLimits, out: np.ndarray | None, mask: np.ndarray
+    part: np.ndarray, limits: LowType, out: np.ndarray | None, mask: np.ndarray
 ) -> RangeStats:
     """One chunk's stats, in as few passes as numpy allows: |values| (into `out` when given),
     their max (NaN or inf there is the only sign of a non-finite value: then they are masked
@@ -174,7 +149,7 @@ class Verdict:
 
 
 def judge(
-    stats: RangeStats, limits: LowLimits, size: int, mask_fill: bool, addend: bool = False
+    stats: RangeStats, limits: LowType, size: int, mask_fill: bool, addend: bool = False
 ) -> Verdict:
     """The verdict for a weight of `size` elements with `stats`; `mask_fill`: see the module;
     `addend`: every reader adds the weight, unscaled, to a computed value (see `is_addend`).
@@ -225,7 +200,7 @@ def check_weight(
 ) -> Verdict:
     """The verdict for a weight (as float values) stored in `low`, read by `uses`; `copied`: a
     value its node copies into its low output (see FloatAttribute): only overflow counts."""
-    return weigh(scan(array, LIMITS[low]), low, array.size, uses, copied)
+    return weigh(scan(array, low_type_of(low)), low, array.size, uses, copied)
 
 
 def weigh(
@@ -239,7 +214,7 @@ def weigh(
     scan, or the scans of its SCAN_CHUNK-element chunks summed in order: the same stats)."""
     uses = list(uses)
     fill = bool(stats.overflow) and size == 1 and not copied and is_mask_fill(uses)
-    return judge(stats, LIMITS[low], size, fill, addend=copied or is_addend(uses))
+    return judge(stats, low_type_of(low), size, fill, addend=copied or is_addend(uses))
 
 
 #: ops whose inputs may be a mask fill, and which of their inputs (None: any)
@@ -378,12 +353,12 @@ def _from_mask(value: ir.Value, depth: int = 8) -> bool:
 def saturation_detail(tensor: ir.TensorProtocol, low: ir.DataType) -> str:
     """The report's words for a mask fill stored saturated (a scalar: reading it is cheap)."""
     peak = float(np.max(np.abs(np.asarray(tensor.numpy(), dtype=np.float64))))
-    return f"mask fill of magnitude {peak:.3g} stored as +-{LIMITS[low].max:g}"
+    return f"mask fill of magnitude {peak:.3g} stored as +-{low_type_of(low).max:g}"
 
 
 def saturated(array: np.ndarray, dtype: ir.DataType) -> np.ndarray:
     """`array` clipped to the low type's finite range (for a reported mask fill only)."""
-    limit = LIMITS[dtype].max
+    limit = low_type_of(dtype).max
     return np.clip(array, -limit, limit)
 
 

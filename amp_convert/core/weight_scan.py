@@ -21,8 +21,9 @@ import numpy as np
 import onnx_ir as ir
 
 from amp_convert.core import chunk_pool
+from amp_convert.core.dtypes import low_type_of
 from amp_convert.core.tensors import chunkable, read, read_chunk, release
-from amp_convert.core.weight_range import LIMITS, SCAN_CHUNK, RangeStats, scan
+from amp_convert.core.weight_range import SCAN_CHUNK, RangeStats, scan
 from amp_convert.errors import AmpConvertError
 
 #: one job: (index of the weight, first element, end element); (i, 0, -1) reads it whole
@@ -35,7 +36,7 @@ def range_stats(tensors: Sequence[ir.TensorProtocol], low: ir.DataType) -> list[
     A read that fails raises read()'s one-line error of the first such tensor in order (once
     every tensor was tried).
     """
-    limits = LIMITS[low]
+    limits = low_type_of(low)
     local = threading.local()
 
     def run(job: _Job) -> RangeStats:

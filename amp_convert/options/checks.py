@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import difflib
 import functools
-import json
 from collections.abc import Iterable
-from importlib import resources
 
 import onnx
 import onnx_ir as ir
@@ -22,20 +20,16 @@ from amp_convert.cost.dims import check_dim_names
 from amp_convert.errors import OptionError
 from amp_convert.op_lists import OpLists
 from amp_convert.options.convert import ConvertOptions
+from amp_convert.targets import SHIPPED, load_target
 
 
 @functools.lru_cache(maxsize=1)
 def _known_ops() -> frozenset[str]:
-    """Op types of every ONNX schema and every ONNX Runtime kernel we ship a table of."""
+    """Op types of every ONNX schema and every kernel of the targets we ship a table of."""
     names = {s.name for s in onnx.defs.get_all_schemas_with_history()}
-    base = resources.files("amp_convert.targets")
-    for table in ("ort_cuda_kernels.json", "ort_cpu_kernels.json"):
-        try:
-            data = json.loads(base.joinpath(table).read_text())
-        except (OSError, ValueError):
-            continue
-        for ops in (data.get("kernels") or {}).values():
-            names.update(ops)
+    for name, spec in SHIPPED.items():
+        if spec.kernel_file is not None:
+            names |= load_target(name).op_types()
     return frozenset(names)
 
 

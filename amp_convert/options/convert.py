@@ -25,13 +25,14 @@ from typing import TYPE_CHECKING, Any, TypedDict
 import numpy as np
 import onnx_ir as ir
 
-from amp_convert.core.dtypes import LOW_BY_OPTION, numpy_type
+from amp_convert.core.dtypes import LOWS, LowType, low_type_of
 from amp_convert.cost.dims import Dims
 from amp_convert.errors import OptionError
 from amp_convert.files import file_kinds
 from amp_convert.options import declare
 from amp_convert.options.declare import check_names, option
 from amp_convert.options.patterns import NamePattern, compile_pattern
+from amp_convert.targets.registry import DEFAULT_TARGET
 from amp_convert.targets.target import target_names
 
 if TYPE_CHECKING:  # typing.Unpack is 3.11+; typing_extensions only for the type checker
@@ -46,11 +47,36 @@ class Level(str, enum.Enum):
     O2 = "O2"  # everything low except DENY ops and what DENY reaches through INFER/CLEAR
     O3 = "O3"  # everything the target can run in low precision; built-in DENY is ignored
 
+    # what each level means, asked by name where it matters (never re-derived from the names)
+    @property
+    def keeps_model(self) -> bool:
+        """O0: nothing changes; the model is re-saved."""
+        return self is Level.O0
 
-DTYPES = LOW_BY_OPTION
+    @property
+    def obeys_deny_list(self) -> bool:
+        """The built-in deny list keeps its ops FP32 (O3 ignores it; the user's always holds)."""
+        return self is not Level.O3
+
+    @property
+    def lowers_everything(self) -> bool:
+        """O3: every node the target can run low is low, none is left to placement."""
+        return self is Level.O3
+
+    @property
+    def places_free_nodes(self) -> bool:
+        """O1/O2: INFER/CLEAR nodes (and unfolded norms' statistics) are placed by the cut."""
+        return self in (Level.O1, Level.O2)
+
+    @property
+    def free_nodes_start_low(self) -> bool:
+        """O2: a free node starts low and the cut keeps it low on a tie (O1: FP32)."""
+        return self is Level.O2
+
+
 #: the level ``--auto`` (and auto_convert) starts from unless one is given (see `resolve`)
 AUTO_LEVEL = Level.O3
-_DTYPE_ALIASES = {"float16": "fp16", "half": "fp16", "bfloat16": "bf16"}
+_DTYPE_ALIASES = {"half": "fp16"}
 
 
 class ConvertKwargs(TypedDict, total=False):
@@ -93,8 +119,8 @@ class ConvertOptions:
         ("--dtype",),
         "Low-precision type.",
         "choice",
-        choices=tuple(DTYPES),
-        olive={"search": tuple(DTYPES)},
+        choices=tuple(t.option for t in LOWS),
+        olive={"search": tuple(t.option for t in LOWS)},
     )
     keep_io_types: bool = option(
         True,
@@ -148,7 +174,7 @@ class ConvertOptions:
         param="dim",
     )
     target: str = option(
-        "ort-cuda",
+        DEFAULT_TARGET,
         ("--target",),
         "Runtime the result is for: ort-cuda or ort-cpu (that ONNX Runtime provider's kernels), "
         "none (schemas only).",
@@ -225,8 +251,13 @@ class ConvertOptions:
         return dataclasses.replace(self, **kwargs)  # type: ignore[arg-type]
 
     @property
+    def low(self) -> LowType:
+        """The low type (names, numpy type, limits) ``dtype`` names."""
+        return low_type_of(self.dtype)
+
+    @property
     def low_dtype(self) -> ir.DataType:
-        return DTYPES[self.dtype]
+        return self.low.onnx
 
     @property
     def dim_values(self) -> dict[str, int]:
@@ -329,14 +360,14 @@ def _dtype(dtype: Any) -> str:
             np_type = np.dtype(dtype)
         except TypeError:
             np_type = None
-        for name, low in DTYPES.items():
-            if np_type == numpy_type(low):
-                return name
+        for low in LOWS:
+            if np_type == low.numpy:
+                return low.option
         raise OptionError(f"dtype must be 'fp16' or 'bf16', not {dtype!r}")
-    name = _DTYPE_ALIASES.get(dtype.lower(), dtype.lower())
-    if name not in DTYPES:
-        raise OptionError(f"unknown dtype {dtype!r} (choose fp16 or bf16)")
-    return name
+    try:
+        return low_type_of(_DTYPE_ALIASES.get(dtype.lower(), dtype)).option
+    except KeyError:
+        raise OptionError(f"unknown dtype {dtype!r} (choose fp16 or bf16)") from None
 
 
 def _strings(name: str, items: Any) -> tuple[str, ...]:

@@ -50,8 +50,12 @@ from amp_convert.validation.input_search import Samples, gather_samples, replay
 from amp_convert.validation.inputs import InputSpec
 from amp_convert.validation.metrics import OutputResult, Thresholds, compare_output
 from amp_convert.validation.options import ValidateOptions
+from amp_convert.validation.providers import provider_mode, runtime_target
 from amp_convert.validation.report import ValidationReport, output_notes
-from amp_convert.validation.runtime import ModelSource, load_source, provider_mode
+from amp_convert.validation.runtime import (
+    ModelSource,
+    load_source,
+)
 
 if TYPE_CHECKING:
     from amp_convert.validation.core import Verdict
@@ -153,7 +157,7 @@ def _candidate_model(
         model.CopyFrom(cand_src.proto)
         expose(model, own, types)
         return model, {}
-    emulated = build_emulated_model(cand_src.proto, cand_src.base_dir)
+    emulated = build_emulated_model(cand_src.proto, cand_src.base_dir, runtime_target("emulate"))
     expose(emulated.model, own, dict.fromkeys(own, FLOAT))  # the emulated copy computes in FP32
     return emulated.model, dict(emulated.low_inputs)
 

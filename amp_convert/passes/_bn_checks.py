@@ -9,9 +9,8 @@ import onnx
 import onnx_ir as ir
 
 from amp_convert.core import domains, proto_walk
-from amp_convert.core.dtypes import FP16_MIN_NORMAL
+from amp_convert.core.dtypes import FP16, LowType
 from amp_convert.core.precision import constant_tensor
-from amp_convert.core.weight_range import LowLimits
 
 
 class Kept(Exception):
@@ -40,7 +39,7 @@ def subnormal_share(magnitude: np.ndarray) -> float:
     count = int(nonzero.sum())
     if count == 0:
         return 0.0
-    return float(np.sum(nonzero & (magnitude < FP16_MIN_NORMAL))) / count
+    return float(np.sum(nonzero & (magnitude < FP16.min_normal))) / count
 
 
 def inferred_types(proto: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
@@ -120,7 +119,7 @@ def output_channels(
 
 
 def channel_range_loss(
-    values: np.ndarray, channel: np.ndarray, channels: int, limits: LowLimits
+    values: np.ndarray, channel: np.ndarray, channels: int, limits: LowType
 ) -> np.ndarray:
     """Per output channel, what flush and subnormal rounding in the low type take from that
     channel's weights, relative to their norm (weight_range.RangeStats.range_loss per channel):

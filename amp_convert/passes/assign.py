@@ -24,7 +24,7 @@ from amp_convert.core.tensors import read, release
 from amp_convert.core.weight_range import RangeStats, check_weight, float_attributes, weigh
 from amp_convert.core.weight_scan import range_stats
 from amp_convert.cost.traffic import ShapeBook
-from amp_convert.options.convert import ConvertOptions, Level
+from amp_convert.options.convert import ConvertOptions
 from amp_convert.passes._assign_cut import Cut, Draft, min_cut
 from amp_convert.placement.boundaries import find_boundaries
 from amp_convert.placement.plan import FP32, LOW, Classes, Placement, PrecisionPlan
@@ -74,21 +74,21 @@ def assign(
     for node in nodes:
         d = drafts[node]
         if not d.info.candidate or (
-            d.info.op_class == NodeClass.DENY and (level != Level.O3 or d.info.user)
+            d.info.op_class == NodeClass.DENY and (level.obeys_deny_list or d.info.user)
         ):
             d.precision, d.forced = FP32, True
-        elif level == Level.O3 or d.info.op_class == NodeClass.ALLOW:
+        elif level.lowers_everything or d.info.op_class == NodeClass.ALLOW:
             d.precision, d.forced = LOW, True
         else:
-            d.precision = LOW if level == Level.O2 else FP32
+            d.precision = LOW if level.free_nodes_start_low else FP32
     cut = Cut(draft, drafts, shapes, low_boundaries)
-    if level in (Level.O1, Level.O2):
+    if level.places_free_nodes:
         _deny_reach(drafts, nodes)
-        min_cut(cut, nodes, prefer_low=level == Level.O2)
+        min_cut(cut, nodes, prefer_low=level.free_nodes_start_low)
         # an FP32-accumulating reduction next to an FP32 neighbour keeps FP32 math with
         # explicit casts; pinning it can change the best placement of the rest, so re-cut
         while _pin_low_between_low(draft, drafts, nodes):
-            min_cut(cut, nodes, prefer_low=level == Level.O2)
+            min_cut(cut, nodes, prefer_low=level.free_nodes_start_low)
     else:  # O3: every node is decided; only the control-flow boundaries are placed
         min_cut(cut, nodes, prefer_low=True)
     placements = {

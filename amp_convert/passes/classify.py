@@ -28,11 +28,10 @@ import onnx_ir as ir
 
 from amp_convert import schema
 from amp_convert.core import domains
-from amp_convert.core.dtypes import FLOAT, LOW_TYPES, NUMPY_TYPES, onnx_name
+from amp_convert.core.dtypes import FLOAT, LOW_TYPES, NUMPY_TYPES, low_type_of, onnx_name
 from amp_convert.core.precision import CONTROL_FLOW, NodeClass, constant_tensor
 from amp_convert.core.qdq_rules import QDQ_OPS
 from amp_convert.core.reasons import Reason, ReasonKind
-from amp_convert.core.weight_range import LIMITS
 from amp_convert.op_lists import OpLists, op_key
 from amp_convert.op_lists.bounds import Bounds
 from amp_convert.options.convert import ConvertOptions
@@ -60,7 +59,7 @@ def classify(model: ir.Model, options: ConvertOptions, lists: OpLists, target: T
     """A ClassInfo for every node of `model` (subgraphs included); `target` says which low types
     have kernels and which deny-listed ops accumulate in FP32."""
     opsets = model.opset_imports
-    low_max = LIMITS[options.low_dtype].max
+    low_max = options.low.max
     bounds = Bounds(domains.opset_version(opsets), low_max)
     ctx = _Context(options, lists, target, options.low_dtype, bounds)
     classes: dict[ir.Node, ClassInfo] = {}
@@ -384,7 +383,7 @@ def _bounded(node: ir.Node, info: ClassInfo, ctx: _Context) -> ClassInfo:
     """
     if node.op_type not in BOUNDED_OPS or not node.outputs:
         return info
-    limit = LIMITS[ctx.low].max
+    limit = low_type_of(ctx.low).max
     held = ctx.target.held_sum(node.op_type, node.domain, onnx_name(ctx.low).lower())
     if held is not None and held.limit == "sum":
         bound = ctx.bounds.sum_of(node)

@@ -38,9 +38,8 @@ import onnx
 import onnx_ir as ir
 
 from amp_convert.core import domains
-from amp_convert.core.dtypes import FLOAT, FP16_MAX
+from amp_convert.core.dtypes import FLOAT, FP16, LOW_TYPES, low_type_of
 from amp_convert.core.precision import UniqueNames, constant_tensor
-from amp_convert.core.weight_range import LIMITS
 from amp_convert.files.onnx_checks import call_on_stripped
 from amp_convert.passes._bn_checks import (
     Kept,
@@ -438,7 +437,7 @@ class _Folder:
         self, folded: np.ndarray, stored: np.ndarray, channel: np.ndarray, channels: int
     ) -> str | None:
         """Why the folded weight's underflow harms some output channel, or None (see module)."""
-        limits = LIMITS.get(self.low_dtype)
+        limits = low_type_of(self.low_dtype) if self.low_dtype in LOW_TYPES else None
         if limits is None or folded.size == 0:
             return None
         after = channel_range_loss(folded, channel, channels, limits)
@@ -470,14 +469,14 @@ class _Folder:
         if magnitude.size == 0 or self.low_dtype != ir.DataType.FLOAT16:
             return None
         peak = float(magnitude.max())
-        if peak > FP16_MAX:
-            return f"{what} would overflow float16: max |v| = {peak:.4g} > 65504"
+        if peak > FP16.max:
+            return f"{what} would overflow float16: max |v| = {peak:.4g} > {FP16.max:g}"
         if not multiplicative:
             return None  # additive: a subnormal next to O(1) activations is harmless
         share = subnormal_share(magnitude)
         if share - before > UNDERFLOW_FRACTION:
             return (
                 f"{what} would underflow into float16 subnormals: {share:.1%} of its nonzero "
-                f"values are below 6.1e-05 (unfolded {before:.1%})"
+                f"values are below {FP16.min_normal:.2g} (unfolded {before:.1%})"
             )
         return None

@@ -245,7 +245,7 @@ def pin_norm_statistics(classes: Classes, norms: NormsResult, level: Level) -> C
     """The classes with the statistics of unfolded hand-written norms pinned FP32 at O1/O2 (never
     a node the user decided); the data path (centring, normalising, affine) is left to placement.
     O3 puts everything low, as it does with the deny list."""
-    if not norms.pinned or level not in (Level.O1, Level.O2):
+    if not norms.pinned or not level.places_free_nodes:
         return classes
     out = dict(classes)
     for node, detail in norms.pinned.items():

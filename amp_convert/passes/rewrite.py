@@ -17,7 +17,7 @@ import numpy as np
 import onnx_ir as ir
 
 from amp_convert.core import domains, weight_range
-from amp_convert.core.dtypes import FLOAT, SUFFIX
+from amp_convert.core.dtypes import FLOAT, SUFFIX, low_type_of
 from amp_convert.core.precision import (
     DTYPE_ATTRIBUTES,
     Precision,
@@ -136,11 +136,11 @@ class _Rewriter:
                 if attr in clip.attributes:
                     given = np.array(clip.attributes[attr].value, np.float32)
                     data = low_array(given, low, True)
-                    if abs(float(given)) > weight_range.LIMITS[low].max:
+                    if abs(float(given)) > low_type_of(low).max:
                         detail = (
                             f"Clip bound {attr}={float(given):.4g} stored as "
                             f"{float(data.astype(np.float32)):g}: nothing a finite "
-                            f"{weight_range.LIMITS[low].name} value exceeds"
+                            f"{low_type_of(low).name} value exceeds"
                         )
                         where = f"{clip.name or 'clip'}/{attr}"
                         self._note_saturated(where, ir.Tensor(given), detail)

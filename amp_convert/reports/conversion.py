@@ -6,9 +6,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 
-import ml_dtypes
-
-from amp_convert.core.dtypes import low_numpy_type
+from amp_convert.core.dtypes import low_type_of
 from amp_convert.core.reasons import Reason
 from amp_convert.reports.base import Report
 from amp_convert.reports.figures import bytes_text, cast_change
@@ -95,7 +93,7 @@ class LimitNote:
     def text(self) -> str:
         over = ""
         if self.count:
-            bound = float(ml_dtypes.finfo(low_numpy_type(self.dtype)).max) / self.count
+            bound = low_type_of(self.dtype).max / self.count
             over = f"; over {self.count} values: |mean| <= {bound:.4g}"
         return f"{self.op_type} {self.node!r} ({self.dtype}): {self.limit}{over} [{self.source}]"
 

@@ -16,8 +16,8 @@ Three readers:
 - the conversion report: a node placed low that depends on such a limit is named
   (`limited_row`).
 
-A target without a file (``none``, ``ort-cpu``) has no rows: plain functions of the target name,
-so that a Target object can wrap them.
+A target without a file (registry.py: ``accumulation_file`` None) has no rows: plain functions of
+the target name, so that a Target object can wrap them.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ import json
 from dataclasses import dataclass
 from importlib import resources
 
-FILES = {"ort-cuda": "ort_cuda_accumulation.json"}
+from amp_convert.targets.registry import SHIPPED
+
 #: where a kernel keeps its sums: in FP32, or in the low-precision I/O type
 KEPT_IN = ("float", "low")
 #: the quantity a held sum bounds: "sum" = |sum of the reduced values|; "output" = the output only
@@ -79,7 +80,8 @@ def _row(data: dict) -> Accumulation:
 @functools.cache
 def accumulation_rows(target: str) -> tuple[Accumulation, ...]:
     """Every row of `target`'s accumulation table (empty for a target without one)."""
-    name = FILES.get(target)
+    spec = SHIPPED.get(target)
+    name = spec.accumulation_file if spec is not None else None
     if name is None:
         return ()
     text = resources.files("amp_convert.targets").joinpath(name).read_text()

@@ -36,7 +36,8 @@ from amp_convert.core import domains
 from amp_convert.errors import TargetError
 from amp_convert.schema import OpSignature, Slot
 from amp_convert.targets.formals import doc_formals
-from amp_convert.targets.table_format import TARGETS, validate_table
+from amp_convert.targets.registry import SHIPPED
+from amp_convert.targets.table_format import validate_table
 
 _SHORT = {"float16": "FP16", "bfloat16": "BF16", "float": "FP32", "double": "FP64"}
 _FLOATS = frozenset(_SHORT)
@@ -139,6 +140,11 @@ class KernelTable:
         if found is None and key in self._raw:
             found = self._ops[key] = _op_entry(*self._raw.pop(key))
         return found
+
+    def op_types(self) -> frozenset[str]:
+        """Every op type the table registers a kernel for (any domain, opset or type), built
+        or not yet."""
+        return frozenset(op for _, op in (*self._ops, *self._raw))
 
     def _kernels(self, op_type: str, domain: str, opset: int) -> tuple[_OpEntry | None, list]:
         entry = self.entry(op_type, domain)
@@ -453,12 +459,12 @@ def load_target(name: str = "ort-cuda") -> KernelTable:
 
 @functools.cache
 def _load_target(name: str) -> KernelTable:
-    if name == "none":
-        return KernelTable("none", display="no target", accept_all=True)
-    file = TARGETS.get(name)
-    if file is not None:
-        ref = resources.files("amp_convert.targets").joinpath(file)
+    spec = SHIPPED.get(name)
+    if spec is not None and spec.kernel_file is None:
+        return KernelTable(name, display="no target", accept_all=True)
+    if spec is not None and spec.kernel_file is not None:
+        ref = resources.files("amp_convert.targets").joinpath(spec.kernel_file)
         with resources.as_file(ref) as path:
             return _load_shipped(path)
-    known = ", ".join(TARGETS)
+    known = ", ".join(SHIPPED)
     raise TargetError(f"unknown target {name!r}: use one of {known} (a table file: load_table)")

@@ -4,7 +4,7 @@ A table file is JSON: {"format": 1, "target", "provider", "ort_version", "kernel
 {"kernels": [{"since", "until", "types": {var: [type names]}}], "params": [...]}}},
 "constraints": [...], "fallback", "load_time_ops": [...]}. scripts/gen_ort_cuda_kernels.py
 writes it; kernel_table.table_from_data reads it after validate_table has named the first thing
-wrong with it. TARGETS names the tables shipped as package data.
+wrong with it. The tables shipped as package data are named by the registry (registry.py).
 """
 
 from __future__ import annotations
@@ -14,14 +14,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from amp_convert.errors import TargetError
+from amp_convert.targets.registry import SHIPPED
 
 FORMAT = 1
-#: the targets a conversion can name, and the package file of each one's table ("none": no table)
-TARGETS: dict[str, str | None] = {
-    "ort-cuda": "ort_cuda_kernels.json",
-    "ort-cpu": "ort_cpu_kernels.json",
-    "none": None,
-}
 CONSTRAINT_KINDS = ("same_type", "combinations", "allowed_types")
 _TYPE_NAME = re.compile(r"^[a-z][a-z0-9_]*(\([a-z0-9_(), ]+\))?$")
 
@@ -125,9 +120,9 @@ def validate_table(data: Any, where: str) -> None:
                         f"has {len(combo)} types for {len(params)} type_params",
                     )
     fallback = data.get("fallback")
-    if fallback is not None and fallback not in TARGETS:
+    if fallback is not None and fallback not in SHIPPED:
         raise _fail(
-            where, f"'fallback' must be one of {', '.join(TARGETS)} or null, got {fallback!r}"
+            where, f"'fallback' must be one of {', '.join(SHIPPED)} or null, got {fallback!r}"
         )
     load_time = data.get("load_time_ops", [])
     if not isinstance(load_time, list) or not all(

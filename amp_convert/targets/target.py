@@ -3,31 +3,38 @@ accumulates in FP32, which graph rewrites it wants.
 
 Steps ask the Target for capabilities (``target.kernels.accepts(...)``,
 ``target.accumulates_fp32(op)``, ``target.wants(Rewrite.GLOBAL_POOL)``), never for its name, so a
-new runtime (TensorRT, DirectML, ROCm) is one entry of ``_BUILDERS`` here (its kernel table and
-accumulation facts as package data beside it), or one ``register_target`` call; no step changes.
+new runtime (TensorRT, DirectML, ROCm) is one entry of the registry (registry.py: its kernel table
+and accumulation facts as package data beside it), or one ``register_target`` call for a runtime
+kept outside the package; no step changes. Validation and ``--auto`` take the Target of the
+runtime they judge on (`target_for_provider`).
 """
 
 from __future__ import annotations
 
-import enum
 import functools
 import types
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from amp_convert.core import domains
 from amp_convert.errors import TargetError
-from amp_convert.targets.accumulation import Accumulation, fp32_accumulating, limited_row
+from amp_convert.targets.accumulation import (
+    Accumulation,
+    fp32_accumulating,
+    held_sum_ops,
+    limited_row,
+)
 from amp_convert.targets.kernel_table import KernelTable, load_target
+from amp_convert.targets.registry import SHIPPED, Rewrite, TargetSpec, shipped_for_provider
 
-
-class Rewrite(enum.Enum):
-    """Graph rewrites a target may want (each step that performs one asks for it by this)."""
-
-    #: spatial ReduceMean run as GlobalAveragePool, whose kernel writes the average, not the sum
-    GLOBAL_POOL = "global-pool"
-    #: hand LayerNorm/RMSNorm below their ONNX opsets folded into the runtime's own ai.onnx
-    #: LayerNormalization-1 / SimplifiedLayerNormalization (ORT registers them for every opset)
-    RUNTIME_NORMS = "runtime-norms"
+__all__ = [
+    "Rewrite",
+    "Target",
+    "build_target",
+    "register_target",
+    "target_for_provider",
+    "target_names",
+]
 
 
 @dataclass(frozen=True)
@@ -46,6 +53,13 @@ class Target:
     def held_sum(self, op: str, domain: str, dtype: str) -> Accumulation | None:
         """The table row when the target's kernel for ``op`` holds a sum in ``dtype``."""
         return None if self.held_sums is None else limited_row(self.held_sums, op, domain, dtype)
+
+    def holds_input_sum(self, op: str, domain: str = "") -> bool:
+        """Whether the kernel for ``op`` holds the sum of its inputs in the low type (ORT CUDA's
+        ReduceMean writes it into its FP16 output before dividing)."""
+        if self.held_sums is None:
+            return False
+        return ("" if domains.is_default(domain) else domain, op) in held_sum_ops(self.held_sums)
 
     @property
     def checks_kernels(self) -> bool:
@@ -66,24 +80,20 @@ class Target:
         return f"{self.name} (kernel table from ONNX Runtime {self.kernels.ort_version})"
 
 
-def _shipped(name: str, *rewrites: Rewrite, held_sums: str | None = None) -> Callable[[], Target]:
+def _shipped(spec: TargetSpec) -> Callable[[], Target]:
     """A target whose kernel table and accumulation facts ship as package data."""
 
     def build() -> Target:
-        accumulation = types.MappingProxyType(dict(fp32_accumulating(name)))
-        return Target(name, load_target(name), accumulation, frozenset(rewrites), held_sums)
+        accumulation = types.MappingProxyType(dict(fp32_accumulating(spec.name)))
+        kernels = load_target(spec.name)
+        return Target(spec.name, kernels, accumulation, spec.rewrites, spec.held_sums)
 
     return build
 
 
-#: the targets a conversion can name, in the order the command line lists them
-_BUILDERS: dict[str, Callable[[], Target]] = {
-    "ort-cuda": _shipped(
-        "ort-cuda", Rewrite.GLOBAL_POOL, Rewrite.RUNTIME_NORMS, held_sums="ort-cuda"
-    ),
-    "ort-cpu": _shipped("ort-cpu", Rewrite.RUNTIME_NORMS),
-    "none": _shipped("none", held_sums="ort-cuda"),
-}
+#: the targets a conversion can name, in the order the command line lists them: the shipped
+#: ones (registry.py) and any registered from outside
+_BUILDERS: dict[str, Callable[[], Target]] = {n: _shipped(s) for n, s in SHIPPED.items()}
 
 
 def target_names() -> tuple[str, ...]:
@@ -109,3 +119,9 @@ def build_target(name: str) -> Target:
     if target.name != name:
         raise TargetError(f"target {name!r} was built as {target.name!r}")
     return target
+
+
+def target_for_provider(provider: str) -> Target | None:
+    """The Target of an ONNX Runtime execution provider ("CUDAExecutionProvider"), or None."""
+    name = shipped_for_provider(provider)
+    return None if name is None else build_target(name)

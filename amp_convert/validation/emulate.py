@@ -45,13 +45,14 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import onnx
 import onnx_ir as ir
 
 from amp_convert.core import proto_walk
-from amp_convert.core.dtypes import onnx_name
+from amp_convert.core.dtypes import low_type_of, onnx_name
 from amp_convert.core.precision import (
     DTYPE_ATTRIBUTES,
     FLOAT,
@@ -63,10 +64,12 @@ from amp_convert.files import load_repairs
 from amp_convert.passes.analyse import analyse
 from amp_convert.passes.infer_dtypes import InferDtypesPass
 from amp_convert.validation import held_sums
+from amp_convert.validation.providers import runtime_target
 from amp_convert.validation.sparse import densified
 
-#: element type → the name the report and the input feeder use ("float16", "bfloat16")
-LOW_NAMES: dict[ir.DataType, str] = {t: onnx_name(t) for t in LOW_TYPES}
+if TYPE_CHECKING:
+    from amp_convert.targets import Target
+
 
 # Default-domain ops whose outputs only select, move or compare-select input elements: applied to
 # values that are already representable in the low dtype they give a representable result, so
@@ -115,8 +118,13 @@ class EmulatedModel:
         }
 
 
-def build_emulated_model(model: onnx.ModelProto, base_dir: str | None = None) -> EmulatedModel:
+def build_emulated_model(
+    model: onnx.ModelProto, base_dir: str | None = None, target: Target | None = None
+) -> EmulatedModel:
     """Return the FP32-with-rounding copy of ``model`` (``model`` itself is not changed).
+
+    ``target``: the runtime whose kernels are reproduced (which hold a sum in the low type);
+    default the one emulate mode judges for (providers.runtime_target: ORT CUDA).
 
     Initializers stored as external data keep their references (only their names change) and are
     not read (but the few a kernel reads as constants, ``CONSTANT_INPUT_OPS``, which are stored
@@ -143,7 +151,7 @@ def build_emulated_model(model: onnx.ModelProto, base_dir: str | None = None) ->
         InferDtypesPass(inferred)(clone)
         unique = UniqueNames.of_model(clone)
         folded = fold_constant_inputs(clone, unique)
-        emulate = EmulatePass(unique)
+        emulate = EmulatePass(unique, target or runtime_target("emulate"))
         emulate(clone)
         for value in untyped:  # typed only to decide the rounding: ORT infers them again
             if not value.is_graph_output():
@@ -299,9 +307,10 @@ class EmulatePass(ir.passes.InPlacePass):
     Runs on a typed clone (after ``InferDtypesPass``); what it did is in ``self.result``.
     """
 
-    def __init__(self, names: UniqueNames) -> None:
+    def __init__(self, names: UniqueNames, target: Target) -> None:
         super().__init__()
         self.names = names
+        self.target = target
         self.result = EmulatedModel(model=onnx.ModelProto())
         self.opset = HELD_SUM_OPSET
 
@@ -317,7 +326,7 @@ class EmulatePass(ir.passes.InPlacePass):
                 continue  # IR < 4: an initializer declared as input keeps its stored type
             dtype = _low_tensor_dtype(value)
             if is_main and dtype is not None:
-                self.result.low_inputs[str(value.name)] = LOW_NAMES[dtype]
+                self.result.low_inputs[str(value.name)] = low_type_of(dtype).onnx_name
             _retype(value)
         for node in list(graph):
             subs = list(_subgraphs(node))
@@ -367,7 +376,7 @@ class EmulatePass(ir.passes.InPlacePass):
         if dtype is None or (exact and not is_cast):
             _retype(value)
             return []
-        low_name = LOW_NAMES[dtype]
+        low_name = low_type_of(dtype).onnx_name
         self.result.rounding_points[low_name] = self.result.rounding_points.get(low_name, 0) + 1
         name = value.name
         up = ir.Value(name=name, type=ir.TensorType(FLOAT), shape=value.shape)
@@ -383,7 +392,7 @@ class EmulatePass(ir.passes.InPlacePass):
         held: list[ir.Node] = []
         source = value
         # ReduceMean: the kernel writes the sum in the low type (its emulation needs Div-7+)
-        if held_sums.holds_sum(node) and self.opset >= HELD_SUM_OPSET:
+        if held_sums.holds_sum(node, self.target) and self.opset >= HELD_SUM_OPSET:
             held, source = held_sums.held_sum_nodes(node, value, dtype, self.names)
             self.result.held_sums.append(str(node.name or name))
         return [

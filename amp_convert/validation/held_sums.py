@@ -1,4 +1,5 @@
-"""Emulate kernels that hold a sum in the low type (targets/ort_cuda_accumulation.json).
+"""Emulate kernels that hold a sum in the low type (the Target's accumulation table:
+targets/ort_cuda_accumulation.json for the runtime emulate mode reproduces).
 
 ORT CUDA's ReduceMean writes the *sum* of the reduced values into its FP16 output and divides
 afterwards: the result is Inf once that sum passes 65504 although the mean is small (measured on
@@ -16,17 +17,14 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from amp_convert.core.precision import FLOAT, UniqueNames, is_default_domain
-from amp_convert.targets.accumulation import held_sum_ops
-
-#: the table the emulator follows: the emulated runtime is ORT CUDA
-TARGET = "ort-cuda"
+from amp_convert.core.precision import FLOAT, UniqueNames
+from amp_convert.targets import Target
 
 
-def holds_sum(node: ir.Node) -> bool:
-    """Whether `node`'s kernel holds the sum of its reduced inputs in its output type."""
-    domain = "" if is_default_domain(node.domain) else node.domain
-    return (domain, node.op_type) in held_sum_ops(TARGET)
+def holds_sum(node: ir.Node, target: Target) -> bool:
+    """Whether `node`'s kernel on `target` holds the sum of its reduced inputs in its output
+    type."""
+    return target.holds_input_sum(node.op_type, node.domain)
 
 
 def held_sum_nodes(

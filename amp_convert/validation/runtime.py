@@ -99,22 +99,6 @@ def cuda_available() -> bool:
     return CUDA_EP in ort.get_available_providers()
 
 
-def provider_mode(provider: str) -> str:
-    """The one reading of a provider: ``auto`` is cuda when this ORT offers the CUDA provider,
-    else emulate (sessions.py falls back to emulate when CUDA is offered but fails to start); an
-    explicit ``cuda`` this ORT does not offer is an error, never a silent fallback."""
-    if provider == "auto":
-        return "cuda" if cuda_available() else "emulate"
-    if provider == "cuda" and not cuda_available():
-        ort = import_ort()
-        raise ValidationError(
-            "provider cuda: this onnxruntime has no CUDAExecutionProvider (it offers "
-            f"{', '.join(ort.get_available_providers())}); install amp-convert[gpu] "
-            "(onnxruntime-gpu) or use --provider emulate"
-        )
-    return provider
-
-
 # --------------------------------------------------------------------------------------------
 # model sources
 

@@ -1,6 +1,6 @@
 """The two ORT sessions a validation compares, opened only after both models load at ORT defaults.
 
-``open_sessions`` picks the mode (runtime.provider_mode: ``auto`` → cuda when it is offered, else
+``open_sessions`` picks the mode (providers.provider_mode: ``auto`` → cuda when it is offered, else
 emulate; and emulate again when it is offered but does not start), runs the load
 check (``load_check``: a child process per check, so a crash is reported instead of suffered),
 opens reference and candidate for the mode, and collects what the reader must know about the
@@ -21,6 +21,7 @@ from amp_convert.validation.load_check import (
     check_default_load,
 )
 from amp_convert.validation.options import PROVIDERS as PROVIDERS  # re-exported: the one list
+from amp_convert.validation.providers import provider_mode, runtime_target
 from amp_convert.validation.runtime import (
     CPU_EP,
     CUDA_EP,
@@ -28,7 +29,6 @@ from amp_convert.validation.runtime import (
     ModelSource,
     Runner,
     make_session,
-    provider_mode,
 )
 
 CPU_WARNING = (
@@ -151,7 +151,7 @@ def _open(
     if mode == "emulate":
         from amp_convert.validation.emulate import build_emulated_model
 
-        emulated = build_emulated_model(cand_src.proto, cand_src.base_dir)
+        emulated = build_emulated_model(cand_src.proto, cand_src.base_dir, runtime_target(mode))
         # the reference as users run it (ORT's default optimisations: constant folding feeds
         # prepacking kernels their weights); only the emulated copy keeps its Casts unoptimised
         ref = session(ref_src, "reference", "cpu", False)

@@ -17,6 +17,7 @@ from amp_convert.auto.blame import is_low, localise, pin_entry, pin_set, runs_as
 from amp_convert.auto.graph import GraphFacts, InnerNode, NodeFacts, graph_facts
 from amp_convert.auto.localise import Blame, ValueStats
 from amp_convert.auto.report import PinnedNode
+from amp_convert.core.dtypes import FP16
 from amp_convert.core.precision import Precision
 from amp_convert.reports.value_map import Fate, NodeFate, ValueMap
 from tests.graphs import cancellation_model
@@ -230,7 +231,7 @@ def _localise(vm: ValueMap, failing: list[str], pinned: Sequence[str] = ()) -> t
         feeds,
         failing,
         pins,
-        dtype="fp16",
+        low_type=FP16,
         margin=2.0,
     )
     return blames, whole, sessions
@@ -341,7 +342,7 @@ def test_localise_narrows_a_control_flow_blame_to_its_low_body_node() -> None:
         [{"x": x, "c": np.array(True)} for x in xs],
         ["y"],
         {},
-        dtype="fp16",
+        low_type=FP16,
         margin=2.0,
     )
     assert [b.node for b in blames] == ["body_mul"] and whole == {}

@@ -22,6 +22,7 @@ from amp_convert.auto.localise import (
     introduced,
     relative_error,
 )
+from amp_convert.core.dtypes import FP16
 from tests.graphs import cancellation_model
 
 F16 = np.float16
@@ -168,7 +169,7 @@ def _synthetic(
         facts,
         stats,
         lambda name: name in low,
-        "fp16",
+        FP16,
         _no_values,
         _no_values,
         lambda name: None,
@@ -324,7 +325,7 @@ def _real(
         facts,
         stats,
         lambda name: name in low,
-        "fp16",
+        FP16,
         pick(refs),
         pick(cands),
         inits.get,

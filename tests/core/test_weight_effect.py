@@ -15,12 +15,12 @@ from onnx import TensorProto, helper, numpy_helper
 
 import amp_convert
 from amp_convert.core import weight_range
-from amp_convert.options.convert import DTYPES
+from amp_convert.core.dtypes import low_type_of
 from models.trained_weights import conv_tiny_tail, tiny_bias_linear
 from tests.helpers import FLOAT, run
 
-FP16 = DTYPES["fp16"]
-LIMITS = weight_range.LIMITS[FP16]
+FP16 = low_type_of("fp16").onnx
+LIMITS = low_type_of(FP16)
 
 
 def _stored(model: onnx.ModelProto) -> dict[str, int]:
@@ -92,7 +92,7 @@ def test_which_readers_are_addends(op: str, attrs: dict, addend: bool) -> None:
 
 def test_an_addend_to_a_constant_is_judged_as_a_tensor() -> None:
     """Constant + constant: nothing computed to compare with, so relative to the tensor."""
-    low = DTYPES["fp16"]
+    low = low_type_of("fp16").onnx
     graph = helper.make_graph(
         [helper.make_node("Add", ["a", "b"], ["y"], name="add")], "g", [],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],

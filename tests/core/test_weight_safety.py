@@ -15,7 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import amp_convert
 from amp_convert.core import weight_range
-from amp_convert.options.convert import DTYPES
+from amp_convert.core.dtypes import low_type_of
 from tests.helpers import FLOAT, node_by_name, run
 
 FLT_MAX = float(np.finfo(np.float32).max)
@@ -85,7 +85,7 @@ def scalar_op(op: str, value: float, *, mask: bool = False) -> onnx.ModelProto:
     ],
 )
 def test_judge_boundaries(dtype: str, value: float, action: str) -> None:
-    low = DTYPES[dtype]
+    low = low_type_of(dtype).onnx
     array = np.full((4, 4), value, np.float32)
     verdict = weight_range.check_weight(array, low, [])
     assert verdict.action == action, verdict
@@ -95,7 +95,7 @@ def test_a_few_tiny_values_do_not_pin_a_weight() -> None:
     """Judged by effect: flushing 2% of values of 1e-9 in a weight of std 0.02 takes
     ~1e-8 of its norm, 50,000x less than ordinary FP16 rounding; the old by-count rule (more
     than 1% flushed) kept it FP32. A weight whose tiny values carry its norm still keeps FP32."""
-    low = DTYPES["fp16"]
+    low = low_type_of("fp16").onnx
     w = np.random.default_rng(0).standard_normal(10_000).astype(np.float32) * 0.02
     w[:50] = 1e-9  # 0.5% flush
     assert weight_range.check_weight(w, low, []).action == "fits"

@@ -26,6 +26,7 @@ import amp_convert
 from amp_convert import pipeline
 from amp_convert.commands.cli import cli
 from amp_convert.core import chunk_pool, tensors, weight_range, weight_scan
+from amp_convert.core.dtypes import low_type_of
 from amp_convert.core.precision import numpy_type
 from amp_convert.errors import InputError, OptionError
 from amp_convert.files import data_file, direct_stream
@@ -205,7 +206,7 @@ def test_parallel_range_stats_are_one_scans(tmp_path: Path, small_chunks, dtype:
         got = weight_scan.range_stats(given, low)
     finally:
         del os.environ["AMP_CONVERT_THREADS"]
-    limits = weight_range.LIMITS[low]
+    limits = low_type_of(low)
     want = [weight_range.scan(a, limits) for a in arrays.values()]
     want += [weight_range.scan(arrays["w3"], limits), weight_range.scan(arrays["w4"], limits)]
     assert got == want
@@ -218,7 +219,7 @@ def test_parallel_range_stats_are_one_scans(tmp_path: Path, small_chunks, dtype:
 def test_scan_in_place_gives_the_same_stats() -> None:
     """scan(scratch=True) overwrites its input with magnitudes and returns the same stats."""
     values = awkward_values(1000, 7)
-    limits = weight_range.LIMITS[ir.DataType.FLOAT16]
+    limits = low_type_of(ir.DataType.FLOAT16)
     want = weight_range.scan(values, limits)
     assert weight_range.scan(values.copy(), limits, scratch=True) == want
     assert weight_range.scan(values, limits) == want  # the plain scan left `values` alone

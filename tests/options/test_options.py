@@ -332,3 +332,24 @@ def test_a_dim_is_parsed_once_and_handed_down() -> None:
     assert json.loads(options.stamp())["dims"] == [["batch", 2], ["seq", 8]]  # as before Dims
     with pytest.raises(OptionError, match="given twice"):
         ConvertOptions(dims=["batch=2", "batch=3"])
+
+
+def test_each_level_says_what_it_means_by_name() -> None:
+    """Steps ask the level (keeps_model, obeys_deny_list...) instead of comparing names."""
+    from amp_convert.options.convert import AUTO_LEVEL, Level, resolve
+
+    table = {
+        # level: keeps_model, obeys_deny_list, lowers_everything, places_free_nodes, start low
+        Level.O0: (True, True, False, False, False),
+        Level.O1: (False, True, False, True, False),
+        Level.O2: (False, True, False, True, True),
+        Level.O3: (False, False, True, False, False),
+    }
+    for level, want in table.items():
+        got = (level.keeps_model, level.obeys_deny_list, level.lowers_everything,
+               level.places_free_nodes, level.free_nodes_start_low)  # fmt: skip
+        assert got == want, level
+    # --auto's starting level, decided in one place
+    assert resolve(None, {}, auto=True).level == AUTO_LEVEL == Level.O3
+    assert resolve(None, {"level": "O1"}, auto=True).level == Level.O1
+    assert resolve(ConvertOptions(), {}, auto=True).level == Level.O2  # an object says its own

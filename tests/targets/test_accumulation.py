@@ -160,3 +160,30 @@ def test_a_model_below_opset_7_is_emulated_without_the_held_sum_nodes() -> None:
     limits = {"min_cosine": 0.999}
     report = amp_convert.validate(model, converted, provider="emulate", runs=0, thresholds=limits)
     assert report.verdict == "pass", report.result_line()
+
+
+def test_the_emulator_and_the_range_guard_follow_the_runtime_target_they_are_given() -> None:
+    """Validation and --auto take the Target of the runtime they judge for (runtime_target): the
+    emulated ORT CUDA holds ReduceMean's sum in FP16; a runtime whose kernels hold none (ORT
+    CPU's table has no such row) gets no held-sum emulation and no accumulator hit."""
+    from amp_convert.auto.graph import graph_facts
+    from amp_convert.auto.ranges import range_hits
+    from amp_convert.core.dtypes import FP16
+    from amp_convert.targets import build_target
+    from amp_convert.validation.providers import runtime_target
+
+    model, _ = ov.reduce_mean_sum_overflow()
+    o3 = amp_convert.convert(model, level="O3")
+    cuda, cpu = runtime_target("emulate"), build_target("ort-cpu")
+    assert cuda is runtime_target("cuda") and cuda.name == amp_convert.ConvertOptions().target
+    assert runtime_target("cpu") is cpu
+    assert build_emulated_model(o3, target=cuda).held_sums == ["mean/ReduceMean"]
+    assert build_emulated_model(o3, target=cpu).held_sums == []
+    facts = graph_facts(model, ov.calibration(model))
+    mean = facts.node("mean/ReduceMean")
+    # a mean of 20 over 4096 values: a sum of ~8e4, every value itself small
+    ref_max = {mean.inputs[0]: 40.0, mean.outputs[0]: 20.0}
+    hits = range_hits(facts, ref_max, FP16, cuda, margin=1.0)
+    assert [h.kind for h in hits.values()] == ["accumulator"]
+    assert "ORT CUDA holds it in FP16" in next(iter(hits.values())).kernel
+    assert range_hits(facts, ref_max, FP16, cpu, margin=1.0) == {}

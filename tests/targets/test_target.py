@@ -122,3 +122,49 @@ def test_no_step_names_a_target() -> None:
             assert value not in target_names(), f"{path.name} has the string {value!r}"
         for lookup in ("fp32_accumulating", "load_target", "options.target"):
             assert lookup not in text, f"{path.name} uses {lookup}"
+
+
+def test_one_registry_names_every_shipped_target() -> None:
+    """registry.SHIPPED is the one table: the command line's names, the kernel tables, the
+    accumulation tables and the execution providers (Olive, validation) all come from it."""
+    from amp_convert.targets import SHIPPED, providers, target_for_provider
+    from amp_convert.targets.accumulation import accumulation_rows
+
+    assert tuple(SHIPPED) == target_names()[: len(SHIPPED)]
+    for name, spec in SHIPPED.items():
+        target = build_target(name)
+        assert target.kernels.accept_all == (spec.kernel_file is None)
+        assert bool(accumulation_rows(name)) == (spec.accumulation_file is not None)
+        assert target.rewrites == spec.rewrites and target.held_sums == spec.held_sums
+    assert providers() == {
+        "CUDAExecutionProvider": "ort-cuda",
+        "CPUExecutionProvider": "ort-cpu",
+    }
+    cuda = target_for_provider("CUDAExecutionProvider")
+    assert cuda is build_target("ort-cuda") and cuda.holds_input_sum("ReduceMean", "ai.onnx")
+    assert not build_target("ort-cpu").holds_input_sum("ReduceMean")
+    assert target_for_provider("DmlExecutionProvider") is None
+
+
+def test_a_shipped_table_lists_every_op_before_any_lookup() -> None:
+    """op_types() is the --fp32-ops check's vocabulary: a table builds an op's entry at its first
+    lookup, and op_types() once listed only the ops looked up so far, so
+    `--fp32-ops SimplifiedLayerNormalization` was refused or not by what ran before it."""
+    import json
+    from importlib import resources
+
+    from amp_convert.targets import SHIPPED
+    from amp_convert.targets.kernel_table import _load_shipped
+
+    for spec in SHIPPED.values():
+        if spec.kernel_file is None:
+            continue
+        ref = resources.files("amp_convert.targets").joinpath(spec.kernel_file)
+        with resources.as_file(ref) as path:
+            data = json.loads(path.read_text())
+            fresh = _load_shipped(path)
+        listed = {op for ops in data["kernels"].values() for op in ops}
+        assert "SimplifiedLayerNormalization" in listed
+        assert fresh.op_types() == listed
+        assert fresh.entry("SimplifiedLayerNormalization", "") is not None
+        assert fresh.op_types() == listed  # a lookup changes nothing
