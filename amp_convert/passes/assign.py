@@ -25,8 +25,8 @@ from amp_convert.core.weight_range import RangeStats, check_weight, float_attrib
 from amp_convert.core.weight_scan import range_stats
 from amp_convert.cost.traffic import ShapeBook
 from amp_convert.options.convert import ConvertOptions
-from amp_convert.passes._assign_cut import Cut, Draft, min_cut
 from amp_convert.placement.boundaries import find_boundaries
+from amp_convert.placement.cut import CutGraph, Draft
 from amp_convert.placement.plan import FP32, LOW, Classes, Placement, PrecisionPlan
 from amp_convert.reports.conversion import TensorNote
 
@@ -81,16 +81,16 @@ def assign(
             d.precision, d.forced = LOW, True
         else:
             d.precision = LOW if level.free_nodes_start_low else FP32
-    cut = Cut(draft, drafts, shapes, low_boundaries)
+    cut = CutGraph(draft, drafts, shapes, low_boundaries)
     if level.places_free_nodes:
         _deny_reach(drafts, nodes)
-        min_cut(cut, nodes, prefer_low=level.free_nodes_start_low)
+        cut.place(nodes, prefer_low=level.free_nodes_start_low)
         # an FP32-accumulating reduction next to an FP32 neighbour keeps FP32 math with
         # explicit casts; pinning it can change the best placement of the rest, so re-cut
         while _pin_low_between_low(draft, drafts, nodes):
-            min_cut(cut, nodes, prefer_low=level.free_nodes_start_low)
+            cut.place(nodes, prefer_low=level.free_nodes_start_low)
     else:  # O3: every node is decided; only the control-flow boundaries are placed
-        min_cut(cut, nodes, prefer_low=True)
+        cut.place(nodes, prefer_low=True)
     placements = {
         node: Placement(d.info, d.precision, (*d.info.reasons, *d.notes))
         for node, d in drafts.items()

@@ -38,10 +38,7 @@ import onnx
 import onnx_ir as ir
 
 from amp_convert.core import domains
-from amp_convert.core.dtypes import FLOAT, FP16, LOW_TYPES, low_type_of
-from amp_convert.core.precision import UniqueNames, constant_tensor
-from amp_convert.files.onnx_checks import call_on_stripped
-from amp_convert.passes._bn_checks import (
+from amp_convert.core.batch_norm import (
     Kept,
     attr,
     channel_range_loss,
@@ -55,6 +52,9 @@ from amp_convert.passes._bn_checks import (
     subnormal_share,
     to_float32,
 )
+from amp_convert.core.dtypes import FLOAT, FP16, LOW_TYPES, low_type_of
+from amp_convert.core.precision import UniqueNames, constant_tensor
+from amp_convert.files.onnx_checks import call_on_stripped
 from amp_convert.reports.conversion import FoldNote
 from amp_convert.reports.value_map import Carried, Folded, NodeCarried, NodeFolded, ValueRecord
 

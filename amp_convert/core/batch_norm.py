@@ -1,6 +1,11 @@
-"""The BatchNormalization fold's checks and small helpers: is a BN foldable (inference mode,
-constant 1-D statistics), its statistics in float64, and the clean-up after it (a private
-module of passes/fold_bn.py)."""
+"""BatchNormalization as the converter reads it: in inference mode or not, its constant 1-D
+statistics in float64, how they lay along a tensor's axis, the share of a result FP16 keeps only
+as subnormals, which output channel each weight element feeds and what the low type's range takes
+from each channel, and the clean-up of a weight a fold left unread.
+
+Shared vocabulary of the steps that fold a normalisation offline (passes/fold_bn.py, and any
+other fold of a norm with stored statistics): `Kept` carries why a BN stays as it is.
+"""
 
 from __future__ import annotations
 
