@@ -1,11 +1,15 @@
 """The conversion of one ir.Model, in place: a numbered sequence of steps, each a function.
 
-Every step takes what it reads as arguments and returns one frozen result that later steps receive
-explicitly; no step reads another step's object, and every graph edit happens inside a step.
+Every step takes what it reads as arguments and returns one frozen result (a StepResult,
+core/steps.py) that later steps receive explicitly; no step reads another step's object, and
+every graph edit happens inside a step. Each runs through one StepRunner, which numbers it, logs
+it with its result and time at DEBUG (`amp-convert -v`), names it in an escaping exception
+("in step 8: classify"), and rebuilds the shape cache after a step that may change shapes; each
+step declares what it edits (Edits: nothing, types, nodes keeping every shape, or shapes).
 
     1. prepare         passes/prepare.py       -> Prepared (initializer inputs, constants, names)
    1b. opset upgrade   passes/opset_upgrade.py -> UpgradeResult (--opset-upgrade, QDQ models)
-    2. analyse         passes/analyse.py       -> (strict check error, inferred types)
+    2. analyse         passes/analyse.py       -> Analysis (strict check error, inferred types)
     3. infer dtypes    passes/infer_dtypes.py  -> DtypeResult
        (then the input's ORT ops checked, files/contrib_checks.py: InputError, its fault)
     4. measure         passes/measure.py       -> OriginalTraffic (bytes per inference, before)
@@ -20,36 +24,28 @@ explicitly; no step reads another step's object, and every graph edit happens in
    11. rewrite         passes/rewrite.py       -> RewriteResult
    12. cleanup         passes/cleanup.py       -> CleanupResult
    13. verify          passes/verify.py        -> Verified (or VerificationError: never written)
-       kernel limits   passes/kernel_limits.py -> LimitNotes (low nodes that rely on a held sum)
-   14. report          reports/conversion.py   -> ConversionReport (and the ValueMap, built from
-                                                   the records of steps 5, 6, 11 and 12)
+   14. kernel limits   passes/kernel_limits.py -> LimitNotes (low nodes that rely on a held sum)
+   15. measure result  passes/measure.py       -> ResultTraffic (bytes per inference, Casts)
+       report          reports/assembly.py     -> ConversionReport (and the ValueMap, built from
+                                                   the records of steps 5, 6, 7, 11 and 12)
 
-Each step logs its result (and classify/assign each node's decision) at DEBUG (`amp-convert -v`).
-`_step` passes a step its arguments typed (ParamSpec: mypy checks them against the step's
-signature), and an exception escaping a step carries a note naming it ("in step 8: classify").
+`StepRunner.run` passes a step its arguments typed (ParamSpec: mypy checks them against the
+step's signature).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
-from typing import ParamSpec, TypeVar
 
 import onnx_ir as ir
 
 from amp_convert import schema
 from amp_convert.core import domains
 from amp_convert.core.graph_digest import DIGEST_KEY, graph_digest
-from amp_convert.core.precision import NodeClass, Precision, UniqueNames
+from amp_convert.core.precision import UniqueNames
 from amp_convert.core.qdq_rules import has_qdq
-from amp_convert.core.reasons import render
-from amp_convert.core.summaries import one_line
-from amp_convert.cost.traffic import (
-    ShapeBook,
-    cast_notes,
-    excess_warning,
-    model_traffic,
-)
+from amp_convert.core.steps import Edits, StepRunner
+from amp_convert.cost.shapes import ShapeBook
 from amp_convert.errors import InputError, VerificationError
 from amp_convert.files.contrib_checks import check_runtime_ops
 from amp_convert.files.onnx_checks import serialised_once
@@ -73,30 +69,21 @@ from amp_convert.passes.global_pool import run_as_global_pool
 from amp_convert.passes.hand_norms import pin_norm_statistics, rewrite_hand_norms
 from amp_convert.passes.infer_dtypes import infer_dtypes
 from amp_convert.passes.kernel_limits import kernel_limits
-from amp_convert.passes.measure import measure_original
+from amp_convert.passes.measure import measure_original, measure_result
 from amp_convert.passes.opset_upgrade import UpgradeResult, upgrade_opset
 from amp_convert.passes.prepare import prepare
-from amp_convert.passes.qdq import QdqGroups, keep_qdq_groups
-from amp_convert.passes.rewrite import RewriteResult, rewrite
+from amp_convert.passes.qdq import keep_qdq_groups
+from amp_convert.passes.rewrite import rewrite
 from amp_convert.passes.verify import Verified, verify
-from amp_convert.placement.plan import PrecisionPlan
-from amp_convert.reports.conversion import ConversionReport, FoldNote, NodeDecision
+from amp_convert.reports.assembly import STAMP_KEY, Outcome, assemble
+from amp_convert.reports.conversion import ConversionReport
 from amp_convert.reports.figures import ir_weights
-from amp_convert.reports.value_map import (
-    METADATA_KEY,
-    REASONS_KEY,
-    Snapshot,
-    ValueMap,
-    ValueRecord,
-    reasons_to_metadata,
-)
-from amp_convert.reports.value_map import build as build_value_map
-from amp_convert.targets import Target, build_target, uncovered_nodes
+from amp_convert.reports.value_map import Snapshot
+from amp_convert.targets import build_target
+
+__all__ = ["STAMP_KEY", "build_lists", "checked_lists", "run"]
 
 log = logging.getLogger(__name__)
-STAMP_KEY = "amp_convert"
-_R = TypeVar("_R")
-_P = ParamSpec("_P")
 
 
 def run(model: ir.Model, options: ConvertOptions) -> ConversionReport:
@@ -118,83 +105,74 @@ def run(model: ir.Model, options: ConvertOptions) -> ConversionReport:
         report.low_io = sorted(low_io)
 
     snapshot = Snapshot.take(model)  # the original's values and nodes: the value map's keys
-    prepared = _step(1, "prepare", prepare, model, options.keep_initializer_inputs)
-    upgraded = _step(1, "opset upgrade", _upgrade, model, options, prepared.names)
+    steps = StepRunner(model, log)
+    E = Edits
+    prepared = steps.run(1, "prepare", E.NODES, prepare, model, options.keep_initializer_inputs)
+    names = prepared.names
+    upgraded = steps.run("1b", "opset upgrade", E.NODES, _upgrade, model, options, names)
     with serialised_once(model):  # analyse and the shape inference read one stripped copy
-        strict_error, inferred = _step(2, "analyse", analyse, model)
+        analysis = steps.run(2, "analyse", E.NOTHING, analyse, model)
         report.warnings.extend(schema.unknown_warnings(model))
         shapes = ShapeBook(model, options.dim_values)  # sizes from the input dims (cost/shapes)
-    _step(3, "infer dtypes", infer_dtypes, model, inferred)
+
+    def new_shapes() -> None:  # after a step that may change shapes (none today)
+        nonlocal shapes
+        shapes = ShapeBook(model, options.dim_values)
+
+    steps.after_shapes_change.append(new_shapes)
+    inferred = analysis.inferred
+    steps.run(3, "infer dtypes", E.TYPES, infer_dtypes, model, inferred)
     check_runtime_ops(model)  # the input's ORT ops against ORT's schemas: its fault, not ours
-    before = _step(4, "measure", measure_original, model, shapes, low, keep_io, low_io)
-    folded = _step(5, "fold BN", fold_batch_norm, model, low, inferred, prepared.names)
-    norms = _step(6, "hand norms", rewrite_hand_norms, model, prepared.names, inferred, target)
-    pooled = _step(7, "global pool", run_as_global_pool, model, inferred, target, prepared.names)
-    classes = _step(8, "classify", classify, model, options, lists, target)
-    classes = _step(9, "pin statistics", pin_norm_statistics, classes, norms, options.level)
-    groups = _step(9, "QDQ groups", keep_qdq_groups, model, classes)
+    before = steps.run(
+        4, "measure", E.NOTHING, measure_original, model, shapes, low, keep_io, low_io
+    )
+    folded = steps.run(5, "fold BN", E.NODES, fold_batch_norm, model, low, inferred, names)
+    norms = steps.run(6, "hand norms", E.NODES, rewrite_hand_norms, model, names, inferred, target)
+    pooled = steps.run(
+        7, "global pool", E.NODES, run_as_global_pool, model, inferred, target, names
+    )
+    classes = steps.run(8, "classify", E.NOTHING, classify, model, options, lists, target)
+    classes = steps.run(
+        9, "pin statistics", E.NOTHING, pin_norm_statistics, classes, norms, options.level
+    )
+    groups = steps.run("9b", "QDQ groups", E.NOTHING, keep_qdq_groups, model, classes)
     classes = groups.classes
-    plan = _step(10, "assign", assign, model, classes, shapes, options, low_io)
-    if not _has_float(model):  # typed by step 3: no float data path at all
-        report.warnings.append(
-            "nothing to convert: no value of the model is a float; its graph is kept as it is"
-        )
-    rewritten = _step(
-        11, "rewrite", rewrite, model, plan, prepared.names,
+    plan = steps.run(10, "assign", E.NOTHING, assign, model, classes, shapes, options, low_io)
+    has_float = _has_float(model)  # typed by step 3: is there a float data path at all?
+    rewritten = steps.run(
+        11, "rewrite", E.NODES, rewrite, model, plan, names,
         cast_optional_params=options.cast_optional_params,
     )  # fmt: skip
-    cleaned = _step(12, "cleanup", cleanup, model)
-    _step(13, "verify", _verify, model, strict_error)
-    limits = kernel_limits(model, target, shapes)
-
-    report.initializer_inputs = prepared.initializer_inputs
-    if prepared.initializer_inputs is not None and prepared.initializer_inputs.case == "constants":
-        report.warnings.append(
-            f"IR version < 4: {prepared.promoted} initializers listed as graph inputs are "
-            "constants (as ONNX Runtime treats them); they left the inputs and the IR version is "
-            "now 4"
-        )
-    if strict_error is not None:
-        report.warnings.append(
-            "the input model fails ONNX's strict type inference; only amp-convert's own type "
-            "check verified the result"
-        )
-    report.nodes = decisions(model, plan, rewritten)
-    records = (
-        *folded.values, *norms.values, *pooled.values, *rewritten.values, *cleaned.values
-    )  # fmt: skip
-    report.value_map = _value_map(snapshot, records, model, plan, rewritten)
-    report.tensors.extend((*plan.tensor_notes, *rewritten.saturated))
-    report.initializers_converted = rewritten.initializers_converted
-    report.initializers_kept = rewritten.initializers_kept
-    report.folds = list(folded.records)
-    report.rewrites = [*norms.notes, *pooled.notes, *_upgrade_notes(upgraded)]
-    report.warnings.extend(_qdq_warnings(groups, options))
-    report.limits = list(limits)
-    report.warnings.extend(_low_type_warnings(report, model, options))
-    report.warnings.extend(_runtime_only_warnings(model, norms.notes, options))
-    _describe_target(report, model, target)
-    report.casts_after = count_casts(model)
-    report.weight_bytes_after = ir_weights(model).total  # Constant-held weights too
-    report.casts = cast_notes(model, shapes)
-    report.traffic = {
-        "original": before.original,
-        "result": model_traffic(model, shapes),
-        "all_low": before.all_low,
-    }
-    excess = excess_warning(
-        before.original, report.traffic["result"], report.casts, _fp32_causes(plan)
+    cleaned = steps.run(12, "cleanup", E.NODES, cleanup, model)
+    steps.run(13, "verify", E.NOTHING, _verify, model, analysis.strict_error)
+    limits = steps.run(14, "kernel limits", E.NOTHING, kernel_limits, model, target, shapes)
+    measured = steps.run(
+        15, "measure result", E.NOTHING, measure_result, model, shapes, before, plan
     )
-    if excess is not None:
-        report.warnings.append(excess)
-    report.traffic_dims = dict(shapes.dims)
-    report.traffic_estimated = shapes.estimated
-    model.metadata_props[STAMP_KEY] = options.stamp()
-    model.metadata_props[METADATA_KEY] = report.value_map.to_metadata()
-    fp32 = {n.name: n.reason for n in report.nodes if n.precision == Precision.FP32.value}
-    model.metadata_props[REASONS_KEY] = reasons_to_metadata(fp32)  # `validate --html` shows them
-    model.metadata_props[DIGEST_KEY] = graph_digest(model)  # "already converted" only if unedited
-    return report
+    outcome = Outcome(
+        snapshot=snapshot,
+        promoted=prepared.promoted,
+        initializer_inputs=prepared.initializer_inputs,
+        upgraded=upgraded,
+        strict_error=analysis.strict_error,
+        has_float=has_float,
+        folds=folded.records,
+        norms=norms.notes,
+        pools=pooled.notes,
+        records=(*folded.values, *norms.values, *pooled.values, *rewritten.values, *cleaned.values),
+        groups=groups,
+        opset_upgrade=options.opset_upgrade,
+        plan=plan,
+        rewritten=rewritten,
+        limits=limits.notes,
+        target=target,
+        target_option=options.target,
+        low=options.low,
+        traffic=measured,
+        casts_after=count_casts(model),
+        stamp=options.stamp(),
+    )
+    return assemble(report, model, outcome)
 
 
 def _upgrade(model: ir.Model, options: ConvertOptions, names: UniqueNames) -> UpgradeResult | None:
@@ -202,134 +180,6 @@ def _upgrade(model: ir.Model, options: ConvertOptions, names: UniqueNames) -> Up
     if not options.opset_upgrade or not has_qdq(model):
         return None
     return upgrade_opset(model, names)
-
-
-def _low_type_warnings(
-    report: ConversionReport, model: ir.Model, options: ConvertOptions
-) -> list[str]:
-    """A BF16 (or FP16) request that leaves most nodes FP32 where the model or the target sets
-    the limit (a schema at this opset, a missing kernel): why, and what would help. Nodes FP32 by
-    the level's own rules are the summary's "FP32 because" line, not a warning."""
-    low, fp32 = report.nodes_low, report.nodes_fp32
-    if fp32 <= low:
-        return []
-    causes = report.fp32_causes()
-    cause, count = causes.most_common(1)[0]
-    opset = domains.opset_version(model.opset_imports)
-    name = options.dtype.upper()
-    line = (
-        f"{fp32} of {low + fp32} float nodes stay FP32 under {name}; the most because "
-        f"{cause} ({count})"
-    )
-    helps = []
-    schema_ops = sorted({n.op_type for n in report.counted("fp32")
-                         if n.reasons and n.reasons[0].kind.value == "schema"})  # fmt: skip
-    if schema_ops:
-        if options.dtype == "bf16" and opset < 22:
-            helps.append(
-                f"the model is at opset {opset}: {', '.join(schema_ops[:4])} take bfloat16 "
-                "only from opset 22 (re-export at opset >= 22), or use --dtype fp16"
-            )
-        else:
-            helps.append(
-                f"their schemas exclude {name} at opset {opset}: {', '.join(schema_ops[:4])}"
-            )
-    if "no low-precision kernel on the target" in causes:
-        helps.append(f"--target {options.target} has no {name} kernel for some ops; --target none "
-                     "follows the ONNX schemas only")  # fmt: skip
-    return [f"{line}: {'; '.join(helps)}"] if helps else []
-
-
-def _runtime_only_warnings(
-    model: ir.Model, notes: tuple[FoldNote, ...], options: ConvertOptions
-) -> list[str]:
-    """Hand norms folded into ONNX Runtime's own ai.onnx ops (LayerNormalization below opset 17,
-    SimplifiedLayerNormalization): the result now loads in ONNX Runtime only."""
-    opset = domains.opset_version(model.opset_imports)
-    runtime = [n.into.removeprefix("run as ") for n in notes if n.into.startswith("run as ")]
-    only = [op for op in runtime if op == "SimplifiedLayerNormalization" or opset < 17]
-    if not only:
-        return []
-    kinds = ", ".join(f"{only.count(op)} {op}" for op in sorted(set(only)))
-    return [
-        f"the result needs ONNX Runtime: hand-written norms now run as its own ops ({kinds} at "
-        f"opset {opset}), which onnx.checker and other runtimes do not know; --target none "
-        "keeps a portable model (the norms' statistics then stay FP32 instead)"
-    ]
-
-
-def _upgrade_notes(upgraded: UpgradeResult | None) -> list[FoldNote]:
-    if upgraded is None or not upgraded.upgraded:
-        return []
-    detail = (
-        f"QuantizeLinear/DequantizeLinear take low-precision scales; IR version "
-        f"{upgraded.from_ir} -> {upgraded.to_ir}"
-    )
-    notes = [
-        FoldNote("model", f"opset {upgraded.from_opset}", f"to opset {upgraded.to_opset}", detail)
-    ]
-    for edit in upgraded.edits:
-        notes.append(FoldNote(edit.split(":")[0], "opset-19 form", "same meaning", edit))
-    return notes
-
-
-def _qdq_warnings(groups: QdqGroups, options: ConvertOptions) -> list[str]:
-    """Why ops between Q/DQ nodes kept FP32, and how to lower them."""
-    if not groups.pinned:
-        return []
-    line = (
-        f"{groups.pinned} op(s) next to FP32 QuantizeLinear/DequantizeLinear nodes keep FP32 (a "
-        "Cast between them would split the DQ -> op -> Q groups ORT and TensorRT fuse)"
-    )
-    if groups.below_19 and not options.opset_upgrade:
-        line += (
-            f": below opset 19 a Q/DQ scale must be FP32 (the model is at opset "
-            f"{groups.opset}); --opset-upgrade moves it to opset 19, where the groups go low"
-        )
-    elif groups.cause:
-        line += f"; a Q/DQ keeps FP32 for: {groups.cause}"
-    return [line]
-
-
-def _fp32_causes(plan: PrecisionPlan) -> list[str]:
-    """For each float node kept FP32, who decided it (its first reason's source)."""
-    causes = []
-    for node in plan.nodes:
-        p = plan.placement(node)
-        if p is None or p.op_class == NodeClass.NONE or p.precision != Precision.FP32:
-            continue
-        if p.reasons:
-            causes.append(p.reasons[0].source or p.reasons[0].kind.value)
-    return causes
-
-
-def _step(
-    number: int, name: str, func: Callable[_P, _R], *args: _P.args, **kwargs: _P.kwargs
-) -> _R:
-    """Run one step, logging its name and a line about its result at DEBUG; an exception that
-    escapes it leaves with a note naming the step (shown in tracebacks and the CLI's line)."""
-    log.debug("step %d: %s", number, name)
-    try:
-        result = func(*args, **kwargs)
-    except Exception as e:
-        e.add_note(f"in step {number}: {name}")
-        raise
-    if log.isEnabledFor(logging.DEBUG):
-        log.debug("step %d: %s -> %s", number, name, _summary(result))
-    return result
-
-
-def _summary(result: object) -> str:
-    """A result in one line: per-node mappings and plans by their counts, the rest by their
-    scalar fields (core/summaries.py)."""
-    if isinstance(result, PrecisionPlan):
-        low = sum(1 for p in result.nodes.values() if p.precision == Precision.LOW)
-        return f"PrecisionPlan: {low} of {len(result.nodes)} nodes low"
-    if isinstance(result, Mapping):
-        return f"{len(result)} nodes classified"
-    if isinstance(result, tuple):  # analyse: (strict error, inferred types)
-        return f"strict check error: {result[0]}, {len(result[1])} inferred types"
-    return one_line(result)
 
 
 def _nothing_to_do(model: ir.Model, options: ConvertOptions, report: ConversionReport) -> bool:
@@ -413,61 +263,6 @@ def build_lists(options: ConvertOptions) -> OpLists:
         lists = apply_user_file(lists, options.op_lists)
     lists = apply_user_ops(lists, "deny", options.fp32_ops, "user: --fp32-ops")
     return apply_user_ops(lists, "allow", options.fp16_ops, "user: --fp16-ops")
-
-
-def decisions(model: ir.Model, plan: PrecisionPlan, rewritten: RewriteResult) -> list[NodeDecision]:
-    """One NodeDecision per node of the result the plan decided (inserted Casts are not)."""
-    out = []
-    for i, node in enumerate(model.graph.all_nodes()):
-        placement = plan.placement(rewritten.replaced.get(node, node))
-        if placement is None:  # a Cast we inserted
-            continue
-        op_class = placement.op_class
-        precision = "n/a" if op_class == NodeClass.NONE else placement.precision.value
-        out.append(
-            NodeDecision(
-                name=node.name or f"{node.op_type}_{i}",
-                op_type=node.op_type,
-                domain=node.domain,
-                graph=node.graph.name if node.graph is not None and node.graph.name else "",
-                op_class=op_class.value,
-                precision=precision,
-                reason=render(placement.reasons),
-                reasons=tuple(placement.reasons),
-            )
-        )
-    return out
-
-
-def _value_map(
-    snapshot: Snapshot,
-    records: tuple[ValueRecord, ...],
-    model: ir.Model,
-    plan: PrecisionPlan,
-    rewritten: RewriteResult,
-) -> ValueMap:
-    """Where each original value and node went, from the records the steps returned."""
-
-    def precision(node: ir.Node) -> Precision | None:
-        placement = plan.placement(rewritten.replaced.get(node, node))
-        if placement is None or placement.op_class == NodeClass.NONE:
-            return None
-        return placement.precision
-
-    return build_value_map(snapshot, records, model, precision)
-
-
-def _describe_target(report: ConversionReport, model: ir.Model, target: Target) -> None:
-    report.target = target.describe()
-    if not target.checks_kernels:
-        return
-    table = target.kernels
-    uncovered = uncovered_nodes(model, table)
-    if uncovered:  # nodes that were low precision already, or a table gap: say so
-        report.warnings.append(
-            f"{len(uncovered)} low-precision node(s) without a {table.name} kernel in their "
-            f"types, e.g. {uncovered[0]}"
-        )
 
 
 def _unknown_user_ops(options: ConvertOptions, model: ir.Model) -> list[str]:

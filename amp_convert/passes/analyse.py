@@ -8,6 +8,7 @@ model is refused here, before any edit.
 from __future__ import annotations
 
 import logging
+from typing import NamedTuple
 
 import onnx
 import onnx_ir as ir
@@ -24,7 +25,18 @@ from amp_convert.files.onnx_checks import (
 logger = logging.getLogger(__name__)
 
 
-def analyse(model: ir.Model) -> tuple[str | None, dict[str, onnx.TypeProto]]:
+class Analysis(NamedTuple):
+    """analyse's result: ONNX's strict check error (None when it passed) and the types it
+    inferred. A pair, so ``error, types = analyse(model)`` reads as before."""
+
+    strict_error: str | None
+    inferred: dict[str, onnx.TypeProto]
+
+    def summary(self) -> str:
+        return f"strict check error: {self.strict_error}, {len(self.inferred)} inferred types"
+
+
+def analyse(model: ir.Model) -> Analysis:
     """One look at the original through ONNX: (strict check error or None, inferred types).
 
     A model that fails ONNX's structural checker (dangling inputs, unknown ops or attributes, a
@@ -57,7 +69,7 @@ def analyse(model: ir.Model) -> tuple[str | None, dict[str, onnx.TypeProto]]:
         return error, types
 
     try:
-        return call_on_stripped(model, look)
+        return Analysis(*call_on_stripped(model, look))
     except ir.serde.SerdeError as e:  # e.g. names that are not valid UTF-8
         root: BaseException = e
         while root.__cause__ is not None or root.__context__ is not None:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-import types
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -73,7 +72,7 @@ def classify(model: ir.Model, options: ConvertOptions, lists: OpLists, target: T
         info = classes[node]
         if not info.user and info.op_class != NONE:
             classes[node] = info.pinned(Reason(K.RANGE, "range", angles.DETAIL))
-    return types.MappingProxyType(classes)
+    return Classes(classes)
 
 
 def _why(kind: ReasonKind, detail: str, source: str = "") -> tuple[Reason, ...]:

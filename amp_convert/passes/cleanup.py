@@ -15,6 +15,7 @@ import onnx_ir as ir
 
 from amp_convert.core import domains
 from amp_convert.core.dtypes import FLOAT, LOW_TYPES
+from amp_convert.core.steps import StepResult
 from amp_convert.core.summaries import one_line
 from amp_convert.reports.value_map import Carried, ValueRecord
 
@@ -22,7 +23,7 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class CleanupResult:
+class CleanupResult(StepResult):
     """What cleanup changed: casts rewired past a widening cast, identities bypassed, removed."""
 
     rewired: int = 0  # casts that now read the low value behind a widening cast

@@ -54,6 +54,7 @@ from amp_convert.core.batch_norm import (
 )
 from amp_convert.core.dtypes import FLOAT, FP16, LOW_TYPES, low_type_of
 from amp_convert.core.precision import UniqueNames, constant_tensor
+from amp_convert.core.steps import StepResult
 from amp_convert.files.onnx_checks import call_on_stripped
 from amp_convert.reports.conversion import FoldNote
 from amp_convert.reports.value_map import Carried, Folded, NodeCarried, NodeFolded, ValueRecord
@@ -66,7 +67,7 @@ UNDERFLOW_FRACTION = 0.01
 
 
 @dataclass(frozen=True)
-class FoldResult:
+class FoldResult(StepResult):
     """One record per inference BatchNormalization: folded, decomposed or kept (and why)."""
 
     records: tuple[FoldNote, ...] = ()

@@ -26,6 +26,7 @@ import onnx_ir as ir
 
 from amp_convert.core import domains
 from amp_convert.core.precision import FLOAT, UniqueNames, constant_tensor, is_default_domain
+from amp_convert.core.steps import StepResult
 from amp_convert.reports.conversion import FoldNote
 from amp_convert.reports.value_map import Carried, ValueRecord
 from amp_convert.targets import Rewrite, Target
@@ -82,7 +83,7 @@ def _keeps_dims(node: ir.Node) -> bool:
 
 
 @dataclass(frozen=True)
-class PoolResult:
+class PoolResult(StepResult):
     """The ReduceMeans now run as GlobalAveragePool (one report note each)."""
 
     notes: tuple[FoldNote, ...] = ()

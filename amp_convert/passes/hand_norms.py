@@ -44,6 +44,7 @@ from amp_convert import schema
 from amp_convert.core import domains
 from amp_convert.core.precision import FLOAT, UniqueNames, constant_tensor
 from amp_convert.core.reasons import Reason, ReasonKind
+from amp_convert.core.steps import StepResult
 from amp_convert.options.convert import Level
 from amp_convert.passes._moments_match import find_moments
 from amp_convert.passes._norm_match import NoMatch, NormMatch, find_norms
@@ -188,7 +189,7 @@ def _carried_name(match: NormMatch, fallback: str, names: UniqueNames) -> str:
 
 
 @dataclass(frozen=True)
-class NormsResult:
+class NormsResult(StepResult):
     """What `rewrite_hand_norms` did: a note per norm, the near misses, and the statistics nodes
     of the norms it could not fold (node -> reason) for `pin_norm_statistics` after classify."""
 
@@ -253,7 +254,7 @@ def pin_norm_statistics(classes: Classes, norms: NormsResult, level: Level) -> C
         if info is None or info.user or not info.candidate:
             continue
         out[node] = info.pinned(Reason(ReasonKind.NORM_STATISTICS, "hand-written norm", detail))
-    return types.MappingProxyType(out)
+    return Classes(out)
 
 
 class _Folder:

@@ -16,6 +16,7 @@ import onnx_ir as ir
 
 from amp_convert import schema
 from amp_convert.core import domains
+from amp_convert.core.steps import StepResult
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +72,7 @@ def _propagate(node: ir.Node, opset: int) -> int:
 
 
 @dataclass(frozen=True)
-class DtypeResult:
+class DtypeResult(StepResult):
     """How many values got their element type, and from where."""
 
     from_initializers: int = 0  # initializers typed from their tensor

@@ -15,11 +15,13 @@ Read-only: one pass over the result's nodes after verify.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import onnx_ir as ir
 
 from amp_convert.core.dtypes import LOW_TYPES, onnx_name
 from amp_convert.core.precision import is_default_domain
+from amp_convert.core.steps import StepResult
 from amp_convert.cost.shapes import ShapeBook
 from amp_convert.reports.conversion import LimitNote
 from amp_convert.targets import Target
@@ -44,9 +46,14 @@ def _count(node: ir.Node, shapes: ShapeBook | None) -> int | None:
     return n_in // n_out if n_out else None
 
 
-def kernel_limits(
-    model: ir.Model, target: Target, shapes: ShapeBook | None = None
-) -> tuple[LimitNote, ...]:
+@dataclass(frozen=True)
+class LimitNotes(StepResult):
+    """The low nodes whose result depends on a kernel's held sum, one report note each."""
+
+    notes: tuple[LimitNote, ...] = ()
+
+
+def kernel_limits(model: ir.Model, target: Target, shapes: ShapeBook | None = None) -> LimitNotes:
     """Every low node of `model` whose kernel on `target` holds a sum in its low type."""
     out: list[LimitNote] = []
     for i, node in enumerate(model.graph.all_nodes()):
@@ -61,4 +68,4 @@ def kernel_limits(
         name = node.name or f"{node.op_type}_{i}"
         out.append(LimitNote(name, node.op_type, dtype, _count(node, shapes), row.limit_text,
                                row.source.split(":")[0]))  # fmt: skip
-    return tuple(out)
+    return LimitNotes(tuple(out))

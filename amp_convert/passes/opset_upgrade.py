@@ -27,6 +27,7 @@ import onnx_ir as ir
 from amp_convert.core import domains
 from amp_convert.core.precision import UniqueNames
 from amp_convert.core.qdq_rules import TARGET_OPSET
+from amp_convert.core.steps import StepResult
 from amp_convert.errors import InputError
 
 FIRST_OPSET = 13  # per-axis Q/DQ and the axes-as-input forms of Squeeze/Unsqueeze/Split/ReduceSum
@@ -67,7 +68,7 @@ _REDUCE_18 = frozenset(
 
 
 @dataclass(frozen=True)
-class UpgradeResult:
+class UpgradeResult(StepResult):
     """What the upgrade did: the opsets, the IR versions and one line per edited node."""
 
     from_opset: int

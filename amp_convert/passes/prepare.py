@@ -26,6 +26,7 @@ import onnx_ir as ir
 
 from amp_convert.core import domains
 from amp_convert.core.precision import UniqueNames
+from amp_convert.core.steps import StepResult
 from amp_convert.placement.scoped_names import separate_scoped_names
 from amp_convert.reports.conversion import InitializerInputs
 
@@ -33,7 +34,7 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class Prepared:
+class Prepared(StepResult):
     """What prepare changed, and the model-wide name registry for the steps that add nodes."""
 
     promoted: int  # initializers that left the graph inputs

@@ -15,7 +15,6 @@ Reads the graph only; returns the classes with those nodes pinned (frozen, like 
 
 from __future__ import annotations
 
-import types
 from dataclasses import dataclass
 
 import onnx_ir as ir
@@ -23,6 +22,7 @@ import onnx_ir as ir
 from amp_convert.core import domains
 from amp_convert.core.qdq_rules import QDQ_OPS, TARGET_OPSET
 from amp_convert.core.reasons import Reason, ReasonKind, render
+from amp_convert.core.steps import StepResult
 from amp_convert.placement.plan import Classes
 
 _SPLIT = "a Cast between them would split the DQ -> op -> Q group ORT and TensorRT fuse"
@@ -33,7 +33,7 @@ _READS, _FEEDS = (
 
 
 @dataclass(frozen=True)
-class QdqGroups:
+class QdqGroups(StepResult):
     """The classes with ops next to an FP32 Q/DQ pinned, and how many were pinned."""
 
     classes: Classes
@@ -82,4 +82,4 @@ def keep_qdq_groups(model: ir.Model, classes: Classes) -> QdqGroups:
             out[neighbour] = current.pinned(Reason(ReasonKind.QDQ, why, detail))
             pinned += 1
             cause = cause or render(info.reasons)
-    return QdqGroups(types.MappingProxyType(out), pinned, qdq, opset, cause)
+    return QdqGroups(Classes(out), pinned, qdq, opset, cause)

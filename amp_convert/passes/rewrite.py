@@ -26,6 +26,7 @@ from amp_convert.core.precision import (
     is_float_tensor,
     low_array,
 )
+from amp_convert.core.steps import StepResult
 from amp_convert.core.summaries import one_line
 from amp_convert.core.tensors import to_low
 from amp_convert.placement.plan import ANY, FREE, LOW, LoweredAs, Placed, PrecisionPlan
@@ -39,7 +40,7 @@ SMALL_CONSTANT = 64  # elements; below this a copy beats a runtime Cast even whe
 
 
 @dataclass(frozen=True)
-class RewriteResult:
+class RewriteResult(StepResult):
     """What the rewrite did to the graph (counts for the report, and the nodes it replaced)."""
 
     values_lowered: int = 0  # values retyped to the low type (weights included)

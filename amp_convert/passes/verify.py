@@ -15,6 +15,7 @@ import onnx_ir as ir
 
 from amp_convert import schema
 from amp_convert.core import domains
+from amp_convert.core.steps import StepResult
 from amp_convert.errors import VerificationError
 from amp_convert.files.onnx_checks import call_on_stripped, first_line, strict_check
 
@@ -22,7 +23,7 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class Verified:
+class Verified(StepResult):
     """What verify checked: nodes against their schemas, and whether ONNX's strict check ran."""
 
     nodes_checked: int

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Mapping, Set
+from collections.abc import Iterator, Mapping, Set
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -18,6 +18,7 @@ import onnx_ir as ir
 
 from amp_convert.core.precision import NodeClass, Precision, constant_tensor
 from amp_convert.core.reasons import Reason
+from amp_convert.core.steps import StepResult
 from amp_convert.placement.boundaries import Boundaries
 from amp_convert.reports.conversion import TensorNote
 
@@ -61,7 +62,26 @@ class ClassInfo:
         return dataclasses.replace(self, reasons=(*self.reasons, reason))
 
 
-Classes = Mapping[ir.Node, ClassInfo]
+class Classes(Mapping[ir.Node, ClassInfo], StepResult):
+    """classify's result (and what pin statistics and the QDQ groups hand on): a ClassInfo per
+    node, read-only."""
+
+    __slots__ = ("_by_node",)
+
+    def __init__(self, by_node: Mapping[ir.Node, ClassInfo] | None = None) -> None:
+        self._by_node = dict(by_node or {})
+
+    def __getitem__(self, node: ir.Node) -> ClassInfo:
+        return self._by_node[node]
+
+    def __iter__(self) -> Iterator[ir.Node]:
+        return iter(self._by_node)
+
+    def __len__(self) -> int:
+        return len(self._by_node)
+
+    def summary(self) -> str:
+        return f"{len(self)} nodes classified"
 
 
 class Placed(Protocol):
@@ -89,7 +109,7 @@ class Placement:
 
 
 @dataclass(frozen=True)
-class PrecisionPlan:
+class PrecisionPlan(StepResult):
     """Per-node precision for one model, plus what rewrite needs to apply it (assign's result)."""
 
     nodes: Mapping[ir.Node, Placed]
@@ -106,6 +126,10 @@ class PrecisionPlan:
     low_boundaries: Set[int] = frozenset()
     #: main-graph inputs/outputs that are low even with keep_io_types (--low-io)
     low_io: frozenset[str] = frozenset()
+
+    def summary(self) -> str:
+        low = sum(1 for p in self.nodes.values() if p.precision == Precision.LOW)
+        return f"PrecisionPlan: {low} of {len(self.nodes)} nodes low"
 
     def boundary(self, index: int | None) -> Precision | None:
         """A boundary's precision (None when ``index`` is None: no boundary)."""
