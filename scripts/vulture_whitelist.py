@@ -44,3 +44,6 @@ small_buffer
 pytestmark
 # dataclass fields read through dataclasses.asdict (reports, JSON, bench tables)
 example
+# step results' fields, printed by StepResult.summary at -v
+qdq_nodes
+nodes_checked

@@ -162,10 +162,6 @@ class KernelTable:
             return True
         return bool(self._kernels(op_type, domain, opset)[1])
 
-    def kernel_types(self, op_type: str, domain: str, opset: int) -> list[Mapping[str, frozenset]]:
-        """The type constraints of each kernel registered at `opset` (empty list: none)."""
-        return [k.types for k in self._kernels(op_type, domain, opset)[1]]
-
     def accepts(
         self,
         op_type: str,
@@ -253,16 +249,6 @@ class KernelTable:
                 return None
             first = first or reason
         return first
-
-    def accepts_node(self, node: ir.Node, opset: int) -> str | None:
-        """accepts() for an ir.Node, reading its inputs' and outputs' dtypes from the graph."""
-        return self.accepts(
-            node.op_type,
-            node.domain,
-            opset,
-            [v.dtype if v is not None else None for v in node.inputs],
-            [v.dtype for v in node.outputs],
-        )
 
     def _check_kernel(
         self, kernel: Kernel, binding: Binding, where: str, formals: OpSignature
