@@ -1,4 +1,4 @@
-"""Suite-wide fixtures."""
+"""Suite-wide fixtures, and the `unit` selection."""
 
 from __future__ import annotations
 
@@ -28,3 +28,15 @@ def _every_step_checked() -> Iterator[None]:
     STEP_CHECKS.append(around_step)
     yield
     STEP_CHECKS.remove(around_step)
+
+
+#: markers that keep a test out of the unit loop (`pytest -m unit`, under a minute on 2 cores)
+_NOT_UNIT = ("slow", "integration", "cuda")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test that is not slow, integration or CUDA is `unit`: a new test joins the fast loop
+    unless it says why it cannot (a marker), so the loop covers what it can by default."""
+    for item in items:
+        if not any(item.get_closest_marker(name) for name in _NOT_UNIT):
+            item.add_marker(pytest.mark.unit)

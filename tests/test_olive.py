@@ -20,6 +20,8 @@ from amp_convert.errors import OptionError  # noqa: E402
 from amp_convert.olive import PACKAGE_CONFIG, AmpConvert, merged_package_config  # noqa: E402
 from models.blocks import bert_encoder  # noqa: E402
 
+pytestmark = pytest.mark.integration
+
 FP16 = onnx.TensorProto.FLOAT16
 
 

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import amp_convert
 from models.blocks import bert_encoder
 from tests.helpers import mypy_errors
@@ -25,6 +27,7 @@ def test_passes_holds_only_steps() -> None:
     assert called == STEPS, f"not steps: {sorted(STEPS - called)}"
 
 
+@pytest.mark.integration
 def test_no_step_imports_another_step() -> None:
     steps = STEPS
     for path in PASSES.glob("*.py"):
@@ -56,6 +59,7 @@ def test_every_step_and_decision_is_logged(caplog) -> None:
     assert decisions and all(m.startswith("assign ") for m in decisions)
 
 
+@pytest.mark.integration
 def test_cli_verbose_shows_the_steps(tmp_path: Path) -> None:
     """In a fresh process (pytest's own log handlers would swallow basicConfig here)."""
     src = tmp_path / "m.onnx"
@@ -97,6 +101,7 @@ def test_an_escaping_exception_names_its_step(monkeypatch, tmp_path: Path) -> No
     )
 
 
+@pytest.mark.integration
 def test_mypy_checks_the_arguments_of_a_step(tmp_path: Path) -> None:
     """StepRunner.run is typed with ParamSpec: two swapped arguments of step 10 are a type error."""
     errors = mypy_errors(

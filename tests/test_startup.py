@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import onnx
+import pytest
 
 from models.blocks import bert_encoder
 
@@ -39,6 +40,7 @@ def test_version_loads_nothing_heavy() -> None:
     assert not {"onnx", "onnx_ir", "numpy", "click", "sympy"} & modules
 
 
+@pytest.mark.integration
 def test_conversion_skips_sympy_validation_auto_and_onnxruntime(tmp_path: Path) -> None:
     src, dst = tmp_path / "m.onnx", tmp_path / "m.fp16.onnx"
     onnx.save(bert_encoder(layers=1, hidden=32, heads=4, vocab=50), str(src))
@@ -58,6 +60,7 @@ def test_conversion_skips_sympy_validation_auto_and_onnxruntime(tmp_path: Path) 
     assert "onnx_ir" in modules  # it did convert
 
 
+@pytest.mark.integration
 def test_deferred_sympy_still_works_when_used() -> None:
     code = (
         "import sys\n"
@@ -84,6 +87,7 @@ def test_public_names_resolve_on_demand() -> None:
     assert set(amp_convert.__all__) <= set(dir(amp_convert))
 
 
+@pytest.mark.integration
 def test_the_command_line_runs_one_blas_thread_unless_told_otherwise(tmp_path: Path) -> None:
     """numpy's BLAS would spin a thread per core; the user's own setting is kept."""
     code = (

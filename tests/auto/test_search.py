@@ -23,6 +23,8 @@ from models.big import write_big_model
 from models.blocks import loop_rnn
 from tests.helpers import FLOAT16, SessionCounter, node_by_name
 
+pytestmark = pytest.mark.integration
+
 CASES = {
     "reduce_sum": (ov.reduce_sum_overflow, "normal", None),
     "matmul": (ov.matmul_overflow, "normal", None),

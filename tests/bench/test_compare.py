@@ -132,6 +132,7 @@ def test_disk_size_counts_external_data_of_subgraphs(tmp_path: Path) -> None:
     assert (tmp_path / "w.bin").stat().st_size == 4096 * 4
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("build", ["bert_encoder", "loop_rnn"])
 def test_traffic_figure_is_the_converters_own_estimate(tmp_path: Path, build: str) -> None:
     """Re-estimated from the files, the figure equals what convert_file reports."""

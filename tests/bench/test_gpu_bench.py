@@ -77,6 +77,7 @@ def _table_rows(stdout: str) -> list[tuple[str, str, list[str]]]:
     return out
 
 
+@pytest.mark.integration
 def test_cpu_provider_runs_every_variant_end_to_end(tmp_path: Path) -> None:
     js, md = tmp_path / "gpu.json", tmp_path / "gpu.md"
     res = _bench(

@@ -21,6 +21,8 @@ from onnx import TensorProto, helper
 
 from tests.graphs import mlp
 
+pytestmark = pytest.mark.integration
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

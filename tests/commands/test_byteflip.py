@@ -123,6 +123,7 @@ def _cases() -> list:
     return cases
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(("name", "source_index", "i"), _cases())
 def test_byte_flip_gives_a_model_or_a_clean_error(
     name: str, source_index: int, i: int, tmp_path: Path

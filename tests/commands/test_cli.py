@@ -15,6 +15,8 @@ from models.blocks import bert_encoder
 from models.focused import ALL_FOCUSED
 from tests.helpers import FLOAT, FLOAT16, io_types, value_types
 
+pytestmark = pytest.mark.integration
+
 
 def invoke(*args: str):
     return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)

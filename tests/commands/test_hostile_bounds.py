@@ -24,6 +24,8 @@ import amp_convert
 from amp_convert.commands.cli import cli
 from tests.commands.test_bad_input import _SIGNAL_ON_IMPORT, child, saved
 
+pytestmark = pytest.mark.integration
+
 pytest.importorskip("onnxruntime")
 F32 = TensorProto.FLOAT
 

@@ -331,6 +331,7 @@ main()
 """
 
 
+@pytest.mark.integration
 def test_sigint_exits_130_not_the_thresholds_code(tmp_path: Path) -> None:
     """Ctrl-C exited 1, the code a CI gate reads as "thresholds not met"."""
     src = save(matmul(), tmp_path / "m.onnx", external=True)

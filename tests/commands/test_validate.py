@@ -30,6 +30,8 @@ from amp_convert.errors import ValidationError
 from amp_convert.validation import validate
 from amp_convert.validation.runtime import MISSING_ORT
 
+pytestmark = pytest.mark.integration
+
 
 @pytest.fixture
 def pairs(tmp_path: Path) -> dict[str, tuple[str, str]]:

@@ -35,6 +35,7 @@ def _fills(model: onnx.ModelProto) -> list[np.ndarray]:
     return out
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("merged", [False, True], ids=["main_graph", "in_if_branches"])
 @pytest.mark.parametrize("level", ["O1", "O2", "O3"])
 def test_causal_mask_fill_is_saturated_not_minus_inf(merged: bool, level: str) -> None:
@@ -163,6 +164,7 @@ def test_a_clip_bound_beyond_fp16_is_stored_saturated_with_a_note() -> None:
     assert quiet.tensors == []
 
 
+@pytest.mark.integration
 def test_an_fp32_fill_read_low_gets_a_saturated_low_copy_not_a_cast() -> None:
     """The user keeps the fill's ConstantOfShape FP32: a runtime Cast of float32 min to FP16 is
     -inf again, so its low readers read a saturated low ConstantOfShape instead."""
@@ -221,6 +223,7 @@ def test_the_mask_pattern_in_a_loop_body() -> None:
     np.testing.assert_allclose(got, ref, atol=5e-3)
 
 
+@pytest.mark.integration
 def test_causal_mask_fill_in_bf16_is_the_bf16_max() -> None:
     """float32 min rounds to -inf in BF16 too (its max is 3.39e38): saturated, said so."""
     original = seq2seq_decoder(opset=20)  # ConstantOfShape admits bfloat16 from opset 20

@@ -46,6 +46,7 @@ def test_hard_values_round_as_numpy_does() -> None:
     np.testing.assert_array_equal(our_bits(values), numpy_bits(values))
 
 
+@pytest.mark.integration
 def test_every_pattern_of_two_exponent_ranges() -> None:
     """All 2**23 mantissas of an FP16-subnormal exponent and of a normal one, both signs."""
     for exponent in (0x33, 0x70):  # 2**-76 .. (flush) and 2**-15 (subnormal/normal edge)

@@ -53,6 +53,7 @@ def _ratio(proto: onnx.ModelProto, path: Path, measured_dims: dict, estimate_dim
     return estimate(path, estimate_dims).bytes / measured
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("family", list(CASES))
 def test_estimate_within_bounds_of_measured(tmp_path: Path, family: str) -> None:
     build, dims, default_run = CASES[family]

@@ -180,6 +180,7 @@ def test_api_raises_input_error(case: str) -> None:
     assert message in str(info.value)
 
 
+@pytest.mark.integration
 def test_a_valid_fused_model_still_converts() -> None:
     """The same check passes ORT's optimizer output (the schemas are ORT's own)."""
     from models.fused import ort_optimized_bert

@@ -278,6 +278,7 @@ def serial_error(model: ir.Model, name: str) -> str:
     return str(e.value)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("stage", ["scan", "save"])
 def test_failing_worker_is_the_serial_one_line_error_and_writes_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, small_chunks, stage: str

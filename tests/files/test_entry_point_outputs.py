@@ -70,6 +70,7 @@ def test_api_validate_never_replaces_an_inputs_file(pair, tmp_path: Path) -> Non
     assert digest(npz) == before
 
 
+@pytest.mark.integration
 def test_api_save_inputs_replaces_an_existing_file_only_with_force(pair, tmp_path: Path) -> None:
     ref, cand = pair
     old = tmp_path / "old.npz"
@@ -90,6 +91,7 @@ def test_api_auto_convert_never_replaces_the_model_with_its_inputs(pair) -> None
     assert digest(ref) == before
 
 
+@pytest.mark.integration
 def test_api_validate_error_after_sampling_leaves_no_inputs_file(pair, tmp_path, monkeypatch):
     """The reference ran (samples drawn), then the candidate could not: no .npz is left."""
     from amp_convert.validation import core
@@ -173,6 +175,7 @@ def test_a_report_name_taken_during_the_run_leaves_no_model(tmp_path: Path, monk
     assert report.read_text() == "someone else's"
 
 
+@pytest.mark.integration
 def test_a_full_disk_on_the_last_report_leaves_no_report(pair, tmp_path: Path, monkeypatch):
     """validate --report --junit: the JUnit file hit a full disk after the JSON was written."""
     ref, cand = pair

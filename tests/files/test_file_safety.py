@@ -203,6 +203,7 @@ def test_validate_report_paths(
     assert not (tmp_path / "r").exists()
 
 
+@pytest.mark.integration
 def test_validate_report_force_replaces(pair: tuple[Path, Path], tmp_path: Path) -> None:
     src, out = pair
     report, junit = tmp_path / "v.json", tmp_path / "v.xml"
@@ -369,6 +370,7 @@ _CHILD = textwrap.dedent(
 )
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("entry", ["api", "cli"])
 @pytest.mark.parametrize("stage", ["data", "graph"])
 def test_sigterm_mid_write_leaves_no_temporary_files(

@@ -65,6 +65,7 @@ def pair(tmp_path: Path):
     return src, out, result(out), result(fresh)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("point", KILL_POINTS)
 def test_sigkill_at_every_step_then_a_rerun_leaves_only_a_pair(pair, point: str) -> None:
     src, out, old_values, new_values = pair
@@ -82,6 +83,7 @@ def test_sigkill_at_every_step_then_a_rerun_leaves_only_a_pair(pair, point: str)
     onnx.checker.check_model(str(out), full_check=True)
 
 
+@pytest.mark.integration
 def test_a_live_writers_temporaries_are_not_stale(pair) -> None:
     """Another process still writing (its temporaries locked) keeps them through our commit."""
     src, out, _, _ = pair
@@ -127,6 +129,7 @@ main()
 """
 
 
+@pytest.mark.integration
 def test_a_killed_runs_temporary_folder_is_removed_by_the_next_run(pair, tmp_path: Path) -> None:
     """--validate stages the model in a temporary folder: a SIGKILL there left the folder (and
     the model in it) in TMPDIR for good."""

@@ -198,6 +198,7 @@ def test_validate_html_never_replaces_the_reference(models) -> None:
     assert digest(src, cand) == before
 
 
+@pytest.mark.integration
 def test_validate_html_is_written_atomically(models, monkeypatch) -> None:
     page = models["tmp"] / "page.html"
     page.write_text("old")
@@ -382,6 +383,7 @@ def ours(temp: Path) -> list[Path]:
     return [p for p in temp.iterdir() if p.name.startswith("amp-")]
 
 
+@pytest.mark.integration
 def test_sigterm_during_auto_leaves_no_temporary_folder(tmp_path: Path) -> None:
     import signal
     import subprocess
@@ -414,6 +416,7 @@ def test_temporary_folders_are_declared() -> None:
         assert Path(name).name.startswith("amp-auto-")
 
 
+@pytest.mark.integration
 def test_auto_writes_an_external_data_model_as_external_data(tmp_path: Path) -> None:
     """--auto wrote an external-data model as one protobuf holding every weight."""
     src = external(tmp_path / "m.onnx")

@@ -80,6 +80,7 @@ def folder(tmp_path: Path):
 STEPS = list(Step)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 @pytest.mark.parametrize("step", STEPS, ids=[s.name for s in STEPS])
 def test_interrupted_pair_write_leaves_old_or_new_pair(folder, monkeypatch, step, signum) -> None:
@@ -158,6 +159,7 @@ main()
 """
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
 @pytest.mark.parametrize("step", ["WRITTEN", "GRAPH_IN_PLACE"])
 def test_the_command_interrupted_mid_commit_ends_as_documented(folder, step, signame) -> None:

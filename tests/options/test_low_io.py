@@ -18,6 +18,8 @@ from tests.helpers import FLOAT, FLOAT16, all_nodes, session
 pytest.importorskip("onnxruntime")
 from amp_convert.testing import assert_converted_close
 
+pytestmark = pytest.mark.integration
+
 KV_IO = ["past_key_values\\..*", "present\\..*"]
 
 

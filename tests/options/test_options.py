@@ -22,6 +22,8 @@ from amp_convert.validation.options import ValidateOptions
 from tests.graphs import pow_model
 from tests.helpers import mypy_errors, one_line_error
 
+pytestmark = pytest.mark.integration
+
 F32 = onnx.TensorProto.FLOAT
 REPO = Path(__file__).resolve().parents[2]
 

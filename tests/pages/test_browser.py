@@ -22,6 +22,8 @@ from amp_convert.pages.auto import auto_page as build_auto_page
 from models import overflow as ov
 from tests import browser
 
+pytestmark = pytest.mark.integration
+
 pytest.importorskip("onnxruntime")
 
 

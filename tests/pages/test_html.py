@@ -18,6 +18,8 @@ from amp_convert.pages import html as html_report
 from amp_convert.pages.auto import auto_page
 from models import overflow as ov
 
+pytestmark = pytest.mark.integration
+
 
 def _page(tmp_path):
     model, _ = ov.hand_variance()

@@ -20,6 +20,8 @@ from models.cnn import resnet_bn_block
 from models.overflow import mlp_ok
 from tests import browser
 
+pytestmark = pytest.mark.integration
+
 pytest.importorskip("onnxruntime")
 
 WIDTH = 1400

@@ -22,6 +22,7 @@ def test_the_angle_path_is_found() -> None:
     assert {n.name for n in angle_nodes(model)} == ANGLE_PATH
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("level", ["O1", "O2", "O3"])
 def test_angles_stay_fp32_and_long_positions_stay_accurate(level: str) -> None:
     original = in_graph_rotary()

@@ -36,6 +36,7 @@ def _placement(report) -> tuple[Counter, Counter]:
     return low, fp32
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("style", ["dynamo", "torchscript"])
 def test_o2_is_as_lean_as_all_low(arch: str, style: str) -> None:
@@ -51,6 +52,7 @@ def test_o2_is_as_lean_as_all_low(arch: str, style: str) -> None:
     assert result.cosine >= 0.999 and result.nonfinite == 0
 
 
+@pytest.mark.integration
 def test_against_onnxconverter_common() -> None:
     float16 = pytest.importorskip("onnxconverter_common.float16")
     for arch in ARCHS:
@@ -63,6 +65,7 @@ def test_against_onnxconverter_common() -> None:
             assert casts(out) <= casts(occ) + 2, (arch, style)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("arch", ARCHS)
 def test_dynamo_and_torchscript_exports_get_the_same_placement(arch: str) -> None:
     dynamo, torchscript = (build() for build in PAIRS[arch])

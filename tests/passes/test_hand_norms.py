@@ -13,6 +13,8 @@ from amp_convert.passes._norm_match import NoMatch, NormMatch, find_norms, match
 from models.vision import ocr_recogniser, torch_encoder_opset14
 from tests.helpers import casts, check_onnx, op_counts, run
 
+pytestmark = pytest.mark.integration
+
 H = 16
 
 

@@ -55,6 +55,7 @@ def _casts_inside_groups(model: onnx.ModelProto) -> list[str]:
     return bad
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_opset_upgrade_lowers_the_groups_whole(name: str) -> None:
     build, step = MODELS[name]
@@ -204,6 +205,7 @@ def test_a_scale_is_judged_by_its_rounding(scale: float, refused: str | None) ->
     assert (why is None) if refused is None else (why is not None and refused in why)
 
 
+@pytest.mark.integration
 def test_a_scale_too_fine_for_fp16_keeps_its_whole_group_fp32() -> None:
     """The stem's bias scale made 1000x finer (its int32 values 1000x larger: the same bias)."""
     model = qdq_cnn()

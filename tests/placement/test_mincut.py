@@ -20,6 +20,8 @@ from amp_convert.placement import mincut
 from amp_convert.placement.mincut import INF, FlowNetwork
 from tests.placement.dinic_reference import DinicNetwork
 
+pytestmark = pytest.mark.integration
+
 
 def _net(n: int) -> tuple[FlowNetwork, list[int]]:
     net = FlowNetwork()

@@ -101,6 +101,7 @@ def test_fallback_keeps_ordinary_patterns(monkeypatch, pattern: str) -> None:
 # ------------------------------------------------------------------ generated inputs
 
 
+@pytest.mark.integration
 def test_huge_dim_is_one_line_not_a_memory_error(tmp_path: Path) -> None:
     """--dim batch=1000000000000 was a MemoryError traceback."""
     src = save(tmp_path / "m.onnx")
@@ -168,6 +169,7 @@ def test_generated_inputs_are_the_one_draw_values_a_chunk_at_a_time(
     np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     ("type_str", "name"), [("tensor(int8)", "codes"), ("tensor(float16)", "x")]
 )
@@ -202,6 +204,7 @@ def test_npz_members_are_sized_from_their_headers(tmp_path: Path, monkeypatch) -
         validation_inputs.load_inputs(npz, [spec])
 
 
+@pytest.mark.integration
 def test_validate_refuses_an_oversized_npz_in_one_line(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("AMP_CONVERT_MEMORY_BUDGET", str(4 << 30))
     src = save(tmp_path / "m.onnx", batch=1)

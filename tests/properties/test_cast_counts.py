@@ -25,6 +25,7 @@ def _converted(model: onnx.ModelProto, level: str, **options):
 # accumulates in FP32), so only the interface needs casts: the pooler output and the
 # last_hidden_state output (2). Target none: Softmax stays FP32 with a Cast on each side (2 per
 # layer).
+@pytest.mark.integration
 @pytest.mark.parametrize("level", ["O1", "O2"])
 @pytest.mark.parametrize("layers", [1, 2, 3])
 @pytest.mark.parametrize(("target", "per_layer"), [("ort-cuda", 0), ("none", 2)])
@@ -62,6 +63,7 @@ def test_cnn_block_minimal_casts(level: str, blocks: int) -> None:
     assert convs and all(d.precision == "low" for d in convs)
 
 
+@pytest.mark.integration
 def test_o3_needs_only_interface_casts() -> None:
     _, report = _converted(bert_encoder(layers=2), "O3")
     assert report.casts_inserted == 2  # the two FP32 outputs; int64 inputs need none
@@ -69,6 +71,7 @@ def test_o3_needs_only_interface_casts() -> None:
     assert report.casts_inserted == 2  # pixel_values in, logits out
 
 
+@pytest.mark.integration
 def test_o1_keeps_more_fp32_than_o2_at_equal_casts() -> None:
     model = bert_encoder(layers=2)
     o1 = _converted(model, "O1", target="none")[1]

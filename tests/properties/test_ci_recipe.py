@@ -69,6 +69,7 @@ def test_the_ci_job_in_the_docs_runs_the_readme_recipe() -> None:
     assert recipe(CI_JOB, "## CI", "```yaml") == recipe()
 
 
+@pytest.mark.integration
 def test_the_readme_recipe_passes_a_healthy_detector(tmp_path) -> None:
     image = {"x": text_like_image(480, 640)}
     code, out = _run(tmp_path, paddle_text_detector(gain=400), image)
@@ -88,6 +89,7 @@ def _shifted(model: onnx.ModelProto, shift: float) -> onnx.ModelProto:
     return out
 
 
+@pytest.mark.integration
 def test_the_readme_recipes_thresholds_fail_a_perturbed_detector(tmp_path) -> None:
     """The recipe's judging flags, as written, on a converted detector whose logits moved by
     0.25: 0.4% of the pixels past the bound, more than --max-mismatch allows (cosine 0.99999
@@ -115,6 +117,7 @@ def test_the_readme_recipes_thresholds_fail_a_perturbed_detector(tmp_path) -> No
     assert re.search(r"\(\d\.\d+%, more than max_mismatch 0\.001\)", res.output), res.output
 
 
+@pytest.mark.integration
 def test_the_readme_recipe_fails_a_model_fp16_breaks_and_writes_nothing(tmp_path) -> None:
     """A long MatMul whose sum passes 65504 in FP16: the recipe, as written, exits 1 and leaves
     no model behind."""

@@ -17,6 +17,8 @@ from tests.helpers import FLOAT, FLOAT16, all_nodes, casts, io_types, session
 pytest.importorskip("onnxruntime")
 from amp_convert.testing import assert_converted_close
 
+pytestmark = pytest.mark.integration
+
 LEVELS = ["O1", "O2", "O3"]
 KV = [f"{p}.{i}.{kv}" for p in ("past_key_values",) for i in range(2) for kv in ("key", "value")]
 OUTPUTS = ["logits"] + [f"present.{i}.{kv}" for i in range(2) for kv in ("key", "value")]

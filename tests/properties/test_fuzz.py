@@ -46,6 +46,7 @@ _CI = {
 }
 
 
+@pytest.mark.integration
 @settings(max_examples=150, **_CI)
 @given(case=fuzz_cases())
 def test_generator_makes_valid_models(case: FuzzCase) -> None:
@@ -84,6 +85,7 @@ REGRESSION_SEEDS = (2954,)
 KNOWN_FAILING_SEEDS: dict[int, str] = {}
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     "seed",
     [*SEEDS, *REGRESSION_SEEDS]
@@ -124,6 +126,7 @@ def _matmul_case() -> tuple[FuzzCase, str]:
     raise AssertionError("no seed ends in MatMul")
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("level", LEVELS)
 def test_checks_catch_a_wrong_weight(level: str) -> None:
     """The property is not vacuous: a converted weight off by 0.05 (x100 its FP16 rounding) fails

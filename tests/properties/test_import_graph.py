@@ -11,6 +11,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 PACKAGE = Path(__file__).resolve().parents[2] / "amp_convert"
 
 
@@ -91,6 +93,7 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+@pytest.mark.integration
 def test_import_graph_has_no_cycle() -> None:
     modules = _modules()
     assert len(modules) > 40  # the walk found the package
@@ -101,6 +104,7 @@ def test_cycle_finder_finds_a_cycle() -> None:
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
+@pytest.mark.integration
 def test_no_private_name_is_imported_from_another_module() -> None:
     modules = _modules()
     private = sorted(

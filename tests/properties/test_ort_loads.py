@@ -186,6 +186,7 @@ def test_a_cycle_is_refused_naming_a_node_on_it(tmp_path: Path) -> None:
     assert not (tmp_path / "o.onnx").exists()
 
 
+@pytest.mark.integration
 def test_dangling_input_is_one_line_and_nothing_else_on_stderr(tmp_path: Path) -> None:
     w = numpy_helper.from_array(np.ones((4, 4), np.float32), "w")
     graph = helper.make_graph(
@@ -220,6 +221,7 @@ def test_dangling_input_is_one_line_and_nothing_else_on_stderr(tmp_path: Path) -
     )
 
 
+@pytest.mark.integration
 def test_validate_accepts_ort_float16_converter_output(tmp_path: Path) -> None:
     """ORT's convert_float_to_float16(keep_io_types=True) appends its I/O Casts after the rest."""
     float16 = pytest.importorskip("onnxruntime.transformers.float16")

@@ -11,6 +11,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 PACKAGE = Path(__file__).resolve().parents[2] / "amp_convert"
 
 #: lowest first; a unit may import only from units of a lower layer (and from itself)
@@ -70,6 +72,7 @@ def test_every_unit_has_a_layer() -> None:
     assert units <= set(RANK), f"place these in LAYERS: {sorted(units - set(RANK))}"
 
 
+@pytest.mark.integration
 def test_imports_point_down_the_layers() -> None:
     upward: list[str] = []
     for path in sorted(PACKAGE.rglob("*.py")):

@@ -43,6 +43,7 @@ def test_tied_embedding_is_stored_low_and_never_cast(level: str) -> None:
     assert report.traffic["result"] <= 1.10 * report.traffic["all_low"]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("builder", [bert_encoder, gpt_decoder])
 def test_softmax_between_low_neighbours_has_no_casts_and_the_same_error(builder) -> None:
     model = builder()
@@ -94,6 +95,7 @@ def test_dims_change_the_estimate_not_the_graph() -> None:
     assert casts(small) == casts(large)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("opset", [11, 17])
 def test_conv_bn_hardswish_cnn_needs_only_interface_casts(opset: int) -> None:
     """A Paddle/MobileNet-style CNN (Conv→BN→decomposed HardSwish) at O2: its BNs fold

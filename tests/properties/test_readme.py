@@ -89,6 +89,7 @@ def run_page(page: Path, folder: Path) -> list[str]:
     return ran
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("page", PAGES, ids=_id)
 def test_page_blocks_run_as_written(page: Path, tmp_path: Path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)

@@ -235,6 +235,7 @@ def test_graph_inputs_repeating_initializers_ir3() -> None:
     assert_close(original, converted)
 
 
+@pytest.mark.integration
 def test_graph_output_also_read_by_other_nodes() -> None:
     original = bert_encoder()
     converted, _ = convert(original, level="O2")
@@ -253,6 +254,7 @@ def test_no_keep_io_types_makes_interface_low() -> None:
     assert casts(converted) == 0
 
 
+@pytest.mark.integration
 def test_bf16_graph_types() -> None:
     original = bert_encoder()
     converted, _report = convert(original, level="O2", dtype="bf16")
@@ -275,6 +277,7 @@ def test_o0_changes_nothing() -> None:
     assert report.casts_inserted == 0
 
 
+@pytest.mark.integration
 def test_levels_are_ordered() -> None:
     original = bert_encoder()
     low = [convert(original, level=lv)[1].nodes_low for lv in ("O1", "O2", "O3")]

@@ -38,6 +38,7 @@ MODELS = {
 }
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("name", list(MODELS))
 def test_weights_and_node_counts_agree_across_commands_and_pages(tmp_path, name) -> None:
     """convert's summary, --auto's summary and page, and the validate page: the same weights
@@ -82,6 +83,7 @@ def test_weights_and_node_counts_agree_across_commands_and_pages(tmp_path, name)
     assert f"weights: {bytes_text(before)} -> " in summary
 
 
+@pytest.mark.integration
 def test_validate_before_writing_prints_no_size_of_an_unwritten_file(tmp_path) -> None:
     """`--validate` shows the summary before the model is written: no `size: … -> 0.00 KB`."""
     src = tmp_path / "m.onnx"

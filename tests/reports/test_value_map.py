@@ -10,6 +10,7 @@ import re
 
 import numpy as np
 import onnx
+import pytest
 from click.testing import CliRunner
 
 from amp_convert import convert
@@ -66,6 +67,7 @@ def test_map_travels_in_the_model_and_reads_back() -> None:
     assert fallback.fate("stem.cast_out").fate == Fate.REMOVED
 
 
+@pytest.mark.integration
 def test_auto_and_validate_pages_show_folded_values(tmp_path) -> None:
     src, dst = tmp_path / "m.onnx", tmp_path / "m.fp16.onnx"
     onnx.save(bn_cast_head(), src)
@@ -90,6 +92,7 @@ def test_auto_and_validate_pages_show_folded_values(tmp_path) -> None:
     assert "Float nodes per op type in the converted model as written" in vtext
 
 
+@pytest.mark.integration
 def test_validate_page_of_a_model_converted_elsewhere_says_how_it_matched(tmp_path) -> None:
     src, dst = tmp_path / "m.onnx", tmp_path / "other.onnx"
     onnx.save(bn_cast_head(), src)
@@ -104,6 +107,7 @@ def test_validate_page_of_a_model_converted_elsewhere_says_how_it_matched(tmp_pa
     assert "names (no value map)" in text and "carries no value map" in text
 
 
+@pytest.mark.integration
 def test_body_nodes_are_drawn_and_sortable(tmp_path) -> None:
     src, dst = tmp_path / "w.onnx", tmp_path / "w.fp16.onnx"
     onnx.save(wakeword_in_if(), src)

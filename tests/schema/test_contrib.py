@@ -18,6 +18,8 @@ from amp_convert.validation import validate
 from models.fused import ALL_FUSED, genai_llama, ort_optimized_bert, step_feeds
 from tests.helpers import FLOAT, FLOAT16, all_nodes, casts, session
 
+pytestmark = pytest.mark.integration
+
 INT32, INT64 = onnx.TensorProto.INT32, onnx.TensorProto.INT64
 FUSED = ["fused_bert", "fused_gpt2_past", "genai_llama", "genai_llama_mha"]
 #: ops ORT defines in the ONNX domain that the fused models use

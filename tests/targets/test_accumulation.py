@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import amp_convert
@@ -22,6 +23,8 @@ from amp_convert.targets.accumulation import (
     held_sum_ops,
 )
 from amp_convert.validation.emulate import build_emulated_model
+
+pytestmark = pytest.mark.integration
 
 LIMITS = {"min_cosine": 0.999, "max_nan": 0}
 

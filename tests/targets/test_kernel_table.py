@@ -155,6 +155,7 @@ def test_committed_tables_are_in_generator_format() -> None:
     assert (cpu["provider"], cpu["ort_version"]) == ("CPUExecutionProvider", data["ort_version"])
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("target", ["ort-cuda", "ort-cpu"])
 def test_shipped_tables_validate_and_load_lazily_as_they_validate(target: str) -> None:
     """load_target reads a shipped table without validating it again (this test does) and
@@ -317,6 +318,7 @@ def test_contrib_ops(cuda) -> None:
     )
 
 
+@pytest.mark.integration
 def test_ort_schemas_come_from_package_data_without_onnxruntime() -> None:
     # ORT's LayerNormalization-1 (ONNX domain, before 17) and the contrib ops are bound through
     # the generated schema table: the answers are the same with onnxruntime unimportable

@@ -21,6 +21,8 @@ from amp_convert.errors import ValidationError
 from amp_convert.validation import validate
 from amp_convert.validation.decode import decoder_io, next_feeds
 
+pytestmark = pytest.mark.integration
+
 BUILDERS = {"with_past": decoder_with_past, "merged": decoder_model_merged}
 STRICT = {"min_cosine": 0.999}
 

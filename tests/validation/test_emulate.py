@@ -17,6 +17,8 @@ ort = pytest.importorskip("onnxruntime")
 from amp_convert.errors import ValidationError  # noqa: E402
 from amp_convert.validation import build_emulated_model, validate  # noqa: E402
 
+pytestmark = pytest.mark.integration
+
 
 def _tricky_values() -> np.ndarray:
     """Normal values over many decades, FP16 range edges, subnormals, ties, non-finite."""

@@ -28,6 +28,8 @@ from amp_convert.validation import validate
 from amp_convert.validation.evidence import weak_outputs
 from tests.helpers import SessionCounter, one_line_error
 
+pytestmark = pytest.mark.integration
+
 MAP = "sigmoid_0.tmp_0"
 
 

@@ -21,6 +21,8 @@ from amp_convert.validation import validate
 from amp_convert.validation.evidence import save_npz
 from models import validation_models as vm
 
+pytestmark = pytest.mark.integration
+
 pytest.importorskip("onnxruntime")
 
 F32, F16 = TensorProto.FLOAT, TensorProto.FLOAT16

@@ -28,6 +28,8 @@ from amp_convert.validation.decode import decoder_io, next_feeds
 from amp_convert.validation.input_dims import IMAGE_LADDER, SEQUENCE_LADDER, DimPlan
 from amp_convert.validation.inputs import InputSpec
 
+pytestmark = pytest.mark.integration
+
 STRICT = {"min_cosine": 0.999}
 
 

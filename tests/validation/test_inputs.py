@@ -25,6 +25,8 @@ from amp_convert.validation.inputs import (
     random_inputs,
 )
 
+pytestmark = pytest.mark.integration
+
 
 def dims_attempts(specs, dims=None):
     return DimPlan.of(specs, dims).attempts(dims)

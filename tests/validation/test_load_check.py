@@ -22,6 +22,8 @@ pytest.importorskip("onnxruntime")
 from amp_convert.commands.validate import validate_command
 from amp_convert.validation import LoadCrashError, load_check, validate
 
+pytestmark = pytest.mark.integration
+
 #: a child that segfaults loading any *.fp16.onnx at the default level unless one of the two
 #: suspected optimizers is disabled, and otherwise behaves like the real child
 SIMULATED_CRASH = (

@@ -22,6 +22,8 @@ from amp_convert.errors import ValidationError
 from amp_convert.validation.metrics import Thresholds, compare_output
 from tests.helpers import one_line_error
 
+pytestmark = pytest.mark.integration
+
 W = np.random.default_rng(0).standard_normal((8, 8)).astype(np.float32)
 
 

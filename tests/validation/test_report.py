@@ -22,6 +22,8 @@ from amp_convert.testing import assert_converted_close
 from amp_convert.validation import REL_FLOOR, SCHEMA_VERSION, Thresholds, validate
 from amp_convert.validation.metrics import compare_output
 
+pytestmark = pytest.mark.integration
+
 
 def _argmin_candidate():
     """multi_io candidate whose int64 'pred' output is deliberately wrong (ArgMin)."""

@@ -47,6 +47,7 @@ def test_model_source_close_deletes_its_temporary_folder(private_tmp: Path) -> N
     src.close()  # idempotent
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("provider", ["emulate", "cpu"])
 def test_validate_leaves_no_temporary_folder(private_tmp: Path, provider: str) -> None:
     ref, cand = vm.mlp_pair(TensorProto.FLOAT16)

@@ -22,6 +22,8 @@ from amp_convert.validation import validate
 from amp_convert.validation.input_dims import DimPlan
 from amp_convert.validation.inputs import InputSpec, random_inputs
 
+pytestmark = pytest.mark.integration
+
 PROGRESS = "amp-convert validate: ["
 
 

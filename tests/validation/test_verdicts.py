@@ -29,6 +29,8 @@ pytest.importorskip("onnxruntime")
 
 from amp_convert.validation import validate
 
+pytestmark = pytest.mark.integration
+
 
 # -- the emulated copy reads the data files ONNX Runtime reads ---------------------------------
 def _external(model: onnx.ModelProto, path: Path) -> None:
