@@ -158,7 +158,7 @@ def run_cli_validation(
             say_error(e)
             return 2
         except MemoryError:  # the machine, not a bug: one line, exit 2
-            click.echo("error: out of memory; give smaller inputs (--dim)", err=True)
+            say_error("out of memory; give smaller inputs (--dim)")
             return 2
         except Exception as e:  # a bug: one line (exit 3), never a traceback read as "failed"
             say_internal(e)

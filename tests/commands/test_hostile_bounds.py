@@ -136,6 +136,25 @@ def test_out_of_memory_is_one_line_exit_2(tmp_path: Path, monkeypatch) -> None:
     one_line(res, "out of memory")
 
 
+def test_out_of_memory_past_the_validation_has_the_commands_prefix(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """A MemoryError that escapes the validation itself (not its own one-line ValidationError)
+    printed a bare 'error: ...' where every other error line reads 'amp-convert: error: ...'."""
+    from amp_convert.validation import core
+
+    def exhausted(*args, **kwargs):
+        raise MemoryError
+
+    src, out = tmp_path / "m.onnx", tmp_path / "o.onnx"
+    onnx.save(_mlp(), src)
+    amp_convert.convert_file(src, out)
+    monkeypatch.setattr(core, "judge", exhausted)
+    res = CliRunner().invoke(cli, ["validate", str(src), str(out), "--provider", "emulate"])
+    one_line(res, "out of memory", "--dim")
+    assert res.output.strip().splitlines()[-1].startswith("amp-convert: error: "), res.output
+
+
 def test_comparing_two_outputs_holds_a_few_chunks_not_twenty_copies() -> None:
     """The comparison held ~20 times an output (float64 copies, masks, ratios): a 200 MB output
     cost 3.6 GB and validation ended in MemoryError under a limit."""
