@@ -249,10 +249,8 @@ def validate_command(
             from amp_convert.pages.trace import validation_html
 
             try:
-                outputs.stage(html, validation_html(
-                    original, converted, options=options,
-                    verdict=verdicts[0] if verdicts else None,
-                ))  # fmt: skip
+                # exit 0 or 1: run_cli_validation handed over the verdict it came from
+                outputs.stage(html, validation_html(original, converted, verdicts[0]))
             except AmpConvertError as e:
                 say_error(f"cannot write HTML report {html_path}: {e}; no file was written")
                 code = 2

@@ -49,7 +49,6 @@ from amp_convert.validation.evidence import weak_notes, weak_outputs
 from amp_convert.validation.input_search import Samples, gather_samples, replay
 from amp_convert.validation.inputs import InputSpec
 from amp_convert.validation.metrics import OutputResult, Thresholds, compare_output
-from amp_convert.validation.options import ValidateOptions
 from amp_convert.validation.providers import provider_mode, runtime_target
 from amp_convert.validation.report import ValidationReport, output_notes
 from amp_convert.validation.runtime import (
@@ -447,20 +446,10 @@ def _page(
     )
 
 
-def validation_html(
-    original: str | Path,
-    converted: str | Path,
-    *,
-    options: ValidateOptions,
-    verdict: Verdict | None = None,
-) -> bytes:
+def validation_html(original: str | Path, converted: str | Path, verdict: Verdict) -> bytes:
     """``validate --html``: per-node trace of ``converted`` vs ``original`` (two more sessions)
     on the `verdict`'s own samples, provider and thresholds; its outputs table and verdict are
-    the verdict's, the comparison the exit code came from. Without a verdict (the validation
-    failed on a bug), the page compares on its own with the command's `options`."""
-    page = validation_page(
-        original, converted, provider=options.provider, inputs=options.inputs,
-        dims=options.dims or None, seed=options.seed, thresholds=options.thresholds,
-        verdict=verdict,
-    )  # fmt: skip
+    the verdict's, the comparison the exit code came from. The page is handed the verdict and
+    nothing else: no option is read again from the command's flags."""
+    page = validation_page(original, converted, verdict=verdict)
     return html_report.render(page).encode("utf-8")
