@@ -47,3 +47,5 @@ example
 # step results' fields, printed by StepResult.summary at -v
 qdq_nodes
 nodes_checked
+# pytest hooks, called by pytest by name (tests/conftest.py)
+pytest_collection_modifyitems
