@@ -35,6 +35,7 @@ def _bench(*args: str, env: dict[str, str] | None = None) -> subprocess.Complete
 
 
 def test_without_a_gpu_it_says_so_in_one_line_and_exits_2() -> None:
+    pytest.importorskip("onnxconverter_common")  # the bench checks its peer first ([bench] extra)
     # No visible device: a CPU build lacks the provider, a GPU build's provider cannot start.
     # The CUDA provider is an optional dependency: one line and exit 2, as for a missing module.
     res = _bench("--runs", "1", env={"CUDA_VISIBLE_DEVICES": ""})
@@ -79,6 +80,7 @@ def _table_rows(stdout: str) -> list[tuple[str, str, list[str]]]:
 
 @pytest.mark.integration
 def test_cpu_provider_runs_every_variant_end_to_end(tmp_path: Path) -> None:
+    pytest.importorskip("onnxconverter_common")  # one of the measured variants ([bench] extra)
     js, md = tmp_path / "gpu.json", tmp_path / "gpu.md"
     res = _bench(
         "--provider", "cpu", "--small", "--runs", "2", "--warmup", "1", "--only", "cnn,gpt",

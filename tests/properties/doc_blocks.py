@@ -14,13 +14,14 @@ A page's fenced blocks become steps:
 
 Commands that install, clone, lint or run benchmarks (`SKIPPED`) are not run, and a block right
 after an HTML comment ``<!-- docs-test: skip REASON -->`` is not run either (the reason is
-shown to the reader of the source only): a GPU, a download, minutes of work.
+shown to the reader of the source only): a GPU, a download, minutes of work. A block after
+``<!-- docs-test: needs MODULE -->`` runs where MODULE imports (an optional extra such as Olive).
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 #: command prefixes that are not run: installs, clones, linters, the test suite, benchmarks,
 #: generators that rewrite package data
@@ -55,6 +56,7 @@ class Step:
     exit_code: int = 0
     env: tuple[tuple[str, str], ...] = ()
     line: int = 0  # where it starts in the page
+    needs: str = ""  # a module the block needs (``docs-test: needs MODULE``): run where it imports
 
 
 def _command(raw: str) -> tuple[str, int]:
@@ -116,6 +118,8 @@ def page_steps(text: str) -> list[Step]:
             steps.append(Step("skip", skip.group(1) or "marked skip", line=line))
             previous_lang = ""
             continue
+        needs = re.search(r"docs-test:\s*needs\s+([\w.]+)\s*-->", before)
+        first = len(steps)
         if lang == "python":
             steps.append(Step("python", body, line=line))
         elif lang == "bash" and "<<" in body:
@@ -126,6 +130,8 @@ def page_steps(text: str) -> list[Step]:
             steps.extend(_shell_steps(body, line, yaml=True))
         elif lang == "text" and adjacent:
             steps.append(Step("expect", body, line=line))
+        if needs:
+            steps[first:] = [replace(step, needs=needs.group(1)) for step in steps[first:]]
     return steps
 
 

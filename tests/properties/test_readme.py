@@ -13,6 +13,7 @@ measured figures next to the command that measured it).
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import shlex
@@ -69,7 +70,7 @@ def run_page(page: Path, folder: Path) -> list[str]:
     ran: list[str] = []
     output = ""
     for step in page_steps(page.read_text(encoding="utf-8")):
-        if step.kind == "skip":
+        if step.kind == "skip" or (step.needs and importlib.util.find_spec(step.needs) is None):
             continue
         if step.kind == "python":
             exec(compile(step.text, f"{where}:{step.line}", "exec"), {"__name__": "docs"})
@@ -208,6 +209,14 @@ def test_the_runner_reads_what_a_page_announces() -> None:
     assert steps[3].text == "needs a GPU"
     assert steps[5].env == (("AMP_CONVERT_THREADS", "2"),)
     assert steps[5].text == "amp-convert m.onnx -o 'o #1.onnx'"
+
+
+def test_a_block_that_needs_an_optional_module_names_it() -> None:
+    """The lower-bounds job installs no extras: Olive's block runs only where Olive imports."""
+    page = "<!-- docs-test: needs olive -->\n```bash\npython -c 'import olive'\n```\n"
+    page += "```bash\namp-convert m.onnx\n```\n"
+    steps = page_steps(page)
+    assert [(s.kind, s.needs) for s in steps] == [("shell", "olive"), ("cli", "")]
 
 
 def test_expected_output_is_checked_line_by_line() -> None:
