@@ -40,7 +40,7 @@ import logging
 import onnx_ir as ir
 
 from amp_convert import schema
-from amp_convert.core import domains
+from amp_convert.core import domains, walk
 from amp_convert.core.graph_digest import DIGEST_KEY, graph_digest
 from amp_convert.core.precision import UniqueNames
 from amp_convert.core.qdq_rules import has_qdq
@@ -215,22 +215,22 @@ def _nothing_to_do(model: ir.Model, options: ConvertOptions, report: ConversionR
 
 def _holds_low(model: ir.Model, low: ir.DataType) -> bool:
     """Whether any value or weight of the model has the low type (a real converted model)."""
-    for graph in model.graphs():
+    for graph in walk.graphs(model):
         values = (*graph.inputs, *graph.outputs, *graph.initializers.values())
         if any(v.dtype == low for v in values):
             return True
-    return any(out.dtype == low for node in model.graph.all_nodes() for out in node.outputs)
+    return any(out.dtype == low for node in walk.all_nodes(model.graph) for out in node.outputs)
 
 
 def _has_float(model: ir.Model) -> bool:
     """Whether any value or weight of the model has a floating-point type (a float data path)."""
-    for graph in model.graphs():
+    for graph in walk.graphs(model):
         values = (*graph.inputs, *graph.outputs, *graph.initializers.values())
         if any(v.dtype is not None and v.dtype.is_floating_point() for v in values):
             return True
     return any(
         out.dtype is not None and out.dtype.is_floating_point()
-        for node in model.graph.all_nodes()
+        for node in walk.all_nodes(model.graph)
         for out in node.outputs
     )
 
@@ -269,6 +269,6 @@ def _unknown_user_ops(options: ConvertOptions, model: ir.Model) -> list[str]:
     """--fp32-ops / --fp16-ops names that match no node of the model (typos, a missing domain)."""
     if not options.fp32_ops and not options.fp16_ops:
         return []
-    present = {op_key(node.domain, node.op_type) for node in model.graph.all_nodes()}
+    present = {op_key(node.domain, node.op_type) for node in walk.all_nodes(model.graph)}
     flags = (("--fp32-ops", options.fp32_ops), ("--fp16-ops", options.fp16_ops))
     return unmatched_user_ops(flags, present)

@@ -14,6 +14,8 @@ from collections.abc import Sequence
 
 import onnx_ir as ir
 
+from amp_convert.core import walk
+
 #: metadata key of the digest (written with the stamp, compared when the stamp matches)
 DIGEST_KEY = "amp_convert.graph_digest"
 
@@ -42,7 +44,7 @@ def _names(values: Sequence[ir.Value | None]) -> str:
 def graph_digest(model: ir.Model) -> str:
     """SHA-256 (hex) of every graph's structure, subgraphs included."""
     h = hashlib.sha256()
-    for graph in model.graphs():
+    for graph in walk.graphs(model):
         h.update(f"graph {graph.name}\n".encode())
         for kind, values in (("in", graph.inputs), ("out", graph.outputs)):
             h.update(f"{kind} {' '.join(_value(v) for v in values)}\n".encode())

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 import numpy as np
 import onnx_ir as ir
 
-from amp_convert.core import domains, weight_range
+from amp_convert.core import domains, walk, weight_range
 from amp_convert.core.dtypes import (  # re-exported: the precision vocabulary's element types
     BFLOAT16,
     FLOAT,
@@ -142,11 +142,11 @@ class UniqueNames:
     @classmethod
     def of_model(cls, model: ir.Model) -> UniqueNames:
         names: set[str] = set()
-        for graph in model.graphs():
+        for graph in walk.graphs(model):
             names.update(v.name for v in graph.inputs if v.name)
             names.update(v.name for v in graph.outputs if v.name)
             names.update(graph.initializers.keys())
-        for node in model.graph.all_nodes():
+        for node in walk.all_nodes(model.graph):
             if node.name:
                 names.add(node.name)
             names.update(v.name for v in node.outputs if v.name)

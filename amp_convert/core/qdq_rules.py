@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from amp_convert.core import domains
+from amp_convert.core import domains, walk
 from amp_convert.core.dtypes import numpy_type
 
 TARGET_OPSET = 19
@@ -26,7 +26,7 @@ def is_qdq(node: ir.Node) -> bool:
 def has_qdq(model: ir.Model) -> bool:
     """Whether the model holds a default-domain QuantizeLinear or DequantizeLinear."""
     return any(
-        n.op_type in QDQ_OPS and domains.is_default(n.domain) for n in model.graph.all_nodes()
+        n.op_type in QDQ_OPS and domains.is_default(n.domain) for n in walk.all_nodes(model.graph)
     )
 
 

@@ -22,7 +22,7 @@ from typing import Any
 import onnx
 import onnx_ir as ir
 
-from amp_convert.core import domains, proto_walk
+from amp_convert.core import domains, proto_walk, walk
 from amp_convert.cost import layers as shape_layers
 from amp_convert.cost.dim_defaults import UNKNOWN_DIM_NAMES, axis_defaults
 from amp_convert.cost.dims import MAX_TERMS, fold, parse_dim_expression
@@ -395,7 +395,7 @@ def _values(model: ir.Model) -> Iterable[ir.Value]:
     for value in model.graph.inputs:
         seen.add(value)
         yield value
-    for node in model.graph.all_nodes():
+    for node in walk.all_nodes(model.graph):
         for v in (*node.inputs, *node.outputs):
             if v is not None and v not in seen:
                 seen.add(v)

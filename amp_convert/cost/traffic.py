@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import onnx_ir as ir
 
+from amp_convert.core import walk
 from amp_convert.core.precision import FLOAT, is_default_domain, is_float_tensor
 from amp_convert.cost.shapes import ShapeBook
 from amp_convert.reports.conversion import CastNote
@@ -73,7 +74,7 @@ def _itemsize(value: ir.Value) -> float:
 def cast_notes(model: ir.Model, shapes: ShapeBook) -> list[CastNote]:
     """Every Cast in `model` with the bytes it moves per inference, largest first."""
     notes = []
-    for node in model.graph.all_nodes():
+    for node in walk.all_nodes(model.graph):
         if node.op_type != "Cast" or not is_default_domain(node.domain) or not node.inputs:
             continue
         source = node.inputs[0]
@@ -130,7 +131,7 @@ def model_traffic(
         for io_value in (*graph.inputs, *graph.outputs):
             if is_float_tensor(io_value) and io_value.name not in low_io:
                 total += shapes.elements(io_value) * (FLOAT.itemsize + low.itemsize)
-    for node in model.graph.all_nodes():
+    for node in walk.all_nodes(model.graph):
         if node.op_type == "Constant":
             continue
         runs = shapes.runs(node.graph)  # a Loop body per trip, an If branch half

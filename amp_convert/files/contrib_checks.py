@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import onnx_ir as ir
 
 from amp_convert import schema
-from amp_convert.core import domains
+from amp_convert.core import domains, walk
 from amp_convert.errors import InputError
 from amp_convert.schema.contrib import ContribSchema, Formal, load_contrib_table
 
@@ -101,7 +101,7 @@ def check_runtime_ops(model: ir.Model) -> int:
     ORT's table is read only when the model has an op onnx does not define."""
     opsets = model.opset_imports
     checked = 0
-    for node in model.graph.all_nodes():
+    for node in walk.all_nodes(model.graph):
         domain = domains.normalise(node.domain)
         opset = domains.opset_version(opsets, domain)
         if domain == domains.DEFAULT:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnx_ir as ir
 
-from amp_convert.core import chunk_pool
+from amp_convert.core import chunk_pool, walk
 from amp_convert.core.tensors import LowCopy, low_chunks_are_bytes, read_error, release
 from amp_convert.files import direct_stream
 
@@ -61,7 +61,7 @@ def layout(model: ir.Model, threshold: int) -> tuple[list[Placed], list[ir.Value
     placed: list[Placed] = []
     inline: list[ir.Value] = []
     offset = 0
-    for graph in model.graphs():
+    for graph in walk.graphs(model):
         for value in graph.initializers.values():
             tensor = value.const_value
             if tensor is None:

@@ -17,7 +17,7 @@ import google.protobuf.message
 import onnx
 import onnx_ir as ir
 
-from amp_convert.core import domains, proto_walk
+from amp_convert.core import domains, proto_walk, walk
 from amp_convert.errors import InputError
 from amp_convert.files import (
     data_file,
@@ -236,7 +236,7 @@ def _inline_small_external(model: ir.Model) -> None:
     """
     small = [
         (value, tensor)
-        for graph in model.graphs()
+        for graph in walk.graphs(model)
         for value in graph.initializers.values()
         if isinstance(tensor := value.const_value, ir.ExternalTensor)
         and tensor.nbytes <= INLINE_BYTES
@@ -252,7 +252,7 @@ def _inline_small_external(model: ir.Model) -> None:
 def uses_external_data(model: ir.Model) -> bool:
     return any(
         isinstance(v.const_value, ir.ExternalTensor)
-        for g in model.graphs()
+        for g in walk.graphs(model)
         for v in g.initializers.values()
     )
 
@@ -260,7 +260,7 @@ def uses_external_data(model: ir.Model) -> bool:
 def tensor_bytes(model: ir.Model) -> int:
     """Bytes of initializer data, computed from shapes (nothing is read)."""
     total = 0
-    for graph in model.graphs():
+    for graph in walk.graphs(model):
         for value in graph.initializers.values():
             if value.const_value is not None:
                 total += value.const_value.nbytes
@@ -270,7 +270,7 @@ def tensor_bytes(model: ir.Model) -> int:
 def _has_external_worthy_tensor(model: ir.Model) -> bool:
     return any(
         v.const_value is not None and v.const_value.nbytes > SIZE_THRESHOLD
-        for g in model.graphs()
+        for g in walk.graphs(model)
         for v in g.initializers.values()
     )
 
@@ -280,7 +280,7 @@ def _weights_in_memory(model: ir.Model) -> Iterator[None]:
     """For an all-in-one save: external tensors are read in, and put back afterwards."""
     pairs = [
         (v, t)
-        for g in model.graphs()
+        for g in walk.graphs(model)
         for v in g.initializers.values()
         if isinstance(t := v.const_value, ir.ExternalTensor)
     ]

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import onnx
 import onnx_ir as ir
 
-from amp_convert.core import proto_walk
+from amp_convert.core import proto_walk, walk
 from amp_convert.errors import InputError
 from amp_convert.files.onnx_checks import call_on_stripped
 
@@ -60,7 +60,7 @@ def _reads(node: ir.Node) -> Iterator[ir.Value]:
 
 def _node_on_cycle(model: ir.Model) -> ir.Node | None:
     """A node on a cycle of some graph (depth-first search for a back edge)."""
-    for graph in model.graphs():
+    for graph in walk.graphs(model):
         nodes = set(graph)
         state: dict[ir.Node, int] = {}  # 1: on the path, 2: done
         for root in graph:
@@ -88,7 +88,7 @@ def _node_on_cycle(model: ir.Model) -> ir.Node | None:
 
 def untyped_outputs(model: ir.Model) -> list[ir.Value]:
     """Graph outputs (of every graph) that carry no type."""
-    return [v for g in model.graphs() for v in g.outputs if v.type is None]
+    return [v for g in walk.graphs(model) for v in g.outputs if v.type is None]
 
 
 def shapeless_outputs(model: ir.Model) -> list[ir.Value]:

@@ -16,6 +16,7 @@ import onnx
 import onnx_ir as ir
 
 from amp_convert import schema
+from amp_convert.core import walk
 from amp_convert.cost.dims import check_dim_names
 from amp_convert.errors import OptionError
 from amp_convert.op_lists import OpLists
@@ -42,7 +43,7 @@ def check_ops(options: ConvertOptions, model: ir.Model) -> None:
     """Every op of --fp32-ops/--fp16-ops is an op type ONNX, ONNX Runtime or the model knows."""
     if not options.fp32_ops and not options.fp16_ops:
         return
-    in_model = {n.op_type for n in model.graph.all_nodes()}
+    in_model = {n.op_type for n in walk.all_nodes(model.graph)}
     known = _known_ops() | in_model
     for flag, ops in (("--fp32-ops", options.fp32_ops), ("--fp16-ops", options.fp16_ops)):
         for op in ops:
@@ -61,7 +62,7 @@ def check_op_lists(lists: OpLists, model: ir.Model) -> None:
     """
     if not lists.user_lines:
         return
-    in_model = {n.op_type for n in model.graph.all_nodes()}
+    in_model = {n.op_type for n in walk.all_nodes(model.graph)}
     known = _known_ops() | in_model
     for key, where in lists.user_lines.items():
         domain, _, name = key.rpartition(":")

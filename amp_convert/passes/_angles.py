@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from amp_convert.core import domains
+from amp_convert.core import domains, walk
 
 #: ops an angle passes through on its way from the position ids to Sin/Cos
 _PATH_OPS = frozenset(
@@ -63,7 +63,7 @@ def angle_nodes(model: ir.Model) -> frozenset[ir.Node]:
         return found
 
     pinned: set[ir.Node] = set()
-    for node in model.graph.all_nodes():
+    for node in walk.all_nodes(model.graph):
         if node.op_type not in ("Sin", "Cos") or not domains.is_default(node.domain):
             continue
         source = node.inputs[0].producer() if node.inputs and node.inputs[0] is not None else None

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import onnx_ir as ir
 
+from amp_convert.core import walk
 from amp_convert.core.precision import NodeClass, constant_tensor, is_float_tensor
 from amp_convert.core.qdq_rules import is_qdq, is_scale_slot, scale_refusal
 from amp_convert.core.reasons import Reason, ReasonKind
@@ -55,7 +56,7 @@ def assign(
     `low_io`: main-graph inputs/outputs that are low whatever keep_io_types says (--low-io).
     Control-flow boundaries are placed with the nodes (see placement/boundaries.py).
     """
-    nodes = list(model.graph.all_nodes())
+    nodes = list(walk.all_nodes(model.graph))
     weights = _Weights()
     drafts = {node: Draft(classes[node]) for node in nodes}
     low_boundaries: set[int] = set()  # filled by the cut

@@ -26,7 +26,7 @@ import numpy as np
 import onnx_ir as ir
 
 from amp_convert import schema
-from amp_convert.core import domains
+from amp_convert.core import domains, walk
 from amp_convert.core.dtypes import FLOAT, LOW_TYPES, NUMPY_TYPES, low_type_of, onnx_name
 from amp_convert.core.precision import CONTROL_FLOW, NodeClass, constant_tensor
 from amp_convert.core.qdq_rules import QDQ_OPS
@@ -62,7 +62,7 @@ def classify(model: ir.Model, options: ConvertOptions, lists: OpLists, target: T
     bounds = Bounds(domains.opset_version(opsets), low_max)
     ctx = _Context(options, lists, target, options.low_dtype, bounds)
     classes: dict[ir.Node, ClassInfo] = {}
-    for node in model.graph.all_nodes():
+    for node in walk.all_nodes(model.graph):
         info = _info_for(node, ctx, domains.opset_version(opsets, node.domain))
         classes[node] = info
         if log.isEnabledFor(logging.DEBUG):

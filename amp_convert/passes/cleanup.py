@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import onnx_ir as ir
 
-from amp_convert.core import domains
+from amp_convert.core import domains, walk
 from amp_convert.core.dtypes import FLOAT, LOW_TYPES
 from amp_convert.core.steps import StepResult
 from amp_convert.core.summaries import one_line
@@ -47,14 +47,14 @@ def _target(node: ir.Node) -> ir.DataType:
 
 def count_casts(model: ir.Model) -> int:
     """Cast nodes in the model, subgraphs included."""
-    return sum(1 for n in model.graph.all_nodes() if is_cast(n))
+    return sum(1 for n in walk.all_nodes(model.graph) if is_cast(n))
 
 
 def cleanup(model: ir.Model) -> CleanupResult:
     """Fold and remove redundant Cast nodes (ours and the model's own), in place."""
     rewired = bypassed = 0
     records: list[ValueRecord] = []
-    for node in list(model.graph.all_nodes()):
+    for node in list(walk.all_nodes(model.graph)):
         if not is_cast(node) or node.inputs[0] is None:
             continue
         source = node.inputs[0]
@@ -84,7 +84,7 @@ def _remove_dead_casts(model: ir.Model, records: list[ValueRecord]) -> int:
     removed = total = 0
     while True:
         removed = 0
-        for node in list(model.graph.all_nodes()):
+        for node in list(walk.all_nodes(model.graph)):
             out = node.outputs[0] if node.outputs else None
             if is_cast(node) and out is not None and not out.uses() and not out.is_graph_output():
                 assert node.graph is not None

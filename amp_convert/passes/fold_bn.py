@@ -37,7 +37,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
-from amp_convert.core import domains
+from amp_convert.core import domains, walk
 from amp_convert.core.batch_norm import (
     Kept,
     attr,
@@ -92,7 +92,7 @@ def fold_batch_norm(
     shape inference runs once on the weight-stripped model, only if a rank is needed and unknown.
     ``names`` is the pipeline's shared name registry (one is made from the model otherwise).
     """
-    bns = [n for n in model.graph.all_nodes() if is_onnx(n, "BatchNormalization")]
+    bns = [n for n in walk.all_nodes(model.graph) if is_onnx(n, "BatchNormalization")]
     if not bns:
         return FoldResult()
     folder = _Folder(model, low_dtype, value_types, names or UniqueNames.of_model(model))

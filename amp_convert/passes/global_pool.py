@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import onnx
 import onnx_ir as ir
 
-from amp_convert.core import domains
+from amp_convert.core import domains, walk
 from amp_convert.core.precision import FLOAT, UniqueNames, constant_tensor, is_default_domain
 from amp_convert.core.steps import StepResult
 from amp_convert.reports.conversion import FoldNote
@@ -112,7 +112,7 @@ def run_as_global_pool(
     opset = domains.opset_version(model.opset_imports)
     notes = []
     values: list[ValueRecord] = []
-    for node in list(model.graph.all_nodes()):
+    for node in list(walk.all_nodes(model.graph)):
         if node.op_type != "ReduceMean" or global_pool_reason(node, opset, inferred) is not None:
             continue
         keeps = _keeps_dims(node)

@@ -41,7 +41,7 @@ import onnx
 import onnx_ir as ir
 
 from amp_convert import schema
-from amp_convert.core import domains
+from amp_convert.core import domains, walk
 from amp_convert.core.precision import FLOAT, UniqueNames, constant_tensor
 from amp_convert.core.reasons import Reason, ReasonKind
 from amp_convert.core.steps import StepResult
@@ -215,7 +215,7 @@ def rewrite_hand_norms(
     folder = _Folder(names, inferred, target)
     opset = domains.opset_version(model.opset_imports)
     graphs: dict[int, tuple[ir.Graph, list[ir.Node]]] = {}
-    for node in model.graph.all_nodes():
+    for node in walk.all_nodes(model.graph):
         if node.graph is not None:
             graphs.setdefault(id(node.graph), (node.graph, []))[1].append(node)
     notes: list[FoldNote] = []

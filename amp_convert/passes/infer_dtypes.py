@@ -15,7 +15,7 @@ import onnx
 import onnx_ir as ir
 
 from amp_convert import schema
-from amp_convert.core import domains
+from amp_convert.core import domains, walk
 from amp_convert.core.steps import StepResult
 
 log = logging.getLogger(__name__)
@@ -90,13 +90,13 @@ def infer_dtypes(model: ir.Model, types: Mapping[str, onnx.TypeProto]) -> DtypeR
     """Fill in missing element types in place: from `types` (ONNX inference by value name, the
     pipeline's `analyse` result) first, from the op schemas second."""
     from_initializers = 0
-    for graph in model.graphs():
+    for graph in walk.graphs(model):
         for value in graph.initializers.values():
             if value.const_value is not None and value.dtype is None:
                 value.dtype = value.const_value.dtype
                 from_initializers += 1
     from_inference = 0
-    for node in model.graph.all_nodes():
+    for node in walk.all_nodes(model.graph):
         for value in node.outputs:
             if value.dtype is None and value.type is None and value.name and value.name in types:
                 try:
@@ -106,12 +106,12 @@ def infer_dtypes(model: ir.Model, types: Mapping[str, onnx.TypeProto]) -> DtypeR
                 from_inference += 1
     from_schemas = 0
     opsets = model.opset_imports
-    for node in model.graph.all_nodes():
+    for node in walk.all_nodes(model.graph):
         if any(v.dtype is None and v.type is None for v in node.outputs):
             from_schemas += _propagate(node, domains.opset_version(opsets, node.domain))
     unknown = tuple(
         v.name
-        for node in model.graph.all_nodes()
+        for node in walk.all_nodes(model.graph)
         for v in node.outputs
         if v.dtype is None and v.type is None and v.name
     )

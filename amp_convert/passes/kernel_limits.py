@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import onnx_ir as ir
 
+from amp_convert.core import walk
 from amp_convert.core.dtypes import LOW_TYPES, onnx_name
 from amp_convert.core.precision import is_default_domain
 from amp_convert.core.steps import StepResult
@@ -56,7 +57,7 @@ class LimitNotes(StepResult):
 def kernel_limits(model: ir.Model, target: Target, shapes: ShapeBook | None = None) -> LimitNotes:
     """Every low node of `model` whose kernel on `target` holds a sum in its low type."""
     out: list[LimitNote] = []
-    for i, node in enumerate(model.graph.all_nodes()):
+    for i, node in enumerate(walk.all_nodes(model.graph)):
         x = node.inputs[0] if node.inputs else None
         if x is None or x.dtype not in LOW_TYPES:
             continue

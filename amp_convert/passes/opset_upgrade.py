@@ -24,7 +24,7 @@ import numpy as np
 import onnx.defs
 import onnx_ir as ir
 
-from amp_convert.core import domains
+from amp_convert.core import domains, walk
 from amp_convert.core.precision import UniqueNames
 from amp_convert.core.qdq_rules import TARGET_OPSET
 from amp_convert.core.steps import StepResult
@@ -128,7 +128,7 @@ def upgrade_opset(model: ir.Model, names: UniqueNames) -> UpgradeResult:
         )
     problems: list[str] = []
     edits: list[ir.Node] = []
-    for node in model.graph.all_nodes():
+    for node in walk.all_nodes(model.graph):
         if not domains.is_default(node.domain):
             continue
         before, after = _since(node.op_type, old), _since(node.op_type, TARGET_OPSET)

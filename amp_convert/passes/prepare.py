@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnx_ir as ir
 
-from amp_convert.core import domains
+from amp_convert.core import domains, walk
 from amp_convert.core.precision import UniqueNames
 from amp_convert.core.steps import StepResult
 from amp_convert.placement.scoped_names import separate_scoped_names
@@ -59,7 +59,7 @@ def prepare(model: ir.Model, keep_overridable: bool = False) -> Prepared:
         promote_constant_inputs(model)
     constants = sum(
         normalise_constant(n)
-        for n in model.graph.all_nodes()
+        for n in walk.all_nodes(model.graph)
         if n.op_type == "Constant" and domains.is_default(n.domain)
     )
     names = UniqueNames.of_model(model)

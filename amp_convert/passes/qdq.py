@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import onnx_ir as ir
 
-from amp_convert.core import domains
+from amp_convert.core import domains, walk
 from amp_convert.core.qdq_rules import QDQ_OPS, TARGET_OPSET
 from amp_convert.core.reasons import Reason, ReasonKind, render
 from amp_convert.core.steps import StepResult
@@ -54,7 +54,7 @@ def keep_qdq_groups(model: ir.Model, classes: Classes) -> QdqGroups:
     out = dict(classes)
     pinned = qdq = 0
     cause = ""
-    for node in model.graph.all_nodes():
+    for node in walk.all_nodes(model.graph):
         if node.op_type not in QDQ_OPS or not domains.is_default(node.domain):
             continue
         qdq += 1

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx_ir as ir
 
-from amp_convert.core import domains, weight_range
+from amp_convert.core import domains, walk, weight_range
 from amp_convert.core.dtypes import FLOAT, SUFFIX, low_type_of
 from amp_convert.core.precision import (
     DTYPE_ATTRIBUTES,
@@ -97,7 +97,7 @@ class _Rewriter:
         # mask fills held in ConstantOfShape attributes, by their output's name before any rename
         self._fills = {
             node: node.outputs[0].name or ""
-            for node in (model.graph.all_nodes() if self.plan.saturate else ())
+            for node in (walk.all_nodes(model.graph) if self.plan.saturate else ())
             if node.op_type == "ConstantOfShape" and node.outputs[0].name in self.plan.saturate
         }
         homes = [(v, self._home(v)) for v in _float_values(model)]
@@ -109,7 +109,9 @@ class _Rewriter:
                 self.counts["values_lowered"] += 1
         self._drop_replaced_fills()
         self._retarget_attributes(model)
-        lowered = [n for n in model.graph.all_nodes() if self._lowered_as(n) == LoweredAs.MIN_MAX]
+        lowered = [
+            n for n in walk.all_nodes(model.graph) if self._lowered_as(n) == LoweredAs.MIN_MAX
+        ]
         for node in lowered:
             self._clip_as_min_max(node)
         result = RewriteResult(
@@ -338,7 +340,7 @@ class _Rewriter:
         """Attributes that name a float dtype follow the node's new precision."""
         plan = self.plan
         low = plan.low
-        for node in list(model.graph.all_nodes()):
+        for node in list(walk.all_nodes(model.graph)):
             placed = plan.nodes.get(node)
             if placed is None or placed.precision != LOW or not domains.is_default(node.domain):
                 continue
@@ -385,12 +387,12 @@ def _float_values(model: ir.Model) -> list[ir.Value]:
             seen.add(id(value))
             out.append(value)
 
-    for graph in model.graphs():
+    for graph in walk.graphs(model):
         for value in graph.inputs:
             add(value)
         for value in graph.initializers.values():
             add(value)
-    for node in model.graph.all_nodes():
+    for node in walk.all_nodes(model.graph):
         for value in node.outputs:
             add(value)
     return out

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import onnx_ir as ir
 
 from amp_convert import schema
-from amp_convert.core import domains
+from amp_convert.core import domains, walk
 from amp_convert.core.steps import StepResult
 from amp_convert.errors import VerificationError
 from amp_convert.files.onnx_checks import call_on_stripped, first_line, strict_check
@@ -97,7 +97,7 @@ def check_types(model: ir.Model) -> int:
     """Raise VerificationError on the first node whose types break its schema; nodes checked."""
     opsets = model.opset_imports
     checked = 0
-    for node in model.graph.all_nodes():
+    for node in walk.all_nodes(model.graph):
         problem = _check_node(node, domains.opset_version(opsets, node.domain))
         if problem:
             raise VerificationError(f"converter bug, model not written: {problem}")

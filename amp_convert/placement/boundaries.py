@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import onnx_ir as ir
 
 from amp_convert import schema
-from amp_convert.core import domains
+from amp_convert.core import domains, walk
 from amp_convert.core.precision import is_float_tensor
 
 Slot = tuple[ir.Node, int]
@@ -132,7 +132,7 @@ def find_boundaries(model: ir.Model, low: ir.DataType) -> Boundaries:
     admitted = {op: _admits(op, opset, low) for op in ("If", "Loop", "Scan")}
     admitted["Scan"] = admitted["Scan"] and opset >= 9  # Scan-8 has another signature
     found: list[Boundary] = []
-    for node in model.graph.all_nodes():
+    for node in walk.all_nodes(model.graph):
         if not domains.is_default(node.domain) or not admitted.get(node.op_type):
             continue
         if node.op_type == "If":

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 
 import onnx_ir as ir
 
+from amp_convert.core import walk
 from amp_convert.core.precision import UniqueNames
 
 logger = logging.getLogger(__name__)
@@ -36,7 +37,7 @@ def separate_scoped_names(model: ir.Model, names: UniqueNames) -> int:
     """
     seen = {v.name for v in _defined(model.graph) if v.name}
     renamed = 0
-    for graph in model.graphs():
+    for graph in walk.graphs(model):
         if graph is model.graph:
             continue
         for value in list(_defined(graph)):

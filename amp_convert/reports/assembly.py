@@ -15,7 +15,7 @@ from typing import Protocol
 
 import onnx_ir as ir
 
-from amp_convert.core import domains
+from amp_convert.core import domains, walk
 from amp_convert.core.dtypes import BF16, LowType
 from amp_convert.core.graph_digest import DIGEST_KEY, graph_digest
 from amp_convert.core.precision import NodeClass, Precision
@@ -215,7 +215,7 @@ def _warnings(outcome: Outcome) -> list[str]:
 def decisions(model: ir.Model, plan: PlanFacts, rewritten: RewriteFacts) -> list[NodeDecision]:
     """One NodeDecision per node of the result the plan decided (inserted Casts are not)."""
     out = []
-    for i, node in enumerate(model.graph.all_nodes()):
+    for i, node in enumerate(walk.all_nodes(model.graph)):
         placement = plan.placement(rewritten.replaced.get(node, node))
         if placement is None:  # a Cast we inserted
             continue

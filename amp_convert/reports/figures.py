@@ -25,7 +25,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
-from amp_convert.core import proto_walk
+from amp_convert.core import proto_walk, walk
 
 _LOW = frozenset({int(onnx.TensorProto.FLOAT16), int(onnx.TensorProto.BFLOAT16)})
 _FLOATS = frozenset({*_LOW, int(onnx.TensorProto.FLOAT), int(onnx.TensorProto.DOUBLE)})
@@ -71,7 +71,7 @@ def count_nodes(nodes: Iterable[NodeFacts]) -> NodeCounts:
 
 def ir_nodes(model: ir.Model) -> Iterator[NodeFacts]:
     """Every node of an onnx-ir model with its outputs' element types."""
-    for node in model.graph.all_nodes():
+    for node in walk.all_nodes(model.graph):
         yield (
             node.op_type,
             node.domain,
@@ -126,7 +126,7 @@ def ir_weights(model: ir.Model) -> WeightFigures:
     """Weights of an onnx-ir model: initializers and Constant tensors of every graph."""
 
     def tensors() -> Iterator[tuple[int, int]]:
-        for graph in model.graphs():
+        for graph in walk.graphs(model):
             for value in graph.initializers.values():
                 t = value.const_value
                 if t is not None:

@@ -25,6 +25,7 @@ from typing import Any
 
 import onnx_ir as ir
 
+from amp_convert.core import walk
 from amp_convert.core.precision import Precision
 
 METADATA_KEY = "amp_convert.value_map"
@@ -347,7 +348,7 @@ class Snapshot:
         for value in _values(model):
             if value.name and value.name not in values:
                 values[value.name] = value
-        nodes = {node_name(node, i): node for i, node in enumerate(model.graph.all_nodes())}
+        nodes = {node_name(node, i): node for i, node in enumerate(walk.all_nodes(model.graph))}
         return cls(values, nodes)
 
 
@@ -357,7 +358,7 @@ def node_name(node: ir.Node, index: int) -> str:
 
 
 def _values(model: ir.Model) -> Iterator[ir.Value]:
-    for graph in model.graphs():
+    for graph in walk.graphs(model):
         yield from graph.inputs
         yield from graph.initializers.values()
         for node in graph:

@@ -18,7 +18,7 @@ from typing import Protocol, TypeVar
 import onnx.defs
 import onnx_ir as ir
 
-from amp_convert.core import domains
+from amp_convert.core import domains, walk
 from amp_convert.core.precision import STASH_NORMS
 from amp_convert.schema.contrib import ContribSchema, Formal, load_contrib_table
 
@@ -212,7 +212,7 @@ def unknown_warnings(model: ir.Model) -> list[str]:
     opsets = model.opset_imports
     unknown: dict[str, int] = {}
     unbound: dict[str, list[str]] = {}
-    for node in model.graph.all_nodes():
+    for node in walk.all_nodes(model.graph):
         domain = domains.normalise(node.domain)
         if domain in (domains.DEFAULT, "ai.onnx.ml"):
             continue

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import onnx_ir as ir
 
-from amp_convert.core import domains
+from amp_convert.core import domains, walk
 from amp_convert.core.dtypes import LOW_TYPES
 from amp_convert.targets.kernel_table import KernelTable, dtype_name
 
@@ -35,7 +35,7 @@ def _fmt(dtypes: Sequence[ir.DataType | None]) -> str:
 
 def low_precision_nodes(model: ir.Model) -> Iterator[tuple[ir.Node, int | None]]:
     """Every node, subgraphs included, with an FP16/BF16 input or output, and its opset."""
-    for node in model.graph.all_nodes():
+    for node in walk.all_nodes(model.graph):
         dtypes = _types(node.inputs) + _types(node.outputs)
         if any(d in LOW for d in dtypes):
             yield node, _opset(model, node)
