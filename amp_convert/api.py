@@ -210,7 +210,12 @@ def convert_file(
     message on bad input.
     """
     with open_file_conversion(
-        src, dst, force=force, external_data=external_data, other_outputs=other_outputs,
-        options=options, **kwargs,
-    ) as conversion:  # fmt: skip
+        src,
+        dst,
+        force=force,
+        external_data=external_data,
+        other_outputs=other_outputs,
+        options=options,
+        **kwargs,
+    ) as conversion:
         return conversion.run()

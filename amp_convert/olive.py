@@ -208,10 +208,12 @@ class AmpConvert(Pass):
         read = output_rules.model_files(src)
         writes = [
             ("output", output),
-            ("output data file", output.with_name(data_name) if data_name else
-             output_rules.data_file_name(output)),
+            (
+                "output data file",
+                output.with_name(data_name) if data_name else output_rules.data_file_name(output),
+            ),
             ("report", output.with_name(REPORT_NAME)),
-        ]  # fmt: skip
+        ]
         # the same registry as the command line's: never an input, never an existing file
         with output_rules.plan_outputs(writes, [read], force=False) as plan, OutputSet() as out:
             work = io.load_model(src)
@@ -236,9 +238,13 @@ class AmpConvert(Pass):
             external = True if config.save_as_external_data else None
             try:
                 io.save_model(
-                    work, plan["output"], external=external, keep=read, data_name=data_name,
+                    work,
+                    plan["output"],
+                    external=external,
+                    keep=read,
+                    data_name=data_name,
                     before_commit=lambda size: out.commit(),
-                )  # fmt: skip
+                )
             except BaseException:
                 out.roll_back()
                 raise

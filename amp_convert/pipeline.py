@@ -140,9 +140,15 @@ def run(model: ir.Model, options: ConvertOptions) -> ConversionReport:
     plan = steps.run(10, "assign", E.NOTHING, assign, model, classes, shapes, options, low_io)
     has_float = _has_float(model)  # typed by step 3: is there a float data path at all?
     rewritten = steps.run(
-        11, "rewrite", E.NODES, rewrite, model, plan, names,
+        11,
+        "rewrite",
+        E.NODES,
+        rewrite,
+        model,
+        plan,
+        names,
         cast_optional_params=options.cast_optional_params,
-    )  # fmt: skip
+    )
     cleaned = steps.run(12, "cleanup", E.NODES, cleanup, model)
     steps.run(13, "verify", E.NOTHING, _verify, model, analysis.strict_error)
     limits = steps.run(14, "kernel limits", E.NOTHING, kernel_limits, model, target, shapes)

@@ -35,9 +35,12 @@ def assert_converted_close(
     """
     limits = Thresholds.coerce(kw.pop("thresholds", None)).to_dict()
     for key, value in (
-        ("atol", atol), ("rtol", rtol), ("min_cosine", min_cosine), ("max_nan", max_nan),
+        ("atol", atol),
+        ("rtol", rtol),
+        ("min_cosine", min_cosine),
+        ("max_nan", max_nan),
         ("max_mismatch", max_mismatch if atol is not None or rtol is not None else None),
-    ):  # fmt: skip
+    ):
         if limits.get(key) is None:
             limits[key] = value
     if all(limits.get(k) is None for k in ("atol", "rtol", "min_cosine", "max_nan")):

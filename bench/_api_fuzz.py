@@ -48,24 +48,33 @@ def shadowing_loop() -> onnx.ModelProto:
     inner = numpy_helper.from_array(rng.standard_normal((4, 4)).astype(np.float32), "w")
     vi = helper.make_tensor_value_info
     body = helper.make_graph(
-        [helper.make_node("MatMul", ["v", "w"], ["v2"]),
-         helper.make_node("Identity", ["cond"], ["c2"])],
+        [
+            helper.make_node("MatMul", ["v", "w"], ["v2"]),
+            helper.make_node("Identity", ["cond"], ["c2"]),
+        ],
         "body",
-        [vi("i", TensorProto.INT64, []), vi("cond", TensorProto.BOOL, []),
-         vi("v", TensorProto.FLOAT, [1, 4])],
+        [
+            vi("i", TensorProto.INT64, []),
+            vi("cond", TensorProto.BOOL, []),
+            vi("v", TensorProto.FLOAT, [1, 4]),
+        ],
         [vi("c2", TensorProto.BOOL, []), vi("v2", TensorProto.FLOAT, [1, 4])],
         [inner],
-    )  # fmt: skip
+    )
     graph = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "w"], ["z"]),
-         helper.make_node("Loop", ["n", "t", "z"], ["y"], body=body)],
+        [
+            helper.make_node("MatMul", ["x", "w"], ["z"]),
+            helper.make_node("Loop", ["n", "t", "z"], ["y"], body=body),
+        ],
         "g",
         [vi("x", TensorProto.FLOAT, [1, 4])],
         [vi("y", TensorProto.FLOAT, [1, 4])],
-        [numpy_helper.from_array(rng.standard_normal((4, 4)).astype(np.float32), "w"),
-         numpy_helper.from_array(np.array(3, np.int64), "n"),
-         numpy_helper.from_array(np.array(True), "t")],
-    )  # fmt: skip
+        [
+            numpy_helper.from_array(rng.standard_normal((4, 4)).astype(np.float32), "w"),
+            numpy_helper.from_array(np.array(3, np.int64), "n"),
+            numpy_helper.from_array(np.array(True), "t"),
+        ],
+    )
     m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     m.ir_version = 8
     return m
@@ -137,8 +146,9 @@ def api_call(
         force = rng.random() < 0.3
 
         def convert_file() -> Any:
-            return amp_convert.convert_file(src, dst or None, force=force, external_data=ext,
-                                            **options)  # fmt: skip
+            return amp_convert.convert_file(
+                src, dst or None, force=force, external_data=ext, **options
+            )
 
         return ["convert_file", src, dst, f"force={force}", repr(options)], convert_file, {dst}
     if kind == "validate":
@@ -153,8 +163,9 @@ def api_call(
         }
 
         def run_validate() -> Any:
-            return amp_convert.validate(ref, cand, runs=0, save_inputs=save or None, force=force,
-                                        **extra)  # fmt: skip
+            return amp_convert.validate(
+                ref, cand, runs=0, save_inputs=save or None, force=force, **extra
+            )
 
         return ["validate", ref, cand, f"save_inputs={save!r}", repr(extra)], run_validate, {save}
     name = rng.choice(["model", "cast999", "loop"])
@@ -195,11 +206,21 @@ def _olive_call(
     out = Path(a.root) / f"olive{rng.randrange(10**9)}"
     workflow = {
         "input_model": {"type": "ONNXModel", "model_path": str(a.model)},
-        "systems": {"local": {"type": "LocalSystem", "accelerators": [
-            {"device": "cpu", "execution_providers": ["CPUExecutionProvider"]}]}},
-        "passes": {"amp": config}, "host": "local", "target": "local",
-        "output_dir": str(out / "out"), "cache_dir": str(out / "cache"), "log_severity_level": 4,
-    }  # fmt: skip
+        "systems": {
+            "local": {
+                "type": "LocalSystem",
+                "accelerators": [
+                    {"device": "cpu", "execution_providers": ["CPUExecutionProvider"]}
+                ],
+            }
+        },
+        "passes": {"amp": config},
+        "host": "local",
+        "target": "local",
+        "output_dir": str(out / "out"),
+        "cache_dir": str(out / "cache"),
+        "log_severity_level": 4,
+    }
 
     def olive() -> Any:
         return olive_run(workflow, package_config=str(PACKAGE_CONFIG))

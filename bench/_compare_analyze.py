@@ -255,8 +255,9 @@ def traffic(reference: str, candidate: str) -> dict[str, Any]:
     from amp_convert.cost.traffic import Traffic
 
     original, all_low = _original_traffic(reference)
-    t = Traffic(original=original, result=_file_traffic(candidate, all_low=False)[0],
-                all_low=all_low or 0)  # fmt: skip
+    t = Traffic(
+        original=original, result=_file_traffic(candidate, all_low=False)[0], all_low=all_low or 0
+    )
     return {**asdict(t), "ratio": t.ratio, "all_low_ratio": t.all_low_ratio}
 
 

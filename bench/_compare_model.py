@@ -94,6 +94,12 @@ class Model:
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Model:
         return cls(
-            key=d["key"], group=d["group"], path=Path(d["path"]), size=d["size"],
-            isolated=d["isolated"], runs=d["runs"], original=d["original"], checks=d["checks"],
-        )  # fmt: skip
+            key=d["key"],
+            group=d["group"],
+            path=Path(d["path"]),
+            size=d["size"],
+            isolated=d["isolated"],
+            runs=d["runs"],
+            original=d["original"],
+            checks=d["checks"],
+        )

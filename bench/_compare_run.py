@@ -90,8 +90,13 @@ def measure_unit(
 
     def job(m: Model) -> dict:
         # floor outputs are thrown away at once; converted models are kept for the checks
-        return {"key": m.key, "src": str(m.path), "dst": str(m.dst(workdir, conv)),
-                "external": m.external, "discard": conv == "floor"}  # fmt: skip
+        return {
+            "key": m.key,
+            "src": str(m.path),
+            "dst": str(m.dst(workdir, conv)),
+            "external": m.external,
+            "discard": conv == "floor",
+        }
 
     todo = [m for m in models if not any("error" in r for r in m.runs.get(conv, []))]
     batched = [m for m in todo if not m.isolated]

@@ -43,8 +43,12 @@ def _target1(models: list[Model]) -> dict[str, Any]:
         for conv in AMP
         if not (m.converted(conv) and m.valid(conv))
     ]
-    io = [{"model": m.key, "converter": conv, "changed": m.io_changed(conv)}
-          for m in models for conv in AMP if m.io_changed(conv)]  # fmt: skip
+    io = [
+        {"model": m.key, "converter": conv, "changed": m.io_changed(conv)}
+        for m in models
+        for conv in AMP
+        if m.io_changed(conv)
+    ]
     broken = [
         {
             "model": m.key,
@@ -71,8 +75,14 @@ def _casts_vs_occ(models: list[Model], conv: str) -> dict[str, Any]:
     fewer = sum(1 for _, a, b in pairs if a is not None and a < b)
     invalid = [m.key for m in models if m.valid(conv) and not m.valid("occ")]
     io_changed = [m.key for m in models if m.valid(conv) and m.valid("occ") and m.io_changed("occ")]
-    return {"met": not more, "compared": len(both), "more": more, "fewer": fewer,
-            "occ_invalid": invalid, "occ_io_changed": io_changed}  # fmt: skip
+    return {
+        "met": not more,
+        "compared": len(both),
+        "more": more,
+        "fewer": fewer,
+        "occ_invalid": invalid,
+        "occ_io_changed": io_changed,
+    }
 
 
 def _time_vs_occ(models: list[Model], conv: str) -> dict[str, Any]:
@@ -190,9 +200,11 @@ def _target1_lines(t1: dict[str, Any]) -> list[str]:
     out += _listed(
         f"   amp-convert outputs whose input/output types differ from the original "
         f"(keep_io_types=True): {len(t1['io_types_changed'])}",
-        [f"{f['model']} {f['converter']}: {', '.join(f['changed'])}"
-         for f in t1["io_types_changed"]],
-    )  # fmt: skip
+        [
+            f"{f['model']} {f['converter']}: {', '.join(f['changed'])}"
+            for f in t1["io_types_changed"]
+        ],
+    )
     if t1["original_does_not_load"]:
         out.append(
             f"   originals that do not load in ORT ({len(t1['original_does_not_load'])}; "
@@ -211,8 +223,10 @@ def _target1_lines(t1: dict[str, Any]) -> list[str]:
 
 def _target2_lines(t2: dict[str, Any]) -> list[str]:
     def more(level: str, v: dict[str, Any]) -> list[str]:
-        return [f"{f['model']}: amp {level} {_signed(f['amp'])}, occ {_signed(f['occ'])}"
-                for f in v["more"]]  # fmt: skip
+        return [
+            f"{f['model']}: amp {level} {_signed(f['amp'])}, occ {_signed(f['occ'])}"
+            for f in v["more"]
+        ]
 
     out = _listed(
         f"2. casts added at O2 <= onnxconverter-common's: {_verdict(t2['met'])} "

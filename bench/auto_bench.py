@@ -88,8 +88,16 @@ def run_ours(model: onnx.ModelProto, feeds: dict, margin: float = 2.0) -> dict:
     assert sessions == report.sessions, (sessions, report.sessions)
     cos, bad = _accuracy(model, result, feeds)
     low, total = _float_nodes(result)
-    return {"sessions": sessions, "seconds": seconds, "low": low, "total": total, "cosine": cos,
-            "nonfinite": bad, "pinned": len(report.pinned), "passed": report.passed}  # fmt: skip
+    return {
+        "sessions": sessions,
+        "seconds": seconds,
+        "low": low,
+        "total": total,
+        "cosine": cos,
+        "nonfinite": bad,
+        "pinned": len(report.pinned),
+        "passed": report.passed,
+    }
 
 
 def run_peer(model: onnx.ModelProto, feeds: dict) -> dict:
@@ -130,8 +138,14 @@ def run_peer(model: onnx.ModelProto, feeds: dict) -> dict:
         return {"sessions": sessions, "seconds": seconds, "error": error}
     cos, bad = _accuracy(model, result, feeds)
     low, total = _float_nodes(result)
-    return {"sessions": sessions, "seconds": seconds, "low": low, "total": total, "cosine": cos,
-            "nonfinite": bad}  # fmt: skip
+    return {
+        "sessions": sessions,
+        "seconds": seconds,
+        "low": low,
+        "total": total,
+        "cosine": cos,
+        "nonfinite": bad,
+    }
 
 
 _BIG_CODE = """
@@ -215,8 +229,9 @@ def main(argv: list[str] | None = None) -> int:
         cases.append((name, model, ov.calibration(model, kind)))
     bert, _ = ov.bert_outliers(layers=args.layers, hidden=768, heads=12, seq=args.seq, vocab=1000)
     ids = rng.integers(0, 1000, (1, args.seq)).astype(np.int64)
-    cases.append((f"BERT-base width, {args.layers} layers, seq {args.seq}", bert,
-                  {"input_ids": ids}))  # fmt: skip
+    cases.append(
+        (f"BERT-base width, {args.layers} layers, seq {args.seq}", bert, {"input_ids": ids})
+    )
     head = ["model", "float nodes", "tool", "ORT sessions", "time (s)", "FP16 nodes", "cosine"]
     print("| " + " | ".join([*head, "new NaN/Inf"]) + " |")
     print("|---|---:|---|---:|---:|---:|---:|---:|")
@@ -226,9 +241,12 @@ def main(argv: list[str] | None = None) -> int:
             progress(f"{name}: amp-convert --auto, margin {margin:g}")
             ours = run_ours(model, feeds, margin)
             label = "amp-convert --auto" + (" (margin 1)" if margin == 1.0 else "")
-            print(f"| {name if margin == 2.0 else ''} | {ours['total']} | {label} | "
-                  f"{ours['sessions']} | {ours['seconds']:.2f} | {ours['low']} | "
-                  f"{ours['cosine']:.5f} | {ours['nonfinite']} |", flush=True)  # fmt: skip
+            print(
+                f"| {name if margin == 2.0 else ''} | {ours['total']} | {label} | "
+                f"{ours['sessions']} | {ours['seconds']:.2f} | {ours['low']} | "
+                f"{ours['cosine']:.5f} | {ours['nonfinite']} |",
+                flush=True,
+            )
             if margin == 2.0:
                 first = ours
         if name.startswith("BERT") and args.skip_peer_bert:
@@ -236,14 +254,22 @@ def main(argv: list[str] | None = None) -> int:
         progress(f"{name}: onnxconverter-common's auto_convert_mixed_precision")
         peer = run_peer(model, feeds)
         if "error" in peer:
-            print(f"| | | onnxconverter-common | {peer['sessions']} | {peer['seconds']:.2f} | "
-                  f"failed: {peer['error']} | | |", flush=True)  # fmt: skip
+            print(
+                f"| | | onnxconverter-common | {peer['sessions']} | {peer['seconds']:.2f} | "
+                f"failed: {peer['error']} | | |",
+                flush=True,
+            )
             continue
-        print(f"| | | onnxconverter-common | {peer['sessions']} | {peer['seconds']:.2f} | "
-              f"{peer['low']} | {peer['cosine']:.5f} | {peer['nonfinite']} |",
-              flush=True)  # fmt: skip
-        print(f"| | | ratio (peer / ours) | {peer['sessions'] / first['sessions']:.1f}x | "
-              f"{peer['seconds'] / first['seconds']:.1f}x | | | |", flush=True)  # fmt: skip
+        print(
+            f"| | | onnxconverter-common | {peer['sessions']} | {peer['seconds']:.2f} | "
+            f"{peer['low']} | {peer['cosine']:.5f} | {peer['nonfinite']} |",
+            flush=True,
+        )
+        print(
+            f"| | | ratio (peer / ours) | {peer['sessions'] / first['sessions']:.1f}x | "
+            f"{peer['seconds'] / first['seconds']:.1f}x | | | |",
+            flush=True,
+        )
     if args.big:
         progress("the >2 GB model: written, then --auto in a fresh process")
         with tempfile.TemporaryDirectory() as tmp:

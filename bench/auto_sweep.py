@@ -95,11 +95,27 @@ def run_one(src: Path, work: Path, inputs: Path | None) -> dict[str, object]:
     row: dict[str, object] = {"converts": plain.exit_code == 0, "loads": original_loads(src)}
     out, page, vpage = work / "auto.onnx", work / "auto.html", work / "validate.html"
     start = time.perf_counter()
-    args = [str(src), "-o", str(out), "--auto", "--provider", "emulate", "--min-cosine", "0.999",
-            "--html", str(page), "-q", *extra]  # fmt: skip
+    args = [
+        str(src),
+        "-o",
+        str(out),
+        "--auto",
+        "--provider",
+        "emulate",
+        "--min-cosine",
+        "0.999",
+        "--html",
+        str(page),
+        "-q",
+        *extra,
+    ]
     res = runner.invoke(cli, args)
-    row.update(auto=res.exit_code, auto_s=time.perf_counter() - start,
-               auto_page=page.exists(), auto_model=out.exists())  # fmt: skip
+    row.update(
+        auto=res.exit_code,
+        auto_s=time.perf_counter() - start,
+        auto_page=page.exists(),
+        auto_model=out.exists(),
+    )
     tail = (res.output or "").strip().splitlines()
     row["reason"] = tail[-1][:140] if tail else repr(res.exception)[:140]
     candidate = out if out.exists() else work / "plain.onnx"
@@ -182,9 +198,11 @@ def main(argv: list[str] | None = None) -> int:
             tally[v] = tally.get(v, 0) + 1
             if v == "BROKEN":
                 broken.append(f"{group}/{name}")
-            print(f"{v:17s} {group}/{name}: auto {row['auto']} ({row['auto_s']:.1f} s), validate "
-                  f"{row.get('validate')}; {row['reason'] if row['auto'] or v != 'ok' else ''}",
-                  flush=True)  # fmt: skip
+            print(
+                f"{v:17s} {group}/{name}: auto {row['auto']} ({row['auto_s']:.1f} s), validate "
+                f"{row.get('validate')}; {row['reason'] if row['auto'] or v != 'ok' else ''}",
+                flush=True,
+            )
     print("tally: " + ", ".join(f"{k} {n}" for k, n in sorted(tally.items())))
     if broken:
         print("BROKEN: " + ", ".join(broken))

@@ -136,8 +136,9 @@ def make_arena(root: Path) -> Arena:
     model = root / "m.onnx"
     onnx.save(_model(), model)
     external = root / "e.onnx"
-    onnx.save_model(_model(64), external, save_as_external_data=True,
-                    location="e.onnx.data", size_threshold=0)  # fmt: skip
+    onnx.save_model(
+        _model(64), external, save_as_external_data=True, location="e.onnx.data", size_threshold=0
+    )
     candidate = root / "c.onnx"
     convert_file(model, candidate)
     npz = root / "in.npz"
@@ -159,10 +160,19 @@ def make_arena(root: Path) -> Arena:
             if entry.key == "location":
                 entry.value = "e.onnx\x00.data"
     onnx.save(proto, nul_location)
-    protected = [model, external, root / "e.onnx.data", candidate, npz, lists, controls,
-                 nul_location]  # fmt: skip
-    return Arena(root, model, external, candidate, controls, nul_location, npz, lists, fifo,
-                 protected)  # fmt: skip
+    protected = [
+        model,
+        external,
+        root / "e.onnx.data",
+        candidate,
+        npz,
+        lists,
+        controls,
+        nul_location,
+    ]
+    return Arena(
+        root, model, external, candidate, controls, nul_location, npz, lists, fifo, protected
+    )
 
 
 def _paths(a: Arena, rng: random.Random, output: bool) -> str:
@@ -173,12 +183,24 @@ def _paths(a: Arena, rng: random.Random, output: bool) -> str:
             return str(r / f"out{rng.randrange(6)}.{rng.choice(['onnx', 'json', 'xml', 'html'])}")
         return rng.choice([str(a.npz), str(a.lists)])
     choices = [
-        str(a.model), str(a.external), str(r / "e.onnx.data"), str(a.npz), str(a.lists),
-        str(a.candidate), str(a.fifo), str(r / "null"), str(r / "dir"), str(r / "dir") + "/",
-        "", str(r / ("n" * 250)), str(r / "missing" / "x.json"), str(r / "notes.txt"),
-        "/dev/null", str(r / "\u00fcn\u00efc\u00f6de.json"),
+        str(a.model),
+        str(a.external),
+        str(r / "e.onnx.data"),
+        str(a.npz),
+        str(a.lists),
+        str(a.candidate),
+        str(a.fifo),
+        str(r / "null"),
+        str(r / "dir"),
+        str(r / "dir") + "/",
+        "",
+        str(r / ("n" * 250)),
+        str(r / "missing" / "x.json"),
+        str(r / "notes.txt"),
+        "/dev/null",
+        str(r / "\u00fcn\u00efc\u00f6de.json"),
         *(str(r / f"o{t}.json") for t in HOSTILE_TEXT[:4]),
-    ]  # fmt: skip
+    ]
     if not output:
         choices += [str(r / "bad.txt"), str(r / "nosuch.npz")]
     return rng.choice(choices)
@@ -187,60 +209,109 @@ def _paths(a: Arena, rng: random.Random, output: bool) -> str:
 def _convert_options(a: Arena, rng: random.Random) -> list[list[str]]:
     out, inp = (lambda: _paths(a, rng, True)), (lambda: _paths(a, rng, False))
     return [
-        ["-o", out()], ["--report", out()], ["--html", out()], ["--junit", out()],
-        ["--validation-report", out()], ["--force"], ["--auto"], ["--force-write"],
-        ["--validate"], ["-q"],
+        ["-o", out()],
+        ["--report", out()],
+        ["--html", out()],
+        ["--junit", out()],
+        ["--validation-report", out()],
+        ["--force"],
+        ["--auto"],
+        ["--force-write"],
+        ["--validate"],
+        ["-q"],
         ["--level", pick(rng, ["O0", "O1", "O2", "O3", "o2"], ["O4", ""])],
         ["--dtype", pick(rng, ["fp16", "bf16", "float16"], ["fp8", ""])],
         [rng.choice(["--keep-io-types", "--no-keep-io-types"])],
-        ["--fp32-ops", pick(rng, ["Softmax", "Exp,Log"], ["Softmx", "", ",", "\u00b2", "a:X",
-                                                         *HOSTILE_TEXT])],
+        [
+            "--fp32-ops",
+            pick(rng, ["Softmax", "Exp,Log"], ["Softmx", "", ",", "\u00b2", "a:X", *HOSTILE_TEXT]),
+        ],
         ["--fp16-ops", pick(rng, ["MatMul", "Relu"], ["NoSuchOp", " "])],
-        ["--exclude-nodes", pick(rng, ["mm", ".*", "^s"], ["(a+)+$", "[", r"(\w)\1", "(?=x)",
-                                                          *HOSTILE_TEXT])],
+        [
+            "--exclude-nodes",
+            pick(rng, ["mm", ".*", "^s"], ["(a+)+$", "[", r"(\w)\1", "(?=x)", *HOSTILE_TEXT]),
+        ],
         ["--low-io", pick(rng, ["mm", "^s"], HOSTILE_TEXT)],
         ["--cast-optional-params"],
         ["--op-lists", pick(rng, [str(a.lists)], [str(a.root / "bad.txt"), inp()])],
         ["--target", pick(rng, ["ort-cuda", "none"], ["tensorrt", ""])],
         *_validation_options(a, rng),
-    ]  # fmt: skip
+    ]
 
 
 def _validation_options(a: Arena, rng: random.Random) -> list[list[str]]:
     return [
         ["--provider", pick(rng, ["emulate", "cpu", "auto"], ["cuda", "tpu"])],
-        ["--dim", pick(rng, ["batch=2", "batch=1"], ["batch=0", "batch=-1", "batch=1000000000000",
-                                                    "bach=2", "=", "x[0]=2", "batch=x"])],
-        ["--inputs", pick(rng, [str(a.npz)], [str(a.model), str(a.fifo), "",
-                                             str(a.root / "nosuch.npz")])],
+        [
+            "--dim",
+            pick(
+                rng,
+                ["batch=2", "batch=1"],
+                ["batch=0", "batch=-1", "batch=1000000000000", "bach=2", "=", "x[0]=2", "batch=x"],
+            ),
+        ],
+        [
+            "--inputs",
+            pick(rng, [str(a.npz)], [str(a.model), str(a.fifo), "", str(a.root / "nosuch.npz")]),
+        ],
         ["--seed", pick(rng, ["0", "7"], ["-1", "x"])],
         ["--runs", pick(rng, ["0", "1"], ["-1", "x"])],
         ["--warmup", pick(rng, ["0", "1"], ["-3"])],
-        ["--atol", pick(rng, *NUMBERS)], ["--rtol", pick(rng, *NUMBERS)],
+        ["--atol", pick(rng, *NUMBERS)],
+        ["--rtol", pick(rng, *NUMBERS)],
         ["--min-cosine", pick(rng, ["0.999", "0.9", "1"], NUMBERS[1])],
         ["--max-nan", pick(rng, ["0", "3", "y:2"], ["-1", "1.5"])],
         ["--top1", pick(rng, ["y"], ["nosuch", "", *HOSTILE_TEXT])],
-    ]  # fmt: skip
+    ]
 
 
 def case(a: Arena, seed: int) -> list[str]:
     """The argument list of fuzz case `seed`."""
     rng = random.Random(seed)
     if rng.random() < 0.25:
-        hostile = [str(a.external), str(a.fifo), "/dev/zero", "", str(a.root / "dir"),
-                   str(a.controls), str(a.nul_location), str(a.root / "m\udce9.onnx")]  # fmt: skip
-        args = ["validate", pick(rng, [str(a.model)], hostile),
-                pick(rng, [str(a.candidate)], hostile)]  # fmt: skip
-        pool = [*_validation_options(a, rng), ["--report", _paths(a, rng, True)],
-                ["--junit", _paths(a, rng, True)], ["--html", _paths(a, rng, True)],
-                ["--force"], ["-q"]]  # fmt: skip
+        hostile = [
+            str(a.external),
+            str(a.fifo),
+            "/dev/zero",
+            "",
+            str(a.root / "dir"),
+            str(a.controls),
+            str(a.nul_location),
+            str(a.root / "m\udce9.onnx"),
+        ]
+        args = [
+            "validate",
+            pick(rng, [str(a.model)], hostile),
+            pick(rng, [str(a.candidate)], hostile),
+        ]
+        pool = [
+            *_validation_options(a, rng),
+            ["--report", _paths(a, rng, True)],
+            ["--junit", _paths(a, rng, True)],
+            ["--html", _paths(a, rng, True)],
+            ["--force"],
+            ["-q"],
+        ]
         args += ["--runs", "0"] if rng.random() < 0.8 else []
     else:
-        model = pick(rng, [str(a.model), str(a.external)],
-                     [str(a.root / "no.onnx"), str(a.fifo), str(a.root / "dir"),
-                      str(a.root / "notes.txt"), "", "validat", "/dev/zero", str(a.controls),
-                      str(a.nul_location), str(a.root / "m\udce9.onnx"), "m\x00.onnx",
-                      "\x1b[2J"])  # fmt: skip
+        model = pick(
+            rng,
+            [str(a.model), str(a.external)],
+            [
+                str(a.root / "no.onnx"),
+                str(a.fifo),
+                str(a.root / "dir"),
+                str(a.root / "notes.txt"),
+                "",
+                "validat",
+                "/dev/zero",
+                str(a.controls),
+                str(a.nul_location),
+                str(a.root / "m\udce9.onnx"),
+                "m\x00.onnx",
+                "\x1b[2J",
+            ],
+        )
         args = [model]
         pool = _convert_options(a, rng)
     chosen = rng.sample(pool, rng.randrange(0, min(6, len(pool)) + 1))
@@ -261,8 +332,16 @@ class Outcome:
     problem: str | None
 
 
-VALIDATION_FLAGS = ("--provider", "--atol", "--rtol", "--min-cosine", "--inputs", "--junit",
-                    "--validation-report", "--runs")  # fmt: skip
+VALIDATION_FLAGS = (
+    "--provider",
+    "--atol",
+    "--rtol",
+    "--min-cosine",
+    "--inputs",
+    "--junit",
+    "--validation-report",
+    "--runs",
+)
 OUTPUT_FLAGS = ("-o", "--output", "--report", "--html", "--junit", "--validation-report")
 
 
@@ -366,12 +445,32 @@ def _signal_commands(a: Arena, out: Path) -> list[list[str]]:
     return [
         [e, "-o", str(out), "-q"],
         [e, "-o", str(out), "--force", "-q", "--report", str(out.with_suffix(".json"))],
-        [e, "-o", str(out), "--force", "--validate", "--provider", "emulate", "--runs", "0",
-         "--junit", str(out.with_suffix(".xml"))],
+        [
+            e,
+            "-o",
+            str(out),
+            "--force",
+            "--validate",
+            "--provider",
+            "emulate",
+            "--runs",
+            "0",
+            "--junit",
+            str(out.with_suffix(".xml")),
+        ],
         [e, "-o", str(out), "--force", "--auto", "--provider", "emulate", "-q"],
-        ["validate", m, c, "--provider", "emulate", "--runs", "0",
-         "--report", str(out.with_suffix(".json"))],
-    ]  # fmt: skip
+        [
+            "validate",
+            m,
+            c,
+            "--provider",
+            "emulate",
+            "--runs",
+            "0",
+            "--report",
+            str(out.with_suffix(".json")),
+        ],
+    ]
 
 
 def _left_behind(folder: Path, temp: Path) -> str | None:
@@ -415,10 +514,13 @@ def signal_case(a: Arena, seed: int, old_pair: tuple[Path, Path]) -> Outcome:
     env = {**os.environ, "TMPDIR": str(temp), "PYTHONPATH": str(Path(__file__).parents[1])}
     code = "import sys\nfrom amp_convert.startup import main\nsys.argv[0] = 'amp-convert'\nmain()\n"
     child = subprocess.Popen(
-        [sys.executable, "-c", code, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True, env=env,
+        [sys.executable, "-c", code, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )  # fmt: skip
+    )
     time.sleep(delay)
     child.send_signal(signum)
     try:
@@ -430,9 +532,13 @@ def signal_case(a: Arena, seed: int, old_pair: tuple[Path, Path]) -> Outcome:
     problem = None
     if signum == signal.SIGKILL:  # no clean-up ran: the rerun must leave only its own files
         rerun = subprocess.run(
-            [sys.executable, "-c", code, *args], capture_output=True, text=True, env=env,
-            timeout=300, check=False,
-        )  # fmt: skip
+            [sys.executable, "-c", code, *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+            check=False,
+        )
         if rerun.returncode not in (0, 1, 2):
             return Outcome([*label, "(rerun)"], rerun.returncode, rerun.stderr, "rerun failed")
         err = err + rerun.stderr
@@ -473,8 +579,12 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=5000)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--signals", type=int, default=0, help="also N interrupted processes")
-    parser.add_argument("--api-share", type=float, default=0.2,
-                        help="share of the cases that call the Python entry points")  # fmt: skip
+    parser.add_argument(
+        "--api-share",
+        type=float,
+        default=0.2,
+        help="share of the cases that call the Python entry points",
+    )
     args = parser.parse_args()
     needs("onnxruntime")
     import tempfile
@@ -484,16 +594,20 @@ def main() -> int:
         seeds = range(args.seed, args.seed + args.runs)
         failures, codes = fuzz(Path(tmp) / "args", seeds, args.api_share)
         seconds = time.perf_counter() - start
-        print(f"{args.runs} cases ({args.api_share:.0%} API and pass calls) in {seconds:.1f} s "
-              f"({args.runs / seconds:.1f}/s); exit codes "
-              + ", ".join(f"{c}: {n}" for c, n in sorted(codes.items())))  # fmt: skip
+        print(
+            f"{args.runs} cases ({args.api_share:.0%} API and pass calls) in {seconds:.1f} s "
+            f"({args.runs / seconds:.1f}/s); exit codes "
+            + ", ".join(f"{c}: {n}" for c, n in sorted(codes.items()))
+        )
         if args.signals:
             start = time.perf_counter()
             seeds = range(args.seed, args.seed + args.signals)
             more, codes = signal_fuzz(Path(tmp) / "signals", seeds)
             seconds = time.perf_counter() - start
-            print(f"{args.signals} interrupted processes in {seconds:.1f} s; exit codes "
-                  + ", ".join(f"{c}: {n}" for c, n in sorted(codes.items())))  # fmt: skip
+            print(
+                f"{args.signals} interrupted processes in {seconds:.1f} s; exit codes "
+                + ", ".join(f"{c}: {n}" for c, n in sorted(codes.items()))
+            )
             failures += more
     for f in failures[:20]:
         print(f"FAIL {f.problem}: amp-convert {' '.join(repr(x) for x in f.args)}")

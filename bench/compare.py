@@ -115,9 +115,11 @@ def _git_commit() -> str:
             ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True
         ).stdout.strip()
         dirty = subprocess.run(
-            ["git", "status", "--porcelain", "amp_convert"], cwd=REPO, capture_output=True,
+            ["git", "status", "--porcelain", "amp_convert"],
+            cwd=REPO,
+            capture_output=True,
             text=True,
-        ).stdout.strip()  # fmt: skip
+        ).stdout.strip()
     except OSError:
         return "unknown"
     return (head or "unknown") + ("+dirty" if dirty else "")
@@ -144,8 +146,18 @@ def _versions() -> dict[str, Any]:
 
 
 def _meta_line(meta: dict[str, Any]) -> str:
-    keys = ("amp_convert", "commit", "onnxconverter_common", "onnx", "onnx_ir", "onnxruntime",
-            "python", "cpus", "repeat", "big_repeat")  # fmt: skip
+    keys = (
+        "amp_convert",
+        "commit",
+        "onnxconverter_common",
+        "onnx",
+        "onnx_ir",
+        "onnxruntime",
+        "python",
+        "cpus",
+        "repeat",
+        "big_repeat",
+    )
     return ", ".join(f"{k} {meta[k]}" for k in keys if k in meta)
 
 
@@ -193,8 +205,12 @@ def main(argv: list[str] | None = None) -> int:
     wall = time.perf_counter()
     workdir = Path(tempfile.mkdtemp(prefix="amp_compare_", dir=args.tmpdir))
     try:
-        meta: dict[str, Any] = {**_versions(), "repeat": args.repeat,
-                                "big_repeat": args.big_repeat, "workdir": str(workdir)}  # fmt: skip
+        meta: dict[str, Any] = {
+            **_versions(),
+            "repeat": args.repeat,
+            "big_repeat": args.big_repeat,
+            "workdir": str(workdir),
+        }
         print("# " + _meta_line(meta), flush=True)
         models = collect_models(args, workdir)
         if not models:

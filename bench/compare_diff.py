@@ -20,9 +20,17 @@ from typing import Any
 
 RUN_FIELDS = ("casts_inserted", "nodes_low", "nodes_fp32", "size_after", "error")
 CHECK_FIELDS = (
-    "nodes", "casts", "float_nodes", "fp32_nodes", "untyped", "size", "checker_error",
-    "ort_error", "traffic", "accuracy",
-)  # fmt: skip
+    "nodes",
+    "casts",
+    "float_nodes",
+    "fp32_nodes",
+    "untyped",
+    "size",
+    "checker_error",
+    "ort_error",
+    "traffic",
+    "accuracy",
+)
 
 
 def figures(path: Path) -> dict[tuple[str, str], dict[str, Any]]:

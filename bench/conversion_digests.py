@@ -30,9 +30,21 @@ LEVELS = ("O1", "O2", "O3")
 DTYPES = ("fp16", "bf16")
 #: the report's conversion facts (its framing, timings and sizes left out)
 REPORT_KEYS = (
-    "nodes", "tensors", "casts", "folds", "traffic", "warnings", "casts_before", "casts_after",
-    "initializers_converted", "initializers_kept", "already_converted", "target", "level", "dtype",
-)  # fmt: skip
+    "nodes",
+    "tensors",
+    "casts",
+    "folds",
+    "traffic",
+    "warnings",
+    "casts_before",
+    "casts_after",
+    "initializers_converted",
+    "initializers_kept",
+    "already_converted",
+    "target",
+    "level",
+    "dtype",
+)
 
 
 def _digest(data: bytes) -> str:

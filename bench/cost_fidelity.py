@@ -203,10 +203,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                 missed.append(r["model"])
     checked = [r["model"] for r in done if r["model"] in FAMILIES]
     if user:  # the default dims are a guess for typical shapes, not for the ones given here
-        print(f"--dim given: the families are checked with --dim only (not within {DEFAULT_BOUND}x "
-              "with the default dims, which is for the default measured shapes)")  # fmt: skip
-    print(f"issue 20 families ({', '.join(checked)}): " + ("all within bounds" if not missed
-          else f"outside bounds: {', '.join(missed)}"))  # fmt: skip
+        print(
+            f"--dim given: the families are checked with --dim only (not within {DEFAULT_BOUND}x "
+            "with the default dims, which is for the default measured shapes)"
+        )
+    print(
+        f"issue 20 families ({', '.join(checked)}): "
+        + ("all within bounds" if not missed else f"outside bounds: {', '.join(missed)}")
+    )
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1) + "\n")
     return 1 if missed else 0

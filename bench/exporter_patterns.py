@@ -43,9 +43,14 @@ from amp_convert.validation import validate
 from bench._needs import needs
 
 HF_CONFIG = {
-    "vocab_size": 128, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
-    "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 64,
-}  # fmt: skip
+    "vocab_size": 128,
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 64,
+}
 
 MAKE_HF = """
 import sys, torch
@@ -102,9 +107,12 @@ def _python(code: str, args: list[str], site: str | None) -> subprocess.Complete
     if site:
         env["PYTHONPATH"] = os.pathsep.join([site, env.get("PYTHONPATH", "")])
     return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code), *args], env=env, capture_output=True,
-        text=True, timeout=1800,
-    )  # fmt: skip
+        [sys.executable, "-c", textwrap.dedent(code), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
 
 
 def _genai(work: Path, site: str) -> dict[str, Path | str]:
@@ -120,11 +128,28 @@ def _genai(work: Path, site: str) -> dict[str, Path | str]:
             dst = work / f"genai_{kind}_{precision}"
             env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": site}
             built = subprocess.run(
-                [sys.executable, "-m", "onnxruntime_genai.models.builder", "-m", kind, "-i",
-                 str(hf), "-o", str(dst), "-p", precision, "-e", "cpu", "-c",
-                 str(work / "cache")],
-                env=env, capture_output=True, text=True, timeout=1800,
-            )  # fmt: skip
+                [
+                    sys.executable,
+                    "-m",
+                    "onnxruntime_genai.models.builder",
+                    "-m",
+                    kind,
+                    "-i",
+                    str(hf),
+                    "-o",
+                    str(dst),
+                    "-p",
+                    precision,
+                    "-e",
+                    "cpu",
+                    "-c",
+                    str(work / "cache"),
+                ],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=1800,
+            )
             name = f"genai {kind} {precision}"
             model = dst / "model.onnx"
             out[name] = model if model.is_file() else "builder: " + _last(built.stderr)
@@ -154,9 +179,13 @@ def _judge(src: Path, steps: int) -> dict[str, Any]:
     try:
         convert_file(src, dst, level="O2", force=True)
         report = validate(
-            str(src), str(dst), provider="emulate", runs=0, decode_steps=steps,
+            str(src),
+            str(dst),
+            provider="emulate",
+            runs=0,
+            decode_steps=steps,
             thresholds={"min_cosine": 0.999},
-        )  # fmt: skip
+        )
     except AmpConvertError as e:
         return {"error": str(e)[:400]}
     worst = min((o.cosine for o in report.outputs if o.cosine is not None), default=None)
@@ -183,8 +212,10 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(args.work or tempfile.mkdtemp(prefix="exporters-"))
     work.mkdir(parents=True, exist_ok=True)
     models: dict[str, Path | str] = {}
-    for site, build, label in ((args.genai_site, _genai, "onnxruntime-genai builder"),
-                               (args.optimum_site, _optimum, "optimum-onnx")):  # fmt: skip
+    for site, build, label in (
+        (args.genai_site, _genai, "onnxruntime-genai builder"),
+        (args.optimum_site, _optimum, "optimum-onnx"),
+    ):
         if not site:
             models[label] = "skipped: not installed (see the module docstring)"
             continue

@@ -145,9 +145,12 @@ def main(argv: list[str] | None = None) -> int:
         ("fused_gpt2_past", fused_gpt2_past(**size, max_positions=128), True),
         ("genai_llama", genai_llama(**size, intermediate=4 * args.hidden), True),
         ("genai_llama", genai_llama(**size, intermediate=4 * args.hidden), False),
-        ("genai_llama_mha", genai_llama(**size, intermediate=4 * args.hidden, attention="mha"),
-         True),
-    ]  # fmt: skip
+        (
+            "genai_llama_mha",
+            genai_llama(**size, intermediate=4 * args.hidden, attention="mha"),
+            True,
+        ),
+    ]
     rows = [measure(name, model, keep) for name, model, keep in models]
     head = (
         f"{'model':28} {'io':4} {'fused':>5} {'fp16 amp/ort':>12} {'casts amp/ort':>13} "

@@ -116,9 +116,13 @@ def check_conversion(
     per_output = {name: {"atol": case.tolerance(name, dtype), "rtol": 0.0} for name in case.bounds}
     try:
         report = amp_convert.validate(
-            ref, out, provider="emulate", inputs=case.feeds, runs=0,
+            ref,
+            out,
+            provider="emulate",
+            inputs=case.feeds,
+            runs=0,
             thresholds={"max_nan": 0, "per_output": per_output},
-        )  # fmt: skip
+        )
     except Exception as e:
         raise FuzzFailure("validate-error", _first_line(e)) from e
     if not report.passed:

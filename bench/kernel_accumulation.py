@@ -184,10 +184,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--provider", choices=("cuda", "cpu"), default="cuda")
     p.add_argument("--json", type=Path)
     p.add_argument(
-        "--centre", type=float, nargs="+", default=[100.0],
+        "--centre",
+        type=float,
+        nargs="+",
+        default=[100.0],
         help="input means: 100 puts sums of squares past 65504 but their mean below; 300 puts "
         "the mean of squares (what the non-strict SkipSimplifiedLayerNorm keeps in FP16) past it",
-    )  # fmt: skip
+    )
     args = p.parse_args(argv)
     needs("onnxruntime")
     if args.provider == "cuda":

@@ -54,10 +54,17 @@ def measure_dd(src: Path, out: Path, out_bytes: int) -> dict:
     for f in files:
         subprocess.run(["dd", f"if={f}", "of=/dev/null", "bs=16M", "status=none"], check=True)
     subprocess.run(
-        ["dd", "if=/dev/zero", f"of={out}", "bs=16M", f"count={out_bytes}",
-         "iflag=count_bytes", "status=none"],
+        [
+            "dd",
+            "if=/dev/zero",
+            f"of={out}",
+            "bs=16M",
+            f"count={out_bytes}",
+            "iflag=count_bytes",
+            "status=none",
+        ],
         check=True,
-    )  # fmt: skip
+    )
     return {"seconds": time.perf_counter() - start, "cpu": _children_cpu() - cpu}
 
 

@@ -29,9 +29,12 @@ from bench._needs import needs, no_gpu
 def _model(nodes: list[onnx.NodeProto], opset: int, shape: tuple[int, ...], inits: list) -> bytes:
     vi = helper.make_tensor_value_info
     graph = helper.make_graph(
-        nodes, "g", [vi("x", TensorProto.FLOAT16, shape)], [vi("y", TensorProto.FLOAT16, shape)],
+        nodes,
+        "g",
+        [vi("x", TensorProto.FLOAT16, shape)],
+        [vi("y", TensorProto.FLOAT16, shape)],
         inits,
-    )  # fmt: skip
+    )
     opsets = [helper.make_opsetid("", opset)]
     return helper.make_model(graph, opset_imports=opsets, ir_version=8).SerializeToString()
 

@@ -96,8 +96,14 @@ def _toposorted(model: onnx.ModelProto) -> onnx.ModelProto:
 
 def _missing(node: onnx.NodeProto, ready: set[str]) -> set[str]:
     """What the node (its subgraphs included) reads that is not defined yet."""
-    outer = {x for a in node.attribute if a.type == onnx.AttributeProto.GRAPH
-             for g in graphs(a.g) for m in g.node for x in m.input}  # fmt: skip
+    outer = {
+        x
+        for a in node.attribute
+        if a.type == onnx.AttributeProto.GRAPH
+        for g in graphs(a.g)
+        for m in g.node
+        for x in m.input
+    }
     return (set(node.input) | (outer - _locals(node))) - ready
 
 
@@ -255,17 +261,37 @@ def models(layers: int, hidden: int, heads: int) -> list[tuple[str, onnx.ModelPr
         ("bert_plain+optimize_model", ort_optimized_bert(**size), {}, False),
         ("fused_gpt2_past", fused_gpt2_past(**size, max_positions=128), gpt2_dims, True),
         ("genai_llama (GQA)", genai_llama(**size, intermediate=4 * hidden), llama_dims, True),
-        ("genai_llama (MHA)", genai_llama(**size, intermediate=4 * hidden, attention="mha"),
-         llama_dims, True),
-        ("decoder_with_past", decoder_with_past(layers=layers, hidden=hidden, heads=heads), {},
-         True),
-        ("decoder_model_merged", decoder_model_merged(layers=layers, hidden=hidden, heads=heads),
-         {}, True),
+        (
+            "genai_llama (MHA)",
+            genai_llama(**size, intermediate=4 * hidden, attention="mha"),
+            llama_dims,
+            True,
+        ),
+        (
+            "decoder_with_past",
+            decoder_with_past(layers=layers, hidden=hidden, heads=heads),
+            {},
+            True,
+        ),
+        (
+            "decoder_model_merged",
+            decoder_model_merged(layers=layers, hidden=hidden, heads=heads),
+            {},
+            True,
+        ),
         ("qdq_encoder (quantize_static)", qdq_encoder(hidden=hidden, ffn=4 * hidden), {}, False),
-        ("seq2seq_decoder (mask fill)", seq2seq_decoder(hidden=hidden, heads=heads), s2s_dims,
-         False),
-        ("seq2seq_decoder merged (If)", seq2seq_decoder(merged=True, hidden=hidden, heads=heads),
-         s2s_dims, False),
+        (
+            "seq2seq_decoder (mask fill)",
+            seq2seq_decoder(hidden=hidden, heads=heads),
+            s2s_dims,
+            False,
+        ),
+        (
+            "seq2seq_decoder merged (If)",
+            seq2seq_decoder(merged=True, hidden=hidden, heads=heads),
+            s2s_dims,
+            False,
+        ),
         ("trained: tiny biases", tiny_bias_linear(features=hidden, hidden=4 * hidden), {}, False),
         ("trained: conv tail", conv_tiny_tail(), {}, False),
         ("trained: BN tiny tail", bn_tiny_tail(), {}, False),
@@ -275,12 +301,19 @@ def models(layers: int, hidden: int, heads: int) -> list[tuple[str, onnx.ModelPr
         ("x.mean((2,3)) dynamo", mean_pool_cnn("dynamo"), {}, False),
         ("x.mean((2,3)) torchscript", mean_pool_cnn("torchscript"), {}, False),
         ("MobileViTv2 linear attention", linear_attention(), {}, False),
-    ]  # fmt: skip
+    ]
 
 
 def table(rows: list[dict[str, Any]], steps: int) -> str:
-    head = ["model", "tool", "casts added", "weight bytes", "traffic (vs FP32)", "emulate cosine",
-            f"same token ({steps} steps)"]  # fmt: skip
+    head = [
+        "model",
+        "tool",
+        "casts added",
+        "weight bytes",
+        "traffic (vs FP32)",
+        "emulate cosine",
+        f"same token ({steps} steps)",
+    ]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     base: dict[str, dict[str, Any]] = {}
     for r in rows:

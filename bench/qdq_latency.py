@@ -66,16 +66,63 @@ def main(argv: list[str] | None = None) -> int:
         ref, _ = reference_outputs(src, args.provider, feeds)
         progress("FP32, QDQ, QDQ O2 and QDQ O2 --opset-upgrade: converted and timed")
         rows = [
-            ("FP32", convert_and_measure("FP32", src, folder, feeds, ref, provider=args.provider,
-                                         target="ort-cuda", runs=args.runs, warmup=args.warmup)),
-            ("QDQ", convert_and_measure("FP32", qdq, folder, feeds, ref, provider=args.provider,
-                                        target="ort-cuda", runs=args.runs, warmup=args.warmup)),
-            ("QDQ O2", convert_and_measure("O2", qdq, folder, feeds, ref, provider=args.provider,
-                                           target="ort-cuda", runs=args.runs, warmup=args.warmup)),
-            ("QDQ O2+up", convert_and_measure("O2+upgrade", qdq, folder, feeds, ref,
-                                              provider=args.provider, target="ort-cuda",
-                                              runs=args.runs, warmup=args.warmup)),
-        ]  # fmt: skip
+            (
+                "FP32",
+                convert_and_measure(
+                    "FP32",
+                    src,
+                    folder,
+                    feeds,
+                    ref,
+                    provider=args.provider,
+                    target="ort-cuda",
+                    runs=args.runs,
+                    warmup=args.warmup,
+                ),
+            ),
+            (
+                "QDQ",
+                convert_and_measure(
+                    "FP32",
+                    qdq,
+                    folder,
+                    feeds,
+                    ref,
+                    provider=args.provider,
+                    target="ort-cuda",
+                    runs=args.runs,
+                    warmup=args.warmup,
+                ),
+            ),
+            (
+                "QDQ O2",
+                convert_and_measure(
+                    "O2",
+                    qdq,
+                    folder,
+                    feeds,
+                    ref,
+                    provider=args.provider,
+                    target="ort-cuda",
+                    runs=args.runs,
+                    warmup=args.warmup,
+                ),
+            ),
+            (
+                "QDQ O2+up",
+                convert_and_measure(
+                    "O2+upgrade",
+                    qdq,
+                    folder,
+                    feeds,
+                    ref,
+                    provider=args.provider,
+                    target="ort-cuda",
+                    runs=args.runs,
+                    warmup=args.warmup,
+                ),
+            ),
+        ]
     print(f"ResNet-50 b{args.batch} on {args.provider}")
     for name, m in rows:
         cpu = m.placement.cpu_nodes if m.placement else None

@@ -49,8 +49,10 @@ def main() -> int:
         converted = convert(model, level="O2")
         for start in POSITIONS:
             feeds = _llama_feeds(model, start, attention == "gqa")
-            print(f"fused genai_llama ({attention}) position {start:>5}: "
-                  f"{_worst(model, converted, feeds)}")  # fmt: skip
+            print(
+                f"fused genai_llama ({attention}) position {start:>5}: "
+                f"{_worst(model, converted, feeds)}"
+            )
     model = in_graph_rotary()
     converted = convert(model, level="O2")
     rng = np.random.default_rng(0)

@@ -47,10 +47,12 @@ EXPORTS: dict[str, dict[str, Any]] = {
     "torchscript, BN kept": {"dynamo": False, "opset_version": 17, "do_constant_folding": False},
     "dynamo": {"dynamo": True},
     "old-style (opset 9, weights as inputs)": {
-        "dynamo": False, "opset_version": 9, "keep_initializers_as_inputs": True,
+        "dynamo": False,
+        "opset_version": 9,
+        "keep_initializers_as_inputs": True,
         "do_constant_folding": False,
     },
-}  # fmt: skip
+}
 
 
 def network() -> Any:
@@ -133,8 +135,16 @@ def measure(name: str, model: onnx.ModelProto) -> list[dict[str, Any]]:
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    head = ["export", "tool", "casts added", "GlobalAveragePool / ReduceMean", "BN nodes",
-            "graph inputs", "FP16 / float weights", "emulate cosine"]  # fmt: skip
+    head = [
+        "export",
+        "tool",
+        "casts added",
+        "GlobalAveragePool / ReduceMean",
+        "BN nodes",
+        "graph inputs",
+        "FP16 / float weights",
+        "emulate cosine",
+    ]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         if "error" in r:
@@ -143,9 +153,16 @@ def table(rows: list[dict[str, Any]]) -> str:
         cos = f"{r['cosine']:.6f}" if "cosine" in r else r.get("cosine_error", "-")
         listed = r.get("initializer_inputs")
         inputs = r["inputs"] + (f" ({listed})" if listed else "")
-        cells = [r["export"], r["tool"], str(r["casts_added"]),
-                 f"{r['global_pool']} / {r['reduce_mean']}", r["batch_norms"], inputs,
-                 r["fp16_weights"], cos]  # fmt: skip
+        cells = [
+            r["export"],
+            r["tool"],
+            str(r["casts_added"]),
+            f"{r['global_pool']} / {r['reduce_mean']}",
+            r["batch_norms"],
+            inputs,
+            r["fp16_weights"],
+            cos,
+        ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

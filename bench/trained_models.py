@@ -51,8 +51,20 @@ def fetch(cache: Path) -> dict[str, Path]:
     for spec in WHEELS:
         name = spec.split("==")[0].replace("-", "_")
         if not list(cache.glob(f"{name}-*.whl")):
-            subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", spec,
-                            "-d", str(cache)], check=True)  # fmt: skip
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "pip",
+                    "download",
+                    "--no-deps",
+                    "-q",
+                    spec,
+                    "-d",
+                    str(cache),
+                ],
+                check=True,
+            )
     found: dict[str, Path] = {}
     for wheel in cache.glob("*.whl"):
         with zipfile.ZipFile(wheel) as z:
@@ -73,8 +85,9 @@ def text_line(height: int, width: int, seed: int = 0) -> np.ndarray:
 
         img = Image.new("RGB", (width, height), "white")
         font = ImageFont.load_default(size=int(height * 0.6))
-        ImageDraw.Draw(img).text((4, height // 6), "amp-convert 2025: ONNX FP16", fill="black",
-                                 font=font)  # fmt: skip
+        ImageDraw.Draw(img).text(
+            (4, height // 6), "amp-convert 2025: ONNX FP16", fill="black", font=font
+        )
         pixels = np.asarray(img, np.float32).transpose(2, 0, 1)[None] / 255.0
     except ImportError:  # no PIL: bright strokes on a dark page, inverted to dark on light
         pixels = 1.0 - np.clip(text_like_image(height, width, seed), 0.0, 1.0)
@@ -97,8 +110,11 @@ def speech(samples: int, rate: int = 16000, seed: int = 0) -> np.ndarray:
     f0 = 120 + 15 * np.sin(2 * np.pi * 3 * t)
     phase = np.cumsum(2 * np.pi * f0 / rate)
     source = sum(np.sin(k * phase) / k for k in range(1, 25))
-    voiced = sum(np.sin(k * phase) * np.exp(-(((k * f0) - fc) ** 2) / (2 * 150.0**2))
-                 for k in range(1, 25) for fc in (700.0, 1200.0))  # fmt: skip
+    voiced = sum(
+        np.sin(k * phase) * np.exp(-(((k * f0) - fc) ** 2) / (2 * 150.0**2))
+        for k in range(1, 25)
+        for fc in (700.0, 1200.0)
+    )
     envelope = 0.5 * (1 - np.cos(2 * np.pi * 4 * t)) + 0.1
     signal = envelope * (0.3 * source + voiced) + 0.01 * rng.standard_normal(samples)
     return (0.5 * signal / np.abs(signal).max()).astype(np.float32)
@@ -113,8 +129,9 @@ def vad_feeds(model: onnx.ModelProto) -> dict[str, np.ndarray]:
     state = np.zeros((2, 1, 128), np.float32)
     sr = np.array(16000, np.int64)
     for i in range(10):
-        _, state = session.run(None, {"input": audio[None, 512 * i : 512 * (i + 1)], "state": state,
-                                      "sr": sr})  # fmt: skip
+        _, state = session.run(
+            None, {"input": audio[None, 512 * i : 512 * (i + 1)], "state": state, "sr": sr}
+        )
     return {"input": audio[None, 5120:], "state": state, "sr": sr}
 
 
@@ -125,15 +142,18 @@ def magika_feeds(model: onnx.ModelProto) -> dict[str, np.ndarray]:
 
 
 MODELS: dict[str, tuple[str, Feeds]] = {
-    "PP-OCRv4 det (paddle2onnx, opset 12)": (
-        "ch_PP-OCRv4_det_infer.onnx", lambda m: {"x": page()}),
+    "PP-OCRv4 det (paddle2onnx, opset 12)": ("ch_PP-OCRv4_det_infer.onnx", lambda m: {"x": page()}),
     "PP-OCRv4 rec (paddle2onnx, opset 12)": (
-        "ch_PP-OCRv4_rec_infer.onnx", lambda m: {"x": text_line(48, 320)}),
+        "ch_PP-OCRv4_rec_infer.onnx",
+        lambda m: {"x": text_line(48, 320)},
+    ),
     "PP-OCR v2.0 cls (paddle2onnx, opset 11)": (
-        "ch_ppocr_mobile_v2.0_cls_infer.onnx", lambda m: {"x": text_line(48, 192)}),
+        "ch_ppocr_mobile_v2.0_cls_infer.onnx",
+        lambda m: {"x": text_line(48, 192)},
+    ),
     "silero VAD (If per rate, opset 16)": ("silero_vad.onnx", vad_feeds),
     "Magika (jax2tf/tf2onnx, opset 15)": ("model.onnx", magika_feeds),
-}  # fmt: skip
+}
 
 
 def measure(name: str, model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[dict]:
@@ -163,8 +183,9 @@ def table(rows: list[dict]) -> str:
             lines.append(f"| {r['model']} | {r['tool']} | fails: {r['error']} | | |")
             continue
         cos = f"{r['cosine']:.6f}" if "cosine" in r else r.get("cosine_error", "-")
-        lines.append(f"| {r['model']} | {r['tool']} | {r['casts_added']} | "
-                     f"{r['bytes'] / 1e6:.2f} | {cos} |")  # fmt: skip
+        lines.append(
+            f"| {r['model']} | {r['tool']} | {r['casts_added']} | {r['bytes'] / 1e6:.2f} | {cos} |"
+        )
     return "\n".join(lines)
 
 

@@ -63,13 +63,19 @@ def main() -> int:
         for rows in args.rows:
             done = subprocess.run(
                 [sys.executable, "-c", _CHILD, str(ref), str(cand), str(rows), args.provider],
-                capture_output=True, text=True, check=True, cwd=root,
-            )  # fmt: skip
+                capture_output=True,
+                text=True,
+                check=True,
+                cwd=root,
+            )
             base, peak, verdict = done.stdout.split()
             size = rows * 1024 * 4
             ratio = (int(peak) - int(base)) / size
-            print(f"input {size / 2**20:7.1f} MiB: peak +{(int(peak) - int(base)) / 2**20:7.1f} "
-                  f"MiB = {ratio:.1f}x the input ({verdict})", flush=True)  # fmt: skip
+            print(
+                f"input {size / 2**20:7.1f} MiB: peak +{(int(peak) - int(base)) / 2**20:7.1f} "
+                f"MiB = {ratio:.1f}x the input ({verdict})",
+                flush=True,
+            )
     return 0
 
 

@@ -29,13 +29,17 @@ def linear_attention(
         qkv = b.op("Conv", [x, w, bias], f"{s}/qkv_proj/Conv")
         q, k, v = b.op("Split", [qkv, split], f"{s}/Split", axis=1, outputs=3)
         scores = b.op("Softmax", [q], f"{s}/Softmax", axis=-1)
-        context = b.op("ReduceSum", [b.op("Mul", [k, scores], f"{s}/Mul"), axes],
-                       f"{s}/ReduceSum", keepdims=1)  # fmt: skip
+        context = b.op(
+            "ReduceSum", [b.op("Mul", [k, scores], f"{s}/Mul"), axes], f"{s}/ReduceSum", keepdims=1
+        )
         shape = b.op("Shape", [v], f"{s}/Shape")
         context = b.op("Expand", [context, shape], f"{s}/Expand")
         out = b.op("Mul", [b.op("Relu", [v], f"{s}/Relu"), context], f"{s}/Mul_1")
-        out = b.op("Conv", [out, b.weight(f"stages.{i}.attn.out_proj.weight", [dim, dim, 1, 1])],
-                   f"{s}/out_proj/Conv")  # fmt: skip
+        out = b.op(
+            "Conv",
+            [out, b.weight(f"stages.{i}.attn.out_proj.weight", [dim, dim, 1, 1])],
+            f"{s}/out_proj/Conv",
+        )
         x = b.op("Add", [x, out], f"/stages.{i}/Add")
     b.op("Identity", [x], "/output", outputs=["y"])
     b.output("y", FLOAT, [1, dim, patches, tokens])

@@ -78,9 +78,14 @@ def build(
             raise ValueError(f"unknown model(s): {', '.join(unknown)}")
     else:
         names = [
-            *ALL_BLOCKS, *ALL_FOCUSED, *ALL_CNN, *ALL_DECODERS, *ALL_FUSED, *ALL_VISION,
+            *ALL_BLOCKS,
+            *ALL_FOCUSED,
+            *ALL_CNN,
+            *ALL_DECODERS,
+            *ALL_FUSED,
+            *ALL_VISION,
             *(SAMPLES if samples else ()),
-        ]  # fmt: skip
+        ]
     written = []
     for name in names:
         path = out / f"{name}.onnx"

@@ -24,14 +24,16 @@ def weights_in_constants(model: onnx.ModelProto) -> onnx.ModelProto:
     out.CopyFrom(model)
     g = out.graph
     moved = [
-        t for t in g.initializer
+        t
+        for t in g.initializer
         if t.data_type == onnx.TensorProto.FLOAT and len(t.raw_data or t.float_data) > _SMALL
-    ]  # fmt: skip
+    ]
     keep = [t for t in g.initializer if t not in moved]
     del g.initializer[:]
     g.initializer.extend(keep)
-    nodes = [helper.make_node("Constant", [], [t.name], f"{t.name}/Constant", value=t)
-             for t in moved]  # fmt: skip
+    nodes = [
+        helper.make_node("Constant", [], [t.name], f"{t.name}/Constant", value=t) for t in moved
+    ]
     for n in reversed(nodes):
         g.node.insert(0, n)
     return out

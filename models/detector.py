@@ -39,9 +39,13 @@ def _conv(
     pad = k // 2
     w = b.weight(f"{scope}/conv/weight", [c_out, c_in, k, k])
     return b.op(
-        "Conv", [x, w], f"{scope}/conv/Conv",
-        kernel_shape=[k, k], strides=[stride, stride], pads=[pad] * 4,
-    )  # fmt: skip
+        "Conv",
+        [x, w],
+        f"{scope}/conv/Conv",
+        kernel_shape=[k, k],
+        strides=[stride, stride],
+        pads=[pad] * 4,
+    )
 
 
 def _conv_bn_relu(b, x, scope, c_in, c_out, k, stride=1, relu=True) -> str:
@@ -76,9 +80,7 @@ def dbnet_detector(image: int = 64, channels: int = 8, seed: int = 11) -> onnx.M
         x = _stage(b, x, f"stage{i}", c * max(1, mult // 2), c * mult)
         feats.append((x, c * mult))
     inner = 4 * c
-    lateral = [
-        _conv(b, f, f"fpn/in{i}", ch, inner, 1) for i, (f, ch) in enumerate(feats)
-    ]  # fmt: skip
+    lateral = [_conv(b, f, f"fpn/in{i}", ch, inner, 1) for i, (f, ch) in enumerate(feats)]
     p = lateral[3]
     tops = [p]
     for i in (2, 1, 0):
@@ -97,9 +99,12 @@ def dbnet_detector(image: int = 64, channels: int = 8, seed: int = 11) -> onnx.M
         w = b.weight(f"head/up{i}/weight", [inner // 4, c_out, 2, 2])
         bias = b.weight(f"head/up{i}/bias", [c_out])
         h = b.op(
-            "ConvTranspose", [h, w, bias], f"head/up{i}/ConvTranspose",
-            kernel_shape=[2, 2], strides=[2, 2],
-        )  # fmt: skip
+            "ConvTranspose",
+            [h, w, bias],
+            f"head/up{i}/ConvTranspose",
+            kernel_shape=[2, 2],
+            strides=[2, 2],
+        )
         if i == 0:
             h = b.op("Relu", [_bn(b, h, f"head/up{i}", c_out)], f"head/up{i}/Relu")
     prob = b.op("Sigmoid", [h], "head/Sigmoid", outputs=["maps"])

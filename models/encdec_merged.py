@@ -90,16 +90,25 @@ def _branch(
             ek, ev = f"past_key_values.{i}.encoder.key", f"past_key_values.{i}.encoder.value"
             empty = np.zeros((1, heads, 0, hd), np.float32)
             placeholders = [
-                b.op("Constant", [], f"{p}/present.{i}.encoder.{kv}/empty",
-                     value=numpy_helper.from_array(empty, "value"))
+                b.op(
+                    "Constant",
+                    [],
+                    f"{p}/present.{i}.encoder.{kv}/empty",
+                    value=numpy_helper.from_array(empty, "value"),
+                )
                 for kv in ("key", "value")
-            ]  # fmt: skip
+            ]
         else:
             ek, ev = (
-                _heads(b, b.op("MatMul", ["encoder_hidden_states", w[f"{i}.c{n}"]],
-                               f"{p}/cross_{n}"), f"{p}/cross_{n}h", heads, hd)
+                _heads(
+                    b,
+                    b.op("MatMul", ["encoder_hidden_states", w[f"{i}.c{n}"]], f"{p}/cross_{n}"),
+                    f"{p}/cross_{n}h",
+                    heads,
+                    hd,
+                )
                 for n in ("k", "v")
-            )  # fmt: skip
+            )
             placeholders = [ek, ev]
         c = _attend(b, q2, ek, ev, f"{p}/cross", hidden, hd)
         x = b.op("Add", [x, b.op("MatMul", [c, w[f"{i}.co"]], f"{p}/cross_o")], f"{p}/cross_res")
@@ -147,9 +156,15 @@ def seq2seq_decoder_merged(
         graphs.append(sub.graph())
     names = [n for n, _ in outputs]
     b.nodes.append(
-        helper.make_node("If", ["use_cache_branch"], names, name="optimum::if",
-                         then_branch=graphs[0], else_branch=graphs[1])
-    )  # fmt: skip
+        helper.make_node(
+            "If",
+            ["use_cache_branch"],
+            names,
+            name="optimum::if",
+            then_branch=graphs[0],
+            else_branch=graphs[1],
+        )
+    )
     for n, shape in outputs:
         b.output(n, FLOAT, shape)
     return b.model(doc=first_doc_paragraph(seq2seq_decoder_merged))

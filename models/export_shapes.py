@@ -32,19 +32,37 @@ __all__ = ["EXPORTS"]
 def _bn(b: GraphBuilder, x: str, scope: str, c: int, *, dead: int | None = None) -> str:
     scale, bias, mean, var = bn_stats(b.rng, c, dead)
     names = [
-        b.initializer(f"{scope}.w_0", scale), b.initializer(f"{scope}.b_0", bias),
-        b.initializer(f"{scope}.w_1", mean), b.initializer(f"{scope}.w_2", var),
-    ]  # fmt: skip
+        b.initializer(f"{scope}.w_0", scale),
+        b.initializer(f"{scope}.b_0", bias),
+        b.initializer(f"{scope}.w_1", mean),
+        b.initializer(f"{scope}.w_2", var),
+    ]
     out = b.op("BatchNormalization", [x, *names], f"{scope}.bn", epsilon=1e-5, momentum=0.9)
     assert isinstance(out, str)
     return out
 
 
-def _conv_bn(b: GraphBuilder, x: str, scope: str, cin: int, cout: int, k: int = 3, s: int = 1,
-             act: str | None = "Relu", group: int = 1) -> str:  # fmt: skip
+def _conv_bn(
+    b: GraphBuilder,
+    x: str,
+    scope: str,
+    cin: int,
+    cout: int,
+    k: int = 3,
+    s: int = 1,
+    act: str | None = "Relu",
+    group: int = 1,
+) -> str:
     w = b.weight(f"{scope}.w", [cout, cin // group, k, k])
-    y = b.op("Conv", [x, w], f"{scope}.conv", kernel_shape=[k, k], strides=[s, s],
-             pads=[k // 2] * 4, group=group)  # fmt: skip
+    y = b.op(
+        "Conv",
+        [x, w],
+        f"{scope}.conv",
+        kernel_shape=[k, k],
+        strides=[s, s],
+        pads=[k // 2] * 4,
+        group=group,
+    )
     y = _bn(b, str(y), f"{scope}.batch_norm", cout)
     if act == "HardSwish":  # paddle2onnx decomposes it
         t = b.op("Add", [y, b.f32("three", 3.0)], f"{scope}.hs_add")
@@ -97,14 +115,18 @@ def paddle_picodet_head(image: int = 32, classes: int = 4, seed: int = 62) -> on
     y = _conv_bn(b, x, "conv2d_0", 3, 16, s=2, act="HardSwish")
     y = _conv_bn(b, y, "conv2d_1", 16, 16, act="HardSwish")
     y = _conv_bn(b, y, "conv2d_2", 16, 24, s=2, act="HardSwish")
-    cls = b.op("Conv", [y, b.weight("head.cls.w", [classes, 24, 1, 1])], "head.cls",
-               kernel_shape=[1, 1])  # fmt: skip
+    cls = b.op(
+        "Conv", [y, b.weight("head.cls.w", [classes, 24, 1, 1])], "head.cls", kernel_shape=[1, 1]
+    )
     cls = b.op("Sigmoid", [cls], "head.cls.sigmoid")
     hw = (image // 4) ** 2
-    cls = b.op("Reshape", [cls, b.i64("cls_shape", [1, classes, hw])], "head.cls.reshape",
-               outputs=["scores"])  # fmt: skip
-    reg = b.op("Conv", [y, b.weight("head.reg.w", [32, 24, 1, 1])], "head.reg",
-               kernel_shape=[1, 1])  # fmt: skip
+    cls = b.op(
+        "Reshape",
+        [cls, b.i64("cls_shape", [1, classes, hw])],
+        "head.cls.reshape",
+        outputs=["scores"],
+    )
+    reg = b.op("Conv", [y, b.weight("head.reg.w", [32, 24, 1, 1])], "head.reg", kernel_shape=[1, 1])
     reg = b.op("Reshape", [reg, b.i64("reg_shape", [1, 4, 8, hw])], "head.reg.reshape")
     reg = b.op("Transpose", [reg], "head.reg.transpose", perm=[0, 3, 1, 2])
     reg = b.op("Softmax", [reg], "head.reg.softmax", axis=-1)
@@ -128,24 +150,38 @@ def timm_efficientnet(image: int = 24, seed: int = 63) -> onnx.ModelProto:
     y = _conv_bn(b, y, "blocks.0.conv_dw", 16, 16, act=None, group=16)
     y = b.op("Mul", [y, b.op("Sigmoid", [y], "blocks.0.act.sigmoid")], "blocks.0.act.mul")
     s = b.op("GlobalAveragePool", [y], "blocks.0.se.pool")
-    s = b.op("Conv", [s, b.weight("se.reduce.w", [4, 16, 1, 1])], "blocks.0.se.reduce",
-             kernel_shape=[1, 1])  # fmt: skip
+    s = b.op(
+        "Conv",
+        [s, b.weight("se.reduce.w", [4, 16, 1, 1])],
+        "blocks.0.se.reduce",
+        kernel_shape=[1, 1],
+    )
     s = b.op("Relu", [s], "blocks.0.se.relu")
-    s = b.op("Conv", [s, b.weight("se.expand.w", [16, 4, 1, 1])], "blocks.0.se.expand",
-             kernel_shape=[1, 1])  # fmt: skip
+    s = b.op(
+        "Conv",
+        [s, b.weight("se.expand.w", [16, 4, 1, 1])],
+        "blocks.0.se.expand",
+        kernel_shape=[1, 1],
+    )
     y = b.op("Mul", [y, b.op("Sigmoid", [s], "blocks.0.se.gate")], "blocks.0.se.mul")
     y = _conv_bn(b, y, "blocks.0.conv_pw", 16, 16, k=1, act=None)
     y = b.op("Add", [y, r], "blocks.0.residual")
     y = b.op("GlobalAveragePool", [y], "global_pool")
     y = b.op("Flatten", [y], "flatten")
-    b.op("Gemm", [y, b.weight("classifier.w", [10, 16]), b.weight("classifier.b", [10])],
-         "classifier", transB=1, outputs=["logits"])  # fmt: skip
+    b.op(
+        "Gemm",
+        [y, b.weight("classifier.w", [10, 16]), b.weight("classifier.b", [10])],
+        "classifier",
+        transB=1,
+        outputs=["logits"],
+    )
     b.output("logits", FLOAT, [1, 10])
     return b.model(opset=13)
 
 
-def t5_encoder(layers: int = 2, hidden: int = 32, heads: int = 4, seq: int = 16,
-               seed: int = 64) -> onnx.ModelProto:  # fmt: skip
+def t5_encoder(
+    layers: int = 2, hidden: int = 32, heads: int = 4, seq: int = 16, seed: int = 64
+) -> onnx.ModelProto:
     """T5 encoder as torch.onnx exports it: embedding Gather, T5LayerNorm as
     x * 1/sqrt(mean(x^2) + eps) * w (Pow/ReduceMean/Add/Sqrt/Div/Mul), bias-free Q/K/V/O MatMuls
     without score scaling, a relative-position bias (Gather of a bucket table, computed once)
@@ -155,8 +191,11 @@ def t5_encoder(layers: int = 2, hidden: int = 32, heads: int = 4, seq: int = 16,
     x = b.op("Gather", [b.weight("shared.weight", [100, hidden], std=1.0), ids], "embed")
     dh = hidden // heads
     buckets = np.minimum(np.abs(np.arange(seq)[None, :] - np.arange(seq)[:, None]), 7)
-    bias = b.op("Gather", [b.weight("rel_bias", [8, heads], std=1.0), b.i64("buckets", buckets)],
-                "position_bias.gather")  # fmt: skip
+    bias = b.op(
+        "Gather",
+        [b.weight("rel_bias", [8, heads], std=1.0), b.i64("buckets", buckets)],
+        "position_bias.gather",
+    )
     bias = b.op("Transpose", [bias], "position_bias.transpose", perm=[2, 0, 1])
     bias = b.op("Unsqueeze", [bias, b.i64("ax0", [0])], "position_bias.unsqueeze")
 
@@ -166,8 +205,11 @@ def t5_encoder(layers: int = 2, hidden: int = 32, heads: int = 4, seq: int = 16,
         m = b.op("Add", [m, b.f32("eps", 1e-6)], f"{scope}.add")
         m = b.op("Sqrt", [m], f"{scope}.sqrt")
         v = b.op("Div", [v, m], f"{scope}.div")
-        return str(b.op("Mul", [v, b.initializer(f"{scope}.w", np.ones(hidden, np.float32))],
-                        f"{scope}.mul"))  # fmt: skip
+        return str(
+            b.op(
+                "Mul", [v, b.initializer(f"{scope}.w", np.ones(hidden, np.float32))], f"{scope}.mul"
+            )
+        )
 
     def heads_of(v: str, scope: str) -> str:
         v = b.op("Reshape", [v, b.i64("split_shape", [1, seq, heads, dh])], f"{scope}.reshape")
@@ -176,8 +218,13 @@ def t5_encoder(layers: int = 2, hidden: int = 32, heads: int = 4, seq: int = 16,
     for i in range(layers):
         s = f"block.{i}"
         h = norm(x, f"{s}.ln0")
-        q, k, v = (heads_of(str(b.op("MatMul", [h, b.weight(f"{s}.{n}", [hidden, hidden])],
-                                     f"{s}.{n}.matmul")), f"{s}.{n}") for n in "qkv")  # fmt: skip
+        q, k, v = (
+            heads_of(
+                str(b.op("MatMul", [h, b.weight(f"{s}.{n}", [hidden, hidden])], f"{s}.{n}.matmul")),
+                f"{s}.{n}",
+            )
+            for n in "qkv"
+        )
         kt = b.op("Transpose", [k], f"{s}.kt", perm=[0, 1, 3, 2])
         sc = b.op("Add", [b.op("MatMul", [q, kt], f"{s}.scores"), bias], f"{s}.scores.bias")
         a = b.op("MatMul", [b.op("Softmax", [sc], f"{s}.softmax", axis=-1), v], f"{s}.context")
@@ -196,8 +243,15 @@ def t5_encoder(layers: int = 2, hidden: int = 32, heads: int = 4, seq: int = 16,
     return b.model(opset=13)
 
 
-def _melspec(b: GraphBuilder, audio: str, scope: str, samples: int, n_fft: int = 64,
-             hop: int = 32, mels: int = 16) -> str:  # fmt: skip
+def _melspec(
+    b: GraphBuilder,
+    audio: str,
+    scope: str,
+    samples: int,
+    n_fft: int = 64,
+    hop: int = 32,
+    mels: int = 16,
+) -> str:
     """openWakeWord-style melspectrogram: reflect Pad, STFT as Conv1d with DFT kernels, power,
     mel MatMul, Clip + Log, dB scaling: [1, 1, frames, mels]."""
     bins = n_fft // 2 + 1
@@ -229,8 +283,12 @@ def _wake_head(b: GraphBuilder, mel: str, scope: str, frames: int, mels: int) ->
     y = _conv_bn(b, y, f"{scope}.conv_1", 8, 8, s=2)
     y = b.op("GlobalAveragePool", [y], f"{scope}.pool")
     y = b.op("Flatten", [y], f"{scope}.flatten")
-    y = b.op("Gemm", [y, b.weight(f"{scope}.fc.w", [1, 8]), b.weight(f"{scope}.fc.b", [1])],
-             f"{scope}.fc", transB=1)  # fmt: skip
+    y = b.op(
+        "Gemm",
+        [y, b.weight(f"{scope}.fc.w", [1, 8]), b.weight(f"{scope}.fc.b", [1])],
+        f"{scope}.fc",
+        transB=1,
+    )
     return str(b.op("Sigmoid", [y], f"{scope}.sigmoid"))
 
 
@@ -260,8 +318,14 @@ def wakeword_in_if(samples: int = 1024, seed: int = 66) -> onnx.ModelProto:
     other = b.subgraph("else_branch")
     zero = other.op("Identity", [other.f32("zeros", np.zeros((1, 1), np.float32))], "zero_score")
     other.outputs.append(onnx.helper.make_tensor_value_info(str(zero), FLOAT, [1, 1]))
-    b.op("If", [cond], "detect", outputs=["probability"], then_branch=then.graph(),
-         else_branch=other.graph())  # fmt: skip
+    b.op(
+        "If",
+        [cond],
+        "detect",
+        outputs=["probability"],
+        then_branch=then.graph(),
+        else_branch=other.graph(),
+    )
     b.output("probability", FLOAT, [1, 1])
     return b.model(opset=13)
 

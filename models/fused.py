@@ -88,16 +88,25 @@ def fused_bert(
         qkv_w = b.weight(f"{p}/attention/qkv/weight", [hidden, 3 * hidden])
         qkv_b = b.weight(f"{p}/attention/qkv/bias", [3 * hidden])
         a = b.op(
-            "Attention", [x, qkv_w, qkv_b, mask_index], f"{p}/attention/Attention", domain=MS,
+            "Attention",
+            [x, qkv_w, qkv_b, mask_index],
+            f"{p}/attention/Attention",
+            domain=MS,
             num_heads=heads,
-        )  # fmt: skip
+        )
         a = _matmul(b, a, f"{p}/attention/output/dense", hidden, hidden)
         x = b.op(
             "SkipLayerNormalization",
-            [a, x, *_ln_weights(b, f"{p}/attention/output/LayerNorm", hidden),
-             b.weight(f"{p}/attention/output/dense/bias", [hidden])],
-            f"{p}/attention/output/SkipLayerNorm", domain=MS, epsilon=1e-12,
-        )  # fmt: skip
+            [
+                a,
+                x,
+                *_ln_weights(b, f"{p}/attention/output/LayerNorm", hidden),
+                b.weight(f"{p}/attention/output/dense/bias", [hidden]),
+            ],
+            f"{p}/attention/output/SkipLayerNorm",
+            domain=MS,
+            epsilon=1e-12,
+        )
         h = _matmul(b, x, f"{p}/intermediate/dense", hidden, 4 * hidden)
         gelu = "BiasGelu" if i % 2 == 0 else "FastGelu"
         bias = b.weight(f"{p}/intermediate/dense/bias", [4 * hidden])
@@ -105,11 +114,17 @@ def fused_bert(
         h = _matmul(b, h, f"{p}/output/dense", 4 * hidden, hidden)
         x = b.op(
             "SkipLayerNormalization",
-            [h, x, *_ln_weights(b, f"{p}/output/LayerNorm", hidden),
-             b.weight(f"{p}/output/dense/bias", [hidden])],
-            f"{p}/output/SkipLayerNorm", domain=MS, epsilon=1e-12,
+            [
+                h,
+                x,
+                *_ln_weights(b, f"{p}/output/LayerNorm", hidden),
+                b.weight(f"{p}/output/dense/bias", [hidden]),
+            ],
+            f"{p}/output/SkipLayerNorm",
+            domain=MS,
+            epsilon=1e-12,
             outputs=["last_hidden_state"] if i == last else 1,
-        )  # fmt: skip
+        )
     b.output(x, FLOAT, ["batch", "sequence", hidden])
     first = b.op("Gather", [x, b.i64("const/idx0", 0)], "pooler/Gather", axis=1)
     pw = b.weight("pooler/dense/weight", [hidden, hidden])
@@ -152,40 +167,57 @@ def fused_gpt2_past(
     pe = b.op("Gather", [wpe, pos], "transformer/wpe/Gather", axis=0)
     resid = b.op("Add", [tok, pe], "transformer/embed/Add")
     h = b.op(
-        "LayerNormalization", [resid, *_ln_weights(b, "transformer/h0/ln_1", hidden)],
-        "transformer/h0/ln_1/LayerNormalization", axis=-1, epsilon=1e-5,
-    )  # fmt: skip
+        "LayerNormalization",
+        [resid, *_ln_weights(b, "transformer/h0/ln_1", hidden)],
+        "transformer/h0/ln_1/LayerNormalization",
+        axis=-1,
+        epsilon=1e-5,
+    )
     for i in range(layers):
         p = f"transformer/h{i}"
         w = b.weight(f"{p}/attn/c_attn/weight", [hidden, 3 * hidden])
         bias = b.weight(f"{p}/attn/c_attn/bias", [3 * hidden])
         a, _ = b.op(
-            "Attention", [h, w, bias, mask32, pasts[i]], f"{p}/attn/Attention",
-            outputs=[f"{p}/attn/Attention_out", f"present_{i}"], domain=MS,
-            num_heads=heads, unidirectional=1,
-        )  # fmt: skip
+            "Attention",
+            [h, w, bias, mask32, pasts[i]],
+            f"{p}/attn/Attention",
+            outputs=[f"{p}/attn/Attention_out", f"present_{i}"],
+            domain=MS,
+            num_heads=heads,
+            unidirectional=1,
+        )
         b.output(f"present_{i}", FLOAT, [2, "batch", heads, total, head_dim])
         a = _matmul(b, a, f"{p}/attn/c_proj", hidden, hidden)
         h, _, _, resid = b.op(
             "SkipLayerNormalization",
-            [a, resid, *_ln_weights(b, f"{p}/ln_2", hidden),
-             b.weight(f"{p}/attn/c_proj/bias", [hidden])],
-            f"{p}/ln_2/SkipLayerNorm", domain=MS, epsilon=1e-5,
+            [
+                a,
+                resid,
+                *_ln_weights(b, f"{p}/ln_2", hidden),
+                b.weight(f"{p}/attn/c_proj/bias", [hidden]),
+            ],
+            f"{p}/ln_2/SkipLayerNorm",
+            domain=MS,
+            epsilon=1e-5,
             outputs=[f"{p}/ln_2/out", "", "", f"{p}/ln_2/residual"],
-        )  # fmt: skip
+        )
         m = _matmul(b, h, f"{p}/mlp/c_fc", hidden, 4 * hidden)
         m = b.op(
-            "FastGelu", [m, b.weight(f"{p}/mlp/c_fc/bias", [4 * hidden])], f"{p}/mlp/FastGelu",
+            "FastGelu",
+            [m, b.weight(f"{p}/mlp/c_fc/bias", [4 * hidden])],
+            f"{p}/mlp/FastGelu",
             domain=MS,
-        )  # fmt: skip
+        )
         m = _matmul(b, m, f"{p}/mlp/c_proj", 4 * hidden, hidden)
         nxt = f"transformer/h{i + 1}/ln_1" if i + 1 < layers else "transformer/ln_f"
         h, _, _, resid = b.op(
             "SkipLayerNormalization",
             [m, resid, *_ln_weights(b, nxt, hidden), b.weight(f"{p}/mlp/c_proj/bias", [hidden])],
-            f"{nxt}/SkipLayerNorm", domain=MS, epsilon=1e-5,
+            f"{nxt}/SkipLayerNorm",
+            domain=MS,
+            epsilon=1e-5,
             outputs=[f"{nxt}/out", "", "", f"{nxt}/residual"],
-        )  # fmt: skip
+        )
     wte_t = b.op("Transpose", [wte], "lm_head/Transpose", perm=[1, 0])
     logits = b.op("MatMul", [h, wte_t], "lm_head/MatMul", outputs=["logits"])
     b.output(logits, FLOAT, ["batch", "sequence_length", vocab])
@@ -244,12 +276,16 @@ def genai_llama(
     cos = b.initializer("cos_cache", caches[0])
     sin = b.initializer("sin_cache", caches[1])
 
-    x = b.op("Gather", [b.weight("model/embed_tokens/weight", [vocab, hidden], std=0.02), ids],
-             "model/embed_tokens/Gather")  # fmt: skip
+    x = b.op(
+        "Gather",
+        [b.weight("model/embed_tokens/weight", [vocab, hidden], std=0.02), ids],
+        "model/embed_tokens/Gather",
+    )
     if attention == "gqa":
         # the builder's mask reformatting: seqlens_k = sum(mask) - 1, total = mask.shape[1]
-        s = b.op("ReduceSum", [mask, b.i64("const/axes_1", [1])], "model/attn_mask/ReduceSum",
-                 keepdims=0)  # fmt: skip
+        s = b.op(
+            "ReduceSum", [mask, b.i64("const/axes_1", [1])], "model/attn_mask/ReduceSum", keepdims=0
+        )
         s = b.op("Sub", [s, b.i64("const/one", 1)], "model/attn_mask/Sub")
         seqlens_k = _int32(b, s, "model/attn_mask/seqlens_k/Cast")
         shape = b.op("Shape", [mask], "model/attn_mask/Shape")
@@ -258,9 +294,14 @@ def genai_llama(
     else:
         key_mask = _int32(b, mask, "model/attn_mask/Cast")
     resid = x
-    h = b.op("SimplifiedLayerNormalization", [x, _ln_weights(b, "model/layers.0/input_layernorm",
-             hidden, beta=False)[0]], "model/layers.0/input_layernorm/SimplifiedLayerNorm",
-             axis=-1, epsilon=1e-6, stash_type=1)  # fmt: skip
+    h = b.op(
+        "SimplifiedLayerNormalization",
+        [x, _ln_weights(b, "model/layers.0/input_layernorm", hidden, beta=False)[0]],
+        "model/layers.0/input_layernorm/SimplifiedLayerNorm",
+        axis=-1,
+        epsilon=1e-6,
+        stash_type=1,
+    )
     down = ""
     for i in range(layers):
         p = f"model/layers.{i}"
@@ -268,9 +309,11 @@ def genai_llama(
             h, _, _, resid = b.op(
                 "SkipSimplifiedLayerNormalization",
                 [down, resid, _ln_weights(b, f"{p}/input_layernorm", hidden, beta=False)[0]],
-                f"{p}/input_layernorm/SkipLayerNorm", domain=MS, epsilon=1e-6,
+                f"{p}/input_layernorm/SkipLayerNorm",
+                domain=MS,
+                epsilon=1e-6,
                 outputs=[f"{p}/input_layernorm/out", "", "", f"{p}/input_layernorm/residual"],
-            )  # fmt: skip
+            )
         if packed:
             q = _matmul(b, h, f"{p}/attn/qkv_proj", hidden, (heads + 2 * kv_heads) * head_dim)
             k = v = ""
@@ -286,31 +329,52 @@ def genai_llama(
                 "GroupQueryAttention",
                 [q, k, v, past_k, past_v, seqlens_k, total, cos, sin],
                 f"{p}/attn/GroupQueryAttention",
-                outputs=outs, domain=MS, num_heads=heads, kv_num_heads=kv_heads, do_rotary=1,
-                rotary_interleaved=0, local_window_size=-1,
-            )[0]  # fmt: skip
+                outputs=outs,
+                domain=MS,
+                num_heads=heads,
+                kv_num_heads=kv_heads,
+                do_rotary=1,
+                rotary_interleaved=0,
+                local_window_size=-1,
+            )[0]
         else:
             assert pos is not None
             q, k = (
-                b.op("RotaryEmbedding", [t, pos, cos, sin], f"{p}/attn/{n}_rotary/RotaryEmbedding",
-                     domain=MS, num_heads=heads, interleaved=0)
+                b.op(
+                    "RotaryEmbedding",
+                    [t, pos, cos, sin],
+                    f"{p}/attn/{n}_rotary/RotaryEmbedding",
+                    domain=MS,
+                    num_heads=heads,
+                    interleaved=0,
+                )
                 for t, n in ((q, "q"), (k, "k"))
-            )  # fmt: skip
+            )
             a = b.op(
-                "MultiHeadAttention", [q, k, v, "", key_mask, "", past_k, past_v],
-                f"{p}/attn/MultiHeadAttention", outputs=outs, domain=MS, num_heads=heads,
+                "MultiHeadAttention",
+                [q, k, v, "", key_mask, "", past_k, past_v],
+                f"{p}/attn/MultiHeadAttention",
+                outputs=outs,
+                domain=MS,
+                num_heads=heads,
                 unidirectional=1,
-            )[0]  # fmt: skip
+            )[0]
         b.output(f"present.{i}.key", FLOAT, present)
         b.output(f"present.{i}.value", FLOAT, present)
         o = _matmul(b, a, f"{p}/attn/o_proj", hidden, hidden)
         h, _, _, resid = b.op(
             "SkipSimplifiedLayerNormalization",
             [o, resid, _ln_weights(b, f"{p}/post_attention_layernorm", hidden, beta=False)[0]],
-            f"{p}/post_attention_layernorm/SkipLayerNorm", domain=MS, epsilon=1e-6,
-            outputs=[f"{p}/post_attention_layernorm/out", "", "",
-                     f"{p}/post_attention_layernorm/residual"],
-        )  # fmt: skip
+            f"{p}/post_attention_layernorm/SkipLayerNorm",
+            domain=MS,
+            epsilon=1e-6,
+            outputs=[
+                f"{p}/post_attention_layernorm/out",
+                "",
+                "",
+                f"{p}/post_attention_layernorm/residual",
+            ],
+        )
         gate = _matmul(b, h, f"{p}/mlp/gate_proj", hidden, intermediate)
         up = _matmul(b, h, f"{p}/mlp/up_proj", hidden, intermediate)
         act = b.op("Sigmoid", [gate], f"{p}/mlp/act_fn/Sigmoid")
@@ -320,14 +384,21 @@ def genai_llama(
     h = b.op(
         "SkipSimplifiedLayerNormalization",
         [down, resid, _ln_weights(b, "model/norm", hidden, beta=False)[0]],
-        "model/norm/SkipLayerNorm", domain=MS, epsilon=1e-6,
+        "model/norm/SkipLayerNorm",
+        domain=MS,
+        epsilon=1e-6,
         outputs=["model/norm/out", "", "", ""],
-    )[0]  # fmt: skip
-    logits = b.op("MatMul", [h, b.weight("lm_head/weight", [hidden, vocab])], "lm_head/MatMul",
-                  outputs=["logits"])  # fmt: skip
+    )[0]
+    logits = b.op(
+        "MatMul",
+        [h, b.weight("lm_head/weight", [hidden, vocab])],
+        "lm_head/MatMul",
+        outputs=["logits"],
+    )
     b.output(logits, FLOAT, ["batch_size", "sequence_length", vocab])
-    return b.model(opset=21, ir_version=10, extra_opsets={MS: 1},
-                   doc=first_doc_paragraph(genai_llama))  # fmt: skip
+    return b.model(
+        opset=21, ir_version=10, extra_opsets={MS: 1}, doc=first_doc_paragraph(genai_llama)
+    )
 
 
 def bert_plain(
@@ -379,9 +450,10 @@ def bert_plain(
     n = b.op("Gather", [n, b.i64("const/idx1", 1)], "embeddings/Gather_len", axis=0)
     n = b.op("Unsqueeze", [n, b.i64("const/axes_0", [0])], "embeddings/Unsqueeze_len")
     sliced = b.op(
-        "Slice", [pos_ids, b.i64("const/zero1", [0]), n, b.i64("const/axes_1", [1])],
+        "Slice",
+        [pos_ids, b.i64("const/zero1", [0]), n, b.i64("const/axes_1", [1])],
         "embeddings/Slice",
-    )  # fmt: skip
+    )
     x = b.op("Gather", [word, ids], "embeddings/word_embeddings/Gather", axis=0)
     pe = b.op("Gather", [posw, sliced], "embeddings/position_embeddings/Gather", axis=0)
     se = b.op("Gather", [segw, seg], "embeddings/token_type_embeddings/Gather", axis=0)
@@ -408,8 +480,9 @@ def bert_plain(
         c = b.op("Reshape", [c, b.i64("const/merge_shape", [0, 0, hidden])], f"{p}/Reshape")
         p = f"encoder/layer{i}"
         c = linear(c, f"{p}/attention/output/dense", hidden, hidden)
-        x = layer_norm(b.op("Add", [c, x], f"{p}/attention/output/Add"),
-                       f"{p}/attention/output/LayerNorm")  # fmt: skip
+        x = layer_norm(
+            b.op("Add", [c, x], f"{p}/attention/output/Add"), f"{p}/attention/output/LayerNorm"
+        )
         h = linear(x, f"{p}/intermediate/dense", hidden, 4 * hidden)
         g = b.op("Div", [h, b.f32("const/sqrt2", math.sqrt(2.0))], f"{p}/intermediate/gelu/Div")
         g = b.op("Erf", [g], f"{p}/intermediate/gelu/Erf")

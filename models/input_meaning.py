@@ -45,18 +45,28 @@ def unnamed_hw_cnn(classes: int = 10, channels: int = 16, seed: int = 3) -> onnx
     b = GraphBuilder("unnamed_hw_cnn", seed)
     x = b.input("x", FLOAT, [None, 3, None, None])
     w1 = b.weight("conv1.weight", [channels, 3, 3, 3])
-    h = b.op("Conv", [x, w1, b.weight("conv1.bias", [channels])], "conv1/Conv",
-             kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])  # fmt: skip
+    h = b.op(
+        "Conv",
+        [x, w1, b.weight("conv1.bias", [channels])],
+        "conv1/Conv",
+        kernel_shape=[3, 3],
+        strides=[2, 2],
+        pads=[1, 1, 1, 1],
+    )
     h = b.op("Relu", [h], "conv1/Relu")
     w2 = b.weight("conv2.weight", [channels, channels, 3, 3])
-    h = b.op("Conv", [h, w2, b.weight("conv2.bias", [channels])], "conv2/Conv",
-             kernel_shape=[3, 3], pads=[1, 1, 1, 1])  # fmt: skip
+    h = b.op(
+        "Conv",
+        [h, w2, b.weight("conv2.bias", [channels])],
+        "conv2/Conv",
+        kernel_shape=[3, 3],
+        pads=[1, 1, 1, 1],
+    )
     h = b.op("Relu", [h], "conv2/Relu")
     h = b.op("GlobalAveragePool", [h], "pool/GlobalAveragePool")
     h = b.op("Flatten", [h], "pool/Flatten", axis=1)
     fc = b.weight("fc.weight", [classes, channels])
-    b.op("Gemm", [h, fc, b.weight("fc.bias", [classes])], "fc/Gemm", transB=1,
-         outputs=["logits"])  # fmt: skip
+    b.op("Gemm", [h, fc, b.weight("fc.bias", [classes])], "fc/Gemm", transB=1, outputs=["logits"])
     b.output("logits", FLOAT, [None, classes])
     return b.model(doc=first_doc_paragraph(unnamed_hw_cnn))
 
@@ -79,8 +89,13 @@ def paddle_text_detector(seed: int = 9, gain: float = 50.0) -> onnx.ModelProto:
     mean = b.op("Conv", [x, box], "conv2d_0", kernel_shape=[5, 5], pads=[2, 2, 2, 2])
     strokes = b.op("Relu", [b.op("Sub", [mean, b.f32("thr", 0.8)], "sub_0")], "relu_0")
     tex_w = (b.rng.standard_normal((1, 3, 5, 5)) * 0.05).astype(np.float32)
-    texture = b.op("Conv", [x, b.initializer("conv2d_1.w_0", tex_w)], "conv2d_1",
-                   kernel_shape=[5, 5], pads=[2, 2, 2, 2])  # fmt: skip
+    texture = b.op(
+        "Conv",
+        [x, b.initializer("conv2d_1.w_0", tex_w)],
+        "conv2d_1",
+        kernel_shape=[5, 5],
+        pads=[2, 2, 2, 2],
+    )
     logit = b.op("Mul", [strokes, b.f32("gain", gain)], "scale_0")
     logit = b.op("Add", [logit, texture], "add_0")
     logit = b.op("Add", [logit, b.f32("bias", -9.0)], "add_1")
@@ -114,10 +129,15 @@ def vad_model(rate: int = 16000, seed: int = 13) -> onnx.ModelProto:
     b = GraphBuilder("vad_model", seed)
     audio = b.input("input", FLOAT, ["batch", "samples"])
     sr = b.input("sr", INT64, [])
-    size = b.op("Mul", [b.op("Div", [sr, b.i64("k1000", 1000)], "frame/Div"), b.i64("k32", 32)],
-                "frame/Mul")  # fmt: skip
-    shape = b.op("Concat", [b.i64("lead", [0, -1]), b.op("Unsqueeze", [size, b.i64("ax0", [0])],
-                 "frame/Unsqueeze")], "frame/Concat", axis=0)  # fmt: skip
+    size = b.op(
+        "Mul", [b.op("Div", [sr, b.i64("k1000", 1000)], "frame/Div"), b.i64("k32", 32)], "frame/Mul"
+    )
+    shape = b.op(
+        "Concat",
+        [b.i64("lead", [0, -1]), b.op("Unsqueeze", [size, b.i64("ax0", [0])], "frame/Unsqueeze")],
+        "frame/Concat",
+        axis=0,
+    )
     frames = b.op("Reshape", [audio, shape], "frame/Reshape")
     proj = b.weight("proj.weight", [frame, 8])
     h = b.op("Relu", [b.op("MatMul", [frames, proj], "proj/MatMul")], "proj/Relu")
@@ -160,9 +180,14 @@ def text_recognizer(classes: int = 12, channels: int = 8, seed: int = 21) -> onn
     h, c_in = x, 3
     for i, stride in enumerate(([2, 2], [2, 2], [2, 1], [2, 1])):
         w = b.weight(f"backbone.conv{i}.weight", [channels, c_in, 3, 3])
-        h = b.op("Conv", [h, w, b.weight(f"backbone.conv{i}.bias", [channels])],
-                 f"backbone/conv{i}/Conv", kernel_shape=[3, 3], strides=stride,
-                 pads=[1, 1, 1, 1])  # fmt: skip
+        h = b.op(
+            "Conv",
+            [h, w, b.weight(f"backbone.conv{i}.bias", [channels])],
+            f"backbone/conv{i}/Conv",
+            kernel_shape=[3, 3],
+            strides=stride,
+            pads=[1, 1, 1, 1],
+        )
         h = b.op("Relu", [h], f"backbone/conv{i}/Relu")
         c_in = channels
     w = b.weight("neck.collapse.weight", [channels, channels, 3, 1])
@@ -189,23 +214,33 @@ def vad_state_model(hidden: int = 128, seed: int = 22) -> onnx.ModelProto:
     state = b.input("state", FLOAT, [2, None, hidden])
     sr = b.input("sr", INT64, [])
     frame = b.op("Div", [sr, b.i64("k250", 250)], "frame/Div")
-    shape = b.op("Concat", [b.i64("lead", [0, -1]), b.op("Unsqueeze", [frame, b.i64("ax0", [0])],
-                 "frame/Unsqueeze")], "frame/Concat", axis=0)  # fmt: skip
+    shape = b.op(
+        "Concat",
+        [b.i64("lead", [0, -1]), b.op("Unsqueeze", [frame, b.i64("ax0", [0])], "frame/Unsqueeze")],
+        "frame/Concat",
+        axis=0,
+    )
     frames = b.op("Reshape", [audio, shape], "frame/Reshape")  # [B, T, 64]
     seq = b.op("Transpose", [frames], "frame/Transpose", perm=[1, 0, 2])  # [T, B, 64]
-    h0 = b.op("Slice", [state, b.i64("s0", [0]), b.i64("s1", [1]), b.i64("sax", [0])],
-              "state/h0")  # fmt: skip
-    c0 = b.op("Slice", [state, b.i64("s1b", [1]), b.i64("s2", [2]), b.i64("sax2", [0])],
-              "state/c0")  # fmt: skip
+    h0 = b.op("Slice", [state, b.i64("s0", [0]), b.i64("s1", [1]), b.i64("sax", [0])], "state/h0")
+    c0 = b.op("Slice", [state, b.i64("s1b", [1]), b.i64("s2", [2]), b.i64("sax2", [0])], "state/c0")
     w = b.weight("lstm.W", [1, 4 * hidden, 64], std=0.05)
     r = b.weight("lstm.R", [1, 4 * hidden, hidden], std=0.05)
     bias = b.weight("lstm.B", [1, 8 * hidden], std=0.05)
-    _, y_h, y_c = b.op("LSTM", [seq, w, r, bias, "", h0, c0], "lstm/LSTM", hidden_size=hidden,
-                       outputs=["lstm/Y", "lstm/Y_h", "lstm/Y_c"])  # fmt: skip
+    _, y_h, y_c = b.op(
+        "LSTM",
+        [seq, w, r, bias, "", h0, c0],
+        "lstm/LSTM",
+        hidden_size=hidden,
+        outputs=["lstm/Y", "lstm/Y_h", "lstm/Y_c"],
+    )
     b.op("Concat", [y_h, y_c], "state/Concat", axis=0, outputs=["stateN"])
     last = b.op("Squeeze", [y_h, b.i64("sq0", [0])], "head/Squeeze")  # [B, hidden]
-    score = b.op("MatMul", [b.op("Relu", [last], "head/Relu"),
-                 b.weight("head.weight", [hidden, 1])], "head/MatMul")  # fmt: skip
+    score = b.op(
+        "MatMul",
+        [b.op("Relu", [last], "head/Relu"), b.weight("head.weight", [hidden, 1])],
+        "head/MatMul",
+    )
     b.op("Sigmoid", [score], "head/Sigmoid", outputs=["output"])
     b.output("output", FLOAT, [None, 1])
     b.output("stateN", FLOAT, [2, None, hidden])
@@ -217,7 +252,8 @@ def genai_packed_decoder(head_dim: int = 32, max_positions: int = 128) -> onnx.M
     head size ``head_dim`` (not the default 128), cache head axis ``kv_cache_dim``."""
     from models.fused import genai_llama
 
-    model = genai_llama(hidden=4 * head_dim, heads=4, kv_heads=2, max_positions=max_positions,
-                        packed=True)  # fmt: skip
+    model = genai_llama(
+        hidden=4 * head_dim, heads=4, kv_heads=2, max_positions=max_positions, packed=True
+    )
     model.doc_string = first_doc_paragraph(genai_packed_decoder)
     return model

@@ -39,8 +39,12 @@ def dynamo_group_norm1(
     axes = b.i64("val_axes_2", [2])
     for i in range(blocks):
         s = f"stages.{i}.norm"
-        c = b.op("Conv", [x, b.weight(f"stages.{i}.conv.weight", [channels, channels, 3, 3])],
-                 f"node_conv2d_{i}", pads=[1, 1, 1, 1])  # fmt: skip
+        c = b.op(
+            "Conv",
+            [x, b.weight(f"stages.{i}.conv.weight", [channels, channels, 3, 3])],
+            f"node_conv2d_{i}",
+            pads=[1, 1, 1, 1],
+        )
         shape = b.op("Shape", [c], f"{s}/node_Shape")
         n = b.op("Slice", [shape, b.i64("val_0", [0]), b.i64("val_1", [1])], f"{s}/node_Slice")
         target = b.op("Concat", [n, b.i64("val_1_neg1", [1, -1])], f"{s}/node_Concat", axis=0)
@@ -52,8 +56,9 @@ def dynamo_group_norm1(
         ve = b.op("Add", [var, b.f32("val_eps", 1e-5)], f"{s}/node_Add")
         rstd = b.op("Reciprocal", [b.op("Sqrt", [ve], f"{s}/node_Sqrt")], f"{s}/node_Reciprocal")
         normed = b.op("Mul", [d, rstd], f"{s}/node_Mul_1")
-        back = b.op("Reshape", [normed, b.op("Shape", [c], f"{s}/node_Shape_1")],
-                    f"{s}/node_Reshape_1")  # fmt: skip
+        back = b.op(
+            "Reshape", [normed, b.op("Shape", [c], f"{s}/node_Shape_1")], f"{s}/node_Reshape_1"
+        )
         w = b.initializer(
             f"{s}.weight",
             (1 + (0.1 * b.rng.standard_normal((channels, 1, 1))).astype(np.float32)).astype(
@@ -64,22 +69,30 @@ def dynamo_group_norm1(
             f"{s}.bias", (0.1 * b.rng.standard_normal((channels, 1, 1))).astype(np.float32)
         )
         aff = b.op("Add", [b.op("Mul", [back, w], f"{s}/node_Mul_2"), bias], f"{s}/node_Add_1")
-        x = str(b.op("Mul", [aff, b.op("Sigmoid", [aff], f"act_{i}/node_Sigmoid")],
-                     f"act_{i}/node_Mul"))  # fmt: skip
+        x = str(
+            b.op("Mul", [aff, b.op("Sigmoid", [aff], f"act_{i}/node_Sigmoid")], f"act_{i}/node_Mul")
+        )
     b.op("Identity", [x], "output", outputs=["y"])
     b.output("y", FLOAT, ["batch", channels, size, size])
     return b.model(opset=18, doc=first_doc_paragraph(dynamo_group_norm1))
 
 
 def llama_hand_rms(
-    layers: int = 14, hidden: int = 64, heads: int = 4, seq: int = 16, vocab: int = 128,
+    layers: int = 14,
+    hidden: int = 64,
+    heads: int = 4,
+    seq: int = 16,
+    vocab: int = 128,
     seed: int = 71,
-) -> onnx.ModelProto:  # fmt: skip
+) -> onnx.ModelProto:
     """A Llama-shaped decoder whose 2 * layers + 1 RMSNorms are written out by hand."""
     b = GraphBuilder("llama_hand_rms", seed)
     ids = b.input("input_ids", np.int64, [1, seq], value_range=(0, vocab))
-    x = b.op("Gather", [b.weight("model.embed_tokens.weight", [vocab, hidden], std=1.0), ids],
-             "/model/embed_tokens/Gather")  # fmt: skip
+    x = b.op(
+        "Gather",
+        [b.weight("model.embed_tokens.weight", [vocab, hidden], std=1.0), ids],
+        "/model/embed_tokens/Gather",
+    )
     dh = hidden // heads
     causal = np.triu(np.full((seq, seq), -1e4, np.float32), 1)[None, None]
     mask = b.initializer("causal_mask", causal)
@@ -106,27 +119,36 @@ def llama_hand_rms(
     for i in range(layers):
         s = f"model.layers.{i}"
         h = rms(x, f"/{s}/input_layernorm")
-        q, k, v = (heads_of(linear(h, f"{s}.self_attn.{n}_proj", hidden, hidden), f"/{s}/{n}")
-                   for n in "qkv")  # fmt: skip
+        q, k, v = (
+            heads_of(linear(h, f"{s}.self_attn.{n}_proj", hidden, hidden), f"/{s}/{n}")
+            for n in "qkv"
+        )
         kt = b.op("Transpose", [k], f"/{s}/kt", perm=[0, 1, 3, 2])
-        sc = b.op("Mul", [b.op("MatMul", [q, kt], f"/{s}/scores"),
-                          b.f32("scale", 1 / np.sqrt(dh))], f"/{s}/scaled")  # fmt: skip
+        sc = b.op(
+            "Mul",
+            [b.op("MatMul", [q, kt], f"/{s}/scores"), b.f32("scale", 1 / np.sqrt(dh))],
+            f"/{s}/scaled",
+        )
         sc = b.op("Add", [sc, mask], f"/{s}/masked")
         a = b.op("MatMul", [b.op("Softmax", [sc], f"/{s}/Softmax", axis=-1), v], f"/{s}/context")
         a = b.op("Transpose", [a], f"/{s}/merge/Transpose", perm=[0, 2, 1, 3])
         a = b.op("Reshape", [a, b.i64("merge_shape", [1, seq, hidden])], f"/{s}/merge/Reshape")
-        x = str(b.op("Add", [x, linear(a, f"{s}.self_attn.o_proj", hidden, hidden)],
-                     f"/{s}/Add"))  # fmt: skip
+        x = str(b.op("Add", [x, linear(a, f"{s}.self_attn.o_proj", hidden, hidden)], f"/{s}/Add"))
         h = rms(x, f"/{s}/post_attention_layernorm")
         gate = linear(h, f"{s}.mlp.gate_proj", hidden, 2 * hidden)
         silu = b.op("Mul", [gate, b.op("Sigmoid", [gate], f"/{s}/mlp/Sigmoid")], f"/{s}/mlp/silu")
         up = linear(h, f"{s}.mlp.up_proj", hidden, 2 * hidden)
         h = b.op("Mul", [silu, up], f"/{s}/mlp/Mul")
-        x = str(b.op("Add", [x, linear(h, f"{s}.mlp.down_proj", 2 * hidden, hidden)],
-                     f"/{s}/Add_1"))  # fmt: skip
+        x = str(
+            b.op("Add", [x, linear(h, f"{s}.mlp.down_proj", 2 * hidden, hidden)], f"/{s}/Add_1")
+        )
     h = rms(x, "/model/norm")
-    b.op("MatMul", [h, b.weight("lm_head.weight", [hidden, vocab])], "/lm_head/MatMul",
-         outputs=["logits"])  # fmt: skip
+    b.op(
+        "MatMul",
+        [h, b.weight("lm_head.weight", [hidden, vocab])],
+        "/lm_head/MatMul",
+        outputs=["logits"],
+    )
     b.output("logits", FLOAT, [1, seq, vocab])
     return b.model(opset=17, doc=first_doc_paragraph(llama_hand_rms))
 
@@ -140,8 +162,11 @@ def paddle_ln_after_transpose(
     h = b.op("Conv", [x, b.weight("conv2d_0.w_0", [channels, channels, 1, 1])], "p2o.Conv.0")
     h = b.op("Mul", [h, b.op("Sigmoid", [h], "p2o.Sigmoid.0")], "p2o.Mul.0")
     shape = b.op("Shape", [h], "p2o.Shape.0")
-    head = b.op("Slice", [shape, b.i64("p2o.helper.constant.0", [0]),
-                          b.i64("p2o.helper.constant.1", [2])], "p2o.Slice.0")  # fmt: skip
+    head = b.op(
+        "Slice",
+        [shape, b.i64("p2o.helper.constant.0", [0]), b.i64("p2o.helper.constant.1", [2])],
+        "p2o.Slice.0",
+    )
     target = b.op("Concat", [head, b.i64("p2o.helper.constant.2", [-1])], "p2o.Concat.0", axis=0)
     h = b.op("Reshape", [h, target], "p2o.Reshape.0")
     h = b.op("Transpose", [h], "p2o.Transpose.0", perm=[0, 2, 1])
@@ -150,14 +175,18 @@ def paddle_ln_after_transpose(
         d = b.op("Sub", [h, mean], f"p2o.Sub.{i}")
         sq = b.op("Pow", [d, b.f32("p2o.helper.constant.3", 2.0)], f"p2o.Pow.{i}")
         var = b.op("ReduceMean", [sq], f"p2o.ReduceMean.{2 * i + 1}", axes=[-1], keepdims=1)
-        std = b.op("Sqrt", [b.op("Add", [var, b.f32("p2o.helper.constant.4", 1e-6)],
-                                 f"p2o.Add.{2 * i}")], f"p2o.Sqrt.{i}")  # fmt: skip
+        std = b.op(
+            "Sqrt",
+            [b.op("Add", [var, b.f32("p2o.helper.constant.4", 1e-6)], f"p2o.Add.{2 * i}")],
+            f"p2o.Sqrt.{i}",
+        )
         y = b.op("Div", [d, std], f"p2o.Div.{i}")
         gamma = (1 + 0.1 * b.rng.standard_normal(channels)).astype(np.float32)
         y = b.op("Mul", [y, b.initializer(f"layer_norm_{i}.w_0", gamma)], f"p2o.Mul.{i + 1}")
         y = b.op("Add", [y, b.weight(f"layer_norm_{i}.b_0", [channels])], f"p2o.Add.{2 * i + 1}")
-        y = b.op("MatMul", [y, b.weight(f"linear_{i}.w_0", [channels, channels])],
-                 f"p2o.MatMul.{i}")  # fmt: skip
+        y = b.op(
+            "MatMul", [y, b.weight(f"linear_{i}.w_0", [channels, channels])], f"p2o.MatMul.{i}"
+        )
         h = b.op("Add", [y, b.weight(f"linear_{i}.b_0", [channels])], f"p2o.Add.lin{i}")
     b.op("Identity", [h], "p2o.Identity.0", outputs=["y"])
     b.output("y", FLOAT, ["p2o.DynamicDimension.2", "p2o.DynamicDimension.3", channels])
@@ -169,11 +198,22 @@ def jax_moments_ln(features: int = 48, hidden: int = 64, seed: int = 73) -> onnx
     b = GraphBuilder("jax_moments_ln", seed)
     s = "jax2tf_model_/pjit_model_/LayerNorm_0"
     x = b.input("x", FLOAT, ["unk__10", features])
-    h = b.op("MatMul", [x, b.weight(f"{s}/../Dense_0/kernel", [features, hidden])],
-             "jax2tf_model_/pjit_model_/Dense_0/MatMul")  # fmt: skip
+    h = b.op(
+        "MatMul",
+        [x, b.weight(f"{s}/../Dense_0/kernel", [features, hidden])],
+        "jax2tf_model_/pjit_model_/Dense_0/MatMul",
+    )
     shape = b.op("Shape", [h], f"{s}/Shape")
-    head = b.op("Slice", [shape, b.i64("const_starts__0", [0]), b.i64("const_ends__1", [1]),
-                          b.i64("const_axes__2", [0])], f"{s}/strided_slice")  # fmt: skip
+    head = b.op(
+        "Slice",
+        [
+            shape,
+            b.i64("const_starts__0", [0]),
+            b.i64("const_ends__1", [1]),
+            b.i64("const_axes__2", [0]),
+        ],
+        f"{s}/strided_slice",
+    )
     keep = b.op("Concat", [head, b.i64("const_fold_opt__3", [1])], f"{s}/shape_Concat", axis=0)
     axes = b.i64("const_axes__4", [1])
     inv_n = b.f32("const_fold_opt__5", [1.0 / hidden])
@@ -184,17 +224,23 @@ def jax_moments_ln(features: int = 48, hidden: int = 64, seed: int = 73) -> onnx
     mean2 = b.op("Mul", [total2, inv_n], f"{s}/truediv_1")
     var = b.op("Sub", [mean2, b.op("Mul", [mean, mean], f"{s}/Square_1")], f"{s}/Sub")
     var = b.op("Max", [b.f32("const_fold_opt__6", [0.0]), var], f"{s}/Maximum")
-    var = b.op("Expand", [b.op("Reshape", [var, keep], f"{s}/Reshape_1"), keep],
-               f"{s}/BroadcastTo_1")  # fmt: skip
+    var = b.op(
+        "Expand", [b.op("Reshape", [var, keep], f"{s}/Reshape_1"), keep], f"{s}/BroadcastTo_1"
+    )
     ve = b.op("Add", [var, b.f32("const_fold_opt__7", [1e-6])], f"{s}/AddV2")
     inv = b.op("Reciprocal", [b.op("Sqrt", [ve], f"{s}/Rsqrt")], f"{s}/Rsqrt__1")
     gamma = (1 + 0.1 * b.rng.standard_normal((1, hidden))).astype(np.float32)
     inv = b.op("Mul", [inv, b.initializer(f"{s}/scale", gamma)], f"{s}/Mul")
-    centre = b.op("Expand", [b.op("Reshape", [mean, keep], f"{s}/Reshape"), keep],
-                  f"{s}/BroadcastTo")  # fmt: skip
+    centre = b.op(
+        "Expand", [b.op("Reshape", [mean, keep], f"{s}/Reshape"), keep], f"{s}/BroadcastTo"
+    )
     y = b.op("Mul", [b.op("Sub", [h, centre], f"{s}/Sub_1"), inv], f"{s}/Mul_1")
     y = b.op("Add", [y, b.weight(f"{s}/bias", [1, hidden])], f"{s}/AddV2_1")
-    b.op("MatMul", [y, b.weight("Dense_1/kernel", [hidden, 8])],
-         "jax2tf_model_/pjit_model_/Dense_1/MatMul", outputs=["logits"])  # fmt: skip
+    b.op(
+        "MatMul",
+        [y, b.weight("Dense_1/kernel", [hidden, 8])],
+        "jax2tf_model_/pjit_model_/Dense_1/MatMul",
+        outputs=["logits"],
+    )
     b.output("logits", FLOAT, ["unk__11", 8])
     return b.model(opset=15, doc=first_doc_paragraph(jax_moments_ln))

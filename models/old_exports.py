@@ -38,9 +38,12 @@ def _conv_bn_relu(b: GraphBuilder, x: str, i: int, c_in: int, c_out: int, stride
         )
     ]
     bn = b.op(
-        "BatchNormalization", [conv, *stats], f"BatchNormalization_{3 * i + 1}", epsilon=1e-5,
+        "BatchNormalization",
+        [conv, *stats],
+        f"BatchNormalization_{3 * i + 1}",
+        epsilon=1e-5,
         momentum=0.9,
-    )  # fmt: skip
+    )
     return b.op("Relu", [bn], f"Relu_{3 * i + 2}")
 
 
@@ -48,13 +51,19 @@ def _head(b: GraphBuilder, x: str, name: str, c_in: int, per_anchor: int, anchor
     """Conv head -> (N, H*W*anchors, per_anchor), as torch 1.2 exported permute + view."""
     conv = b.op(
         "Conv",
-        [x, b.weight(f"{name}.weight", [anchors * per_anchor, c_in, 3, 3]),
-         b.weight(f"{name}.bias", [anchors * per_anchor])],
-        f"Conv_{name}", kernel_shape=[3, 3], pads=[1, 1, 1, 1],
-    )  # fmt: skip
+        [
+            x,
+            b.weight(f"{name}.weight", [anchors * per_anchor, c_in, 3, 3]),
+            b.weight(f"{name}.bias", [anchors * per_anchor]),
+        ],
+        f"Conv_{name}",
+        kernel_shape=[3, 3],
+        pads=[1, 1, 1, 1],
+    )
     t = b.op("Transpose", [conv], f"Transpose_{name}", perm=[0, 2, 3, 1])
-    return b.op("Reshape", [t, b.i64(f"shape_{per_anchor}", [0, -1, per_anchor])],
-                f"Reshape_{name}")  # fmt: skip
+    return b.op(
+        "Reshape", [t, b.i64(f"shape_{per_anchor}", [0, -1, per_anchor])], f"Reshape_{name}"
+    )
 
 
 def torch12_face_detector(channels: int = 16, image: int = 32, seed: int = 90) -> onnx.ModelProto:
@@ -77,8 +86,9 @@ def torch12_face_detector(channels: int = 16, image: int = 32, seed: int = 90) -
     model = b.model(opset=9, ir_version=4, doc=first_doc_paragraph(torch12_face_detector))
     model.producer_name, model.producer_version = "pytorch", "1.2"
     for init in model.graph.initializer:  # after the image, in the order torch 1.2 wrote them
-        model.graph.input.append(helper.make_tensor_value_info(init.name, init.data_type,
-                                                                list(init.dims)))  # fmt: skip
+        model.graph.input.append(
+            helper.make_tensor_value_info(init.name, init.data_type, list(init.dims))
+        )
     return model
 
 

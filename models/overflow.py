@@ -88,8 +88,10 @@ def exp_overflow(features: int = 16, classes: int = 64, seed: int = 32) -> Built
     y = b.op("Div", [e, s], "softmax/Div", outputs=["probs"])
     b.output(y, FLOAT, ["batch", classes])
     return b.model(doc=first_doc_paragraph(exp_overflow)), [
-        "softmax/Exp", "softmax/ReduceSum", "softmax/Div",
-    ]  # fmt: skip
+        "softmax/Exp",
+        "softmax/ReduceSum",
+        "softmax/Div",
+    ]
 
 
 def hand_variance(features: int = 256, seed: int = 33, *, normalise: bool = False) -> Built:
@@ -153,9 +155,13 @@ def if_exp_overflow(features: int = 16, classes: int = 32, seed: int = 35) -> Bu
     q = else_b.op("Mul", [logits, else_b.f32("else/half", 0.5)], "else/Mul")
     else_b.output(q, FLOAT, ["batch", classes])
     y = b.op(
-        "If", [cond], "branch/If", outputs=["y"],
-        then_branch=then_b.graph(), else_branch=else_b.graph(),
-    )  # fmt: skip
+        "If",
+        [cond],
+        "branch/If",
+        outputs=["y"],
+        then_branch=then_b.graph(),
+        else_branch=else_b.graph(),
+    )
     b.output(y, FLOAT, ["batch", classes])
     return b.model(doc=first_doc_paragraph(if_exp_overflow)), ["branch/If"]
 
@@ -242,11 +248,17 @@ def bert_outliers(
         o = linear(c, f"{p}/attn/out", hidden, hidden)
         x = layer_norm(b.op("Add", [o, x], f"{p}/attn/residual"), f"{p}/attn/LayerNorm")
         h = linear(x, f"{p}/ffn/in", hidden, 4 * hidden)
-        e = b.op("Erf", [b.op("Mul", [h, b.f32("const/inv_sqrt2", 0.7071068)], f"{p}/gelu/Mul")],
-                 f"{p}/gelu/Erf")  # fmt: skip
+        e = b.op(
+            "Erf",
+            [b.op("Mul", [h, b.f32("const/inv_sqrt2", 0.7071068)], f"{p}/gelu/Mul")],
+            f"{p}/gelu/Erf",
+        )
         e = b.op("Add", [e, b.f32("const/one", 1.0)], f"{p}/gelu/Add")
-        h = b.op("Mul", [b.op("Mul", [h, e], f"{p}/gelu/Mul_1"), b.f32("const/half", 0.5)],
-                 f"{p}/gelu/Mul_2")  # fmt: skip
+        h = b.op(
+            "Mul",
+            [b.op("Mul", [h, e], f"{p}/gelu/Mul_1"), b.f32("const/half", 0.5)],
+            f"{p}/gelu/Mul_2",
+        )
         o = linear(h, f"{p}/ffn/out", 4 * hidden, hidden)
         x = layer_norm(b.op("Add", [o, x], f"{p}/ffn/residual"), f"{p}/ffn/LayerNorm")
     y = b.op("Identity", [x], "encoder/output", outputs=["last_hidden_state"])

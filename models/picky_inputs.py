@@ -43,11 +43,12 @@ def _pair(
         if low:
             nodes += [helper.make_node("Cast", [o + sfx], [o], to=F32) for o, _ in outputs]
         graph = helper.make_graph(
-            nodes, f"{name}_{'fp16' if low else 'fp32'}",
+            nodes,
+            f"{name}_{'fp16' if low else 'fp32'}",
             [helper.make_tensor_value_info(i, F32, s) for i, s in inputs],
             [helper.make_tensor_value_info(o, F32, s) for o, s in outputs],
             inits,
-        )  # fmt: skip
+        )
         m = helper.make_model(
             graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION
         )

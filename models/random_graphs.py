@@ -112,8 +112,9 @@ def build_case(ch: Chooser) -> FuzzCase:
         outputs.append(main.vals[0])
     out_vi = [helper.make_tensor_value_info(v.name, v.elem, v.shape) for v in outputs]
     graph = helper.make_graph(main.nodes, "fuzz", gen.inputs, out_vi, initializer=main.inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)],
-                              producer_name="amp-convert-fuzz")  # fmt: skip
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", opset)], producer_name="amp-convert-fuzz"
+    )
     model.ir_version = helper.find_min_ir_version_for([helper.make_opsetid("", opset)])
     external = any(_external_candidates(model)) and ch.rarely()
     keep = not ch.rarely()

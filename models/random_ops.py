@@ -703,8 +703,13 @@ def r_loop(s: Scope) -> None:
         b.add(itf, (), 0.0, trips - 1.0, np.zeros(2))
     build_ops(b, s.ch.integer(0, 2))
     try:
-        h = b.pick(lambda v: v.rank <= len(shape) and broadcastable(v.shape, shape)
-                   and np.broadcast_shapes(v.shape, shape) == shape)  # fmt: skip
+        h = b.pick(
+            lambda v: (
+                v.rank <= len(shape)
+                and broadcastable(v.shape, shape)
+                and np.broadcast_shapes(v.shape, shape) == shape
+            )
+        )
     except Reject:
         h = b.const(s.gen.rng.normal(0, 1, shape))
     # v_out = f(a * v_in + h) with |a| * Lip(f) < 1: errors of v_in shrink each trip, so the bound
@@ -722,14 +727,18 @@ def r_loop(s: Scope) -> None:
     (vout,) = b.node(f, [sm])
     (cout,) = b.node("Identity", [cin])
     scan = s.ch.boolean()
-    body_out = [helper.make_tensor_value_info(cout, BOOL, []),
-                helper.make_tensor_value_info(vout, FLOAT, shape)]  # fmt: skip
+    body_out = [
+        helper.make_tensor_value_info(cout, BOOL, []),
+        helper.make_tensor_value_info(vout, FLOAT, shape),
+    ]
     if scan:
         (sc,) = b.node("Identity", [vout])
         body_out.append(helper.make_tensor_value_info(sc, FLOAT, shape))
-    body_in = [helper.make_tensor_value_info(it, INT64, []),
-               helper.make_tensor_value_info(cin, BOOL, []),
-               helper.make_tensor_value_info(vin, FLOAT, shape)]  # fmt: skip
+    body_in = [
+        helper.make_tensor_value_info(it, INT64, []),
+        helper.make_tensor_value_info(cin, BOOL, []),
+        helper.make_tensor_value_info(vin, FLOAT, shape),
+    ]
     body = _graph(b, s.gen.fresh("body"), body_in, body_out)
     cond = s.const(np.array(True)).name if s.ch.boolean() else ""
     trip = s.const(np.array(trips, np.int64)).name

@@ -204,9 +204,10 @@ class Scope:
         tensor = numpy_helper.from_array(arr, name)
         if self.ch.rarely():
             self.nodes.append(
-                helper.make_node("Constant", [], [name], name=self.gen.fresh("nConstant"),
-                                 value=tensor)
-            )  # fmt: skip
+                helper.make_node(
+                    "Constant", [], [name], name=self.gen.fresh("nConstant"), value=tensor
+                )
+            )
         else:
             self.inits.append(tensor)
         elem = helper.np_dtype_to_tensor_dtype(arr.dtype)

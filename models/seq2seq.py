@@ -52,8 +52,11 @@ def _attention(
     split = b.i64(f"{scope}/heads_shape", [0, 0, heads, head_dim])
 
     def project(x: str, name: str, perm: list[int]) -> str:
-        y = b.op("MatMul", [x, b.weight(f"{scope}.{name}.weight", [hidden, hidden])],
-                 f"{scope}/{name}/MatMul")  # fmt: skip
+        y = b.op(
+            "MatMul",
+            [x, b.weight(f"{scope}.{name}.weight", [hidden, hidden])],
+            f"{scope}/{name}/MatMul",
+        )
         y = b.op("Add", [y, b.weight(f"{scope}.{name}.bias", [hidden])], f"{scope}/{name}/Add")
         y = b.op("Reshape", [y, split], f"{scope}/{name}/Reshape")
         return b.op("Transpose", [y], f"{scope}/{name}/Transpose", perm=perm)  # type: ignore[return-value]
@@ -107,8 +110,12 @@ def seq2seq_decoder(
         b.input("use_cache_branch", BOOL, [1])
     b.output("logits", FLOAT, ["batch_size", "decoder_sequence_length", vocab])
     if not merged:
-        b.op("Identity", [_decoder(b, "model.decoder", hidden, heads, vocab)], "/Identity",
-             outputs=["logits"])  # fmt: skip
+        b.op(
+            "Identity",
+            [_decoder(b, "model.decoder", hidden, heads, vocab)],
+            "/Identity",
+            outputs=["logits"],
+        )
         return b.model(opset=opset, doc=first_doc_paragraph(seq2seq_decoder))
     branches = []
     for name in ("with_past", "no_past"):
@@ -117,6 +124,12 @@ def seq2seq_decoder(
         sub.op("Identity", [logits], f"{name}/Identity", outputs=[f"{name}/logits"])
         sub.outputs.append(helper.make_tensor_value_info(f"{name}/logits", FLOAT, None))
         branches.append(sub.graph())
-    b.op("If", ["use_cache_branch"], "optimum::if", outputs=["logits"],
-         then_branch=branches[0], else_branch=branches[1])  # fmt: skip
+    b.op(
+        "If",
+        ["use_cache_branch"],
+        "optimum::if",
+        outputs=["logits"],
+        then_branch=branches[0],
+        else_branch=branches[1],
+    )
     return b.model(opset=opset, doc=first_doc_paragraph(seq2seq_decoder))

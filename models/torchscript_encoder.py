@@ -87,9 +87,12 @@ def _layer_norm(b: GraphBuilder, x: str, scope: str, hidden: int) -> str:
     )
     beta = b.weight(f"{scope}/bias", [hidden])
     return b.op(
-        "LayerNormalization", [x, gamma, beta], f"{scope}/LayerNormalization", axis=-1,
+        "LayerNormalization",
+        [x, gamma, beta],
+        f"{scope}/LayerNormalization",
+        axis=-1,
         epsilon=1e-5,
-    )  # fmt: skip
+    )
 
 
 def _encoder_layer(

@@ -68,9 +68,12 @@ def overflow_pair(width: int = 8) -> tuple[onnx.ModelProto, onnx.ModelProto]:
         if low:
             nodes.append(helper.make_node("Cast", ["y_low"], ["y"], to=F32))
         return helper.make_graph(
-            nodes, name, [_vi("x", F32, shape)], [_vi("y", F32, shape)],
+            nodes,
+            name,
+            [_vi("x", F32, shape)],
+            [_vi("y", F32, shape)],
             [_tensor("k1000", np.array(1000.0), dtype)],
-        )  # fmt: skip
+        )
 
     return _model(graph(F32, "overflow_fp32")), _model(graph(F16, "overflow_fp16"))
 
@@ -168,16 +171,19 @@ def if_pair() -> tuple[onnx.ModelProto, onnx.ModelProto]:
                 helper.make_node("Div", ["t_b", "k1000"], ["t_c"]),
                 helper.make_node("Div", ["t_c", "k1000"], ["t_out"]),
             ],
-            "then", [], [_vi("t_out", dtype, [4])],
-        )  # fmt: skip
+            "then",
+            [],
+            [_vi("t_out", dtype, [4])],
+        )
         other = helper.make_graph(
             [helper.make_node("Add", [x, x], ["e_out"])], "else", [], [_vi("e_out", dtype, [4])]
         )
         nodes = [helper.make_node("Cast", ["x"], ["x_low"], to=dtype)] if low else []
         nodes.append(
-            helper.make_node("If", ["c"], ["r_low" if low else "y"], then_branch=then,
-                             else_branch=other)
-        )  # fmt: skip
+            helper.make_node(
+                "If", ["c"], ["r_low" if low else "y"], then_branch=then, else_branch=other
+            )
+        )
         if low:
             nodes.append(helper.make_node("Cast", ["r_low"], ["y"], to=F32))
         inits = [_tensor("k1000", np.array(1000.0), dtype)]
@@ -204,9 +210,13 @@ def loop_pair(trips: int = 4) -> tuple[onnx.ModelProto, onnx.ModelProto]:
         )
         nodes = [helper.make_node("Cast", ["x"], ["x_low"], to=dtype)] if low else []
         nodes.append(
-            helper.make_node("Loop", ["trips", "cond", "x_low" if low else "x"],
-                             ["v_low" if low else "y"], body=body)
-        )  # fmt: skip
+            helper.make_node(
+                "Loop",
+                ["trips", "cond", "x_low" if low else "x"],
+                ["v_low" if low else "y"],
+                body=body,
+            )
+        )
         if low:
             nodes.append(helper.make_node("Cast", ["v_low"], ["y"], to=F32))
         inits = [
@@ -251,19 +261,23 @@ def cast_pair(low: int = F16) -> tuple[onnx.ModelProto, onnx.ModelProto]:
     """Candidate only rounds: y = Cast(Cast(x, low), FLOAT) with x of any length."""
     ref = _model(
         helper.make_graph(
-            [helper.make_node("Identity", ["x"], ["y"])], "id_fp32",
-            [_vi("x", F32, ["n"])], [_vi("y", F32, ["n"])],
+            [helper.make_node("Identity", ["x"], ["y"])],
+            "id_fp32",
+            [_vi("x", F32, ["n"])],
+            [_vi("y", F32, ["n"])],
         )
-    )  # fmt: skip
+    )
     cand = _model(
         helper.make_graph(
             [
                 helper.make_node("Cast", ["x"], ["x_low"], to=low),
                 helper.make_node("Cast", ["x_low"], ["y"], to=F32),
             ],
-            "cast_low", [_vi("x", F32, ["n"])], [_vi("y", F32, ["n"])],
+            "cast_low",
+            [_vi("x", F32, ["n"])],
+            [_vi("y", F32, ["n"])],
         )
-    )  # fmt: skip
+    )
     return ref, cand
 
 
@@ -271,16 +285,22 @@ def low_io_pair(low: int = F16) -> tuple[onnx.ModelProto, onnx.ModelProto]:
     """Candidate with low-precision graph input and output (keep_io_types off): y = x * 3."""
     ref = _model(
         helper.make_graph(
-            [helper.make_node("Mul", ["x", "k"], ["y"])], "io_fp32",
-            [_vi("x", F32, [2, 5])], [_vi("y", F32, [2, 5])], [_tensor("k", np.array(3.0))],
+            [helper.make_node("Mul", ["x", "k"], ["y"])],
+            "io_fp32",
+            [_vi("x", F32, [2, 5])],
+            [_vi("y", F32, [2, 5])],
+            [_tensor("k", np.array(3.0))],
         )
-    )  # fmt: skip
+    )
     cand = _model(
         helper.make_graph(
-            [helper.make_node("Mul", ["x", "k"], ["y"])], "io_low",
-            [_vi("x", low, [2, 5])], [_vi("y", low, [2, 5])], [_tensor("k", np.array(3.0), low)],
+            [helper.make_node("Mul", ["x", "k"], ["y"])],
+            "io_low",
+            [_vi("x", low, [2, 5])],
+            [_vi("y", low, [2, 5])],
+            [_tensor("k", np.array(3.0), low)],
         )
-    )  # fmt: skip
+    )
     return ref, cand
 
 
@@ -366,11 +386,14 @@ def matmul_nbits_pair(
         nodes = [helper.make_node("Cast", ["x"], ["x_low"], to=dtype)] if low else []
         nodes.append(
             helper.make_node(
-                "MatMulNBits", ["x_low" if low else "x", "B", "scales"],
-                ["y_low" if low else "y"], name="proj/MatMulNBits", domain="com.microsoft",
+                "MatMulNBits",
+                ["x_low" if low else "x", "B", "scales"],
+                ["y_low" if low else "y"],
+                name="proj/MatMulNBits",
+                domain="com.microsoft",
                 **attrs,
             )
-        )  # fmt: skip
+        )
         if low:
             nodes.append(helper.make_node("Cast", ["y_low"], ["y"], to=F32))
         inits = [numpy_helper.from_array(packed, "B"), _tensor("scales", scales, dtype)]

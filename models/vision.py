@@ -30,8 +30,13 @@ from models._graph import FLOAT, GraphBuilder, first_doc_paragraph
 from models.cnn import bn_stats
 
 __all__ = [
-    "ALL_VISION", "PAIRS", "mean_pool_cnn", "ocr_recogniser", "se_cnn", "torch_encoder_opset14",
-]  # fmt: skip
+    "ALL_VISION",
+    "PAIRS",
+    "mean_pool_cnn",
+    "ocr_recogniser",
+    "se_cnn",
+    "torch_encoder_opset14",
+]
 
 ARCHS = ("efficientnet", "mobilenetv3", "regnet", "mobilevit")
 
@@ -57,9 +62,14 @@ class _Net:
         )
         ins = [x, w] + ([b.weight(f"{n}.bias", [c_out])] if self.style == "torchscript" else [])
         return b.op(
-            "Conv", ins, f"{n}/Conv", kernel_shape=[k, k], strides=[stride, stride],
-            pads=[k // 2] * 4, group=group,
-        )  # fmt: skip
+            "Conv",
+            ins,
+            f"{n}/Conv",
+            kernel_shape=[k, k],
+            strides=[stride, stride],
+            pads=[k // 2] * 4,
+            group=group,
+        )
 
     def bn(self, x: str, c: int) -> str:
         """BatchNormalization (dynamo); TorchScript folds it into the Conv in eval mode."""
@@ -109,8 +119,9 @@ class _Net:
         p = self.pool(x)
         f = b.op("Flatten", [p], self.name("flatten") + "/Flatten", axis=1)
         w = b.weight("/classifier.weight", [classes, c], std=1.0 / math.sqrt(c))
-        return b.op("Gemm", [f, w, b.weight("/classifier.bias", [classes])], "/classifier/Gemm",
-                    transB=1)  # fmt: skip
+        return b.op(
+            "Gemm", [f, w, b.weight("/classifier.bias", [classes])], "/classifier/Gemm", transB=1
+        )
 
 
 def _mbconv(net: _Net, x: str, c: int, expand: int, act: str, gate: str, sact: str) -> str:
@@ -137,15 +148,23 @@ def layer_norm(net: _Net, x: str, hidden: int, *, affine: bool = True, eps: floa
     )
     beta = b.weight(f"{n}.bias", [hidden])
     if net.style == "dynamo":
-        return b.op("LayerNormalization", [x, gamma, beta], f"{n}/LayerNormalization",
-                    axis=-1, epsilon=eps)  # fmt: skip
+        return b.op(
+            "LayerNormalization", [x, gamma, beta], f"{n}/LayerNormalization", axis=-1, epsilon=eps
+        )
     return hand_layer_norm(b, x, n, gamma if affine else None, beta if affine else None, eps)
 
 
 def hand_layer_norm(
-    b: GraphBuilder, x: str, n: str, gamma: str | None, beta: str | None, eps: float,
-    *, square: str = "Pow", axes_input: bool = False,
-) -> str:  # fmt: skip
+    b: GraphBuilder,
+    x: str,
+    n: str,
+    gamma: str | None,
+    beta: str | None,
+    eps: float,
+    *,
+    square: str = "Pow",
+    axes_input: bool = False,
+) -> str:
     """ReduceMean - Sub - Pow|Mul - ReduceMean - Add - Sqrt - Div (- Mul - Add), TorchScript's and
     paddle2onnx's decomposition (axes as an attribute below opset 18, as an input from 18)."""
     red = {"keepdims": 1}
@@ -269,9 +288,16 @@ def mean_pool_cnn(
 
 
 def ocr_recogniser(
-    *, channels: int = 32, height: int = 8, width: int = 32, classes: int = 40, layers: int = 2,
-    seed: int = 61, opset: int = 14, square: str = "Pow",
-) -> onnx.ModelProto:  # fmt: skip
+    *,
+    channels: int = 32,
+    height: int = 8,
+    width: int = 32,
+    classes: int = 40,
+    layers: int = 2,
+    seed: int = 61,
+    opset: int = 14,
+    square: str = "Pow",
+) -> onnx.ModelProto:
     """Paddle-style (SVTR/PP-OCR) recogniser: conv-BN-HardSwish backbone, tokens along the width,
     blocks of hand-written LayerNorm + attention + MLP, a final hand-written LayerNorm, a CTC head
     with Softmax. paddle2onnx writes layer_norm decomposed below opset 17."""

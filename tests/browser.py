@@ -18,8 +18,14 @@ from pathlib import Path
 import pytest
 
 _NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
-_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-          "--disable-dev-shm-usage", "--hide-scrollbars")  # fmt: skip
+_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-dev-shm-usage",
+    "--hide-scrollbars",
+)
 TIMEOUT_S = 120
 
 
@@ -38,8 +44,10 @@ def _run(args: list[str], tmp: Path) -> subprocess.CompletedProcess:
     profile = tmp / "chromium-profile"  # never the user's profile; each run a fresh one
     return subprocess.run(
         [chromium(), *_FLAGS, f"--user-data-dir={profile}", *args],
-        check=True, capture_output=True, timeout=TIMEOUT_S,
-    )  # fmt: skip
+        check=True,
+        capture_output=True,
+        timeout=TIMEOUT_S,
+    )
 
 
 def dom(page: Path, script: str = "", width: int | None = None) -> str:

@@ -134,8 +134,19 @@ def mypy_errors(source: str, tmp_path: Path) -> list[str]:
     snippet = tmp_path / "snippet.py"
     snippet.write_text(source)
     result = subprocess.run(
-        [sys.executable, "-m", "mypy", "--no-error-summary", "--follow-imports=silent",
-         "--cache-dir", str(tmp_path / "cache"), str(snippet)],
-        cwd=Path(__file__).resolve().parent.parent, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--no-error-summary",
+            "--follow-imports=silent",
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            str(snippet),
+        ],
+        cwd=Path(__file__).resolve().parent.parent,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     return [line for line in result.stdout.splitlines() if ": error:" in line]

@@ -255,22 +255,34 @@ def _loop_shadowing_an_initializer() -> onnx.ModelProto:
     body = h.make_graph(
         [h.make_node("MatMul", ["v", "w"], ["v2"]), h.make_node("Identity", ["cond"], ["c2"])],
         "body",
-        [h.make_tensor_value_info("i", T.INT64, []), h.make_tensor_value_info("cond", T.BOOL, []),
-         h.make_tensor_value_info("v", T.FLOAT, [1, 4])],
-        [h.make_tensor_value_info("c2", T.BOOL, []),
-         h.make_tensor_value_info("v2", T.FLOAT, [1, 4])],
+        [
+            h.make_tensor_value_info("i", T.INT64, []),
+            h.make_tensor_value_info("cond", T.BOOL, []),
+            h.make_tensor_value_info("v", T.FLOAT, [1, 4]),
+        ],
+        [
+            h.make_tensor_value_info("c2", T.BOOL, []),
+            h.make_tensor_value_info("v2", T.FLOAT, [1, 4]),
+        ],
         [inner],
-    )  # fmt: skip
+    )
     graph = h.make_graph(
-        [h.make_node("MatMul", ["x", "w"], ["z"]),
-         h.make_node("Loop", ["n", "t", "z"], ["y"], body=body)],
+        [
+            h.make_node("MatMul", ["x", "w"], ["z"]),
+            h.make_node("Loop", ["n", "t", "z"], ["y"], body=body),
+        ],
         "g",
         [h.make_tensor_value_info("x", T.FLOAT, [1, 4])],
-        [h.make_tensor_value_info("y", T.FLOAT, [1, 4]),
-         h.make_tensor_value_info("z", T.FLOAT, [1, 4])],
-        [nh.from_array(rng.standard_normal((4, 4)).astype(np.float32), "w"),
-         nh.from_array(np.array(3, np.int64), "n"), nh.from_array(np.array(True), "t")],
-    )  # fmt: skip
+        [
+            h.make_tensor_value_info("y", T.FLOAT, [1, 4]),
+            h.make_tensor_value_info("z", T.FLOAT, [1, 4]),
+        ],
+        [
+            nh.from_array(rng.standard_normal((4, 4)).astype(np.float32), "w"),
+            nh.from_array(np.array(3, np.int64), "n"),
+            nh.from_array(np.array(True), "t"),
+        ],
+    )
     model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
     model.ir_version = 8
     onnx.checker.check_model(model, full_check=True)

@@ -102,14 +102,16 @@ def test_a_misspelt_op_is_an_option_error_in_the_pass_too() -> None:
 def test_a_bad_model_is_refused_before_the_pass_changes_it() -> None:
     """Cast(to=999): a bare ValueError was raised after the model had been changed in place."""
     graph = onnx.helper.make_graph(
-        [onnx.helper.make_node("Relu", ["x"], ["r"], name="relu"),
-         onnx.helper.make_node("MatMul", ["r", "w"], ["m"], name="mm"),
-         onnx.helper.make_node("Cast", ["m"], ["y"], name="cast", to=999)],
+        [
+            onnx.helper.make_node("Relu", ["x"], ["r"], name="relu"),
+            onnx.helper.make_node("MatMul", ["r", "w"], ["m"], name="mm"),
+            onnx.helper.make_node("Cast", ["m"], ["y"], name="cast", to=999),
+        ],
         "g",
         [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 8])],
         [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 8])],
         [onnx.numpy_helper.from_array(np.eye(8, dtype=np.float32), "w")],
-    )  # fmt: skip
+    )
     model = ir.serde.deserialize_model(
         onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
     )

@@ -190,11 +190,12 @@ def one_input(tmp_path: Path) -> Path:
 
     w = np.random.default_rng(0).standard_normal((16, 16)).astype(np.float32)
     graph = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")], "g",
+        [helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")],
+        "g",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16])],
         [numpy_helper.from_array(w, "w")],
-    )  # fmt: skip
+    )
     path = tmp_path / "mlp.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
     return path
@@ -206,15 +207,22 @@ def _one_input_data(model: Path) -> dict[str, Any]:
         "name": "d",
         "type": "DummyDataContainer",
         "load_dataset_config": {
-            "input_shapes": [[1, 16]], "input_names": [name], "input_types": ["float32"],
+            "input_shapes": [[1, 16]],
+            "input_names": [name],
+            "input_types": ["float32"],
         },
-    }  # fmt: skip
+    }
 
 
 def test_auto_on_a_one_input_model(one_input: Path, tmp_path: Path) -> None:
     """Olive hands a one-input model's batches as a bare tensor: AttributeError ('items')."""
-    cfg = _workflow(one_input, tmp_path, "CPUExecutionProvider", auto=True,
-                    data_config=_one_input_data(one_input))  # fmt: skip
+    cfg = _workflow(
+        one_input,
+        tmp_path,
+        "CPUExecutionProvider",
+        auto=True,
+        data_config=_one_input_data(one_input),
+    )
     olive_run(cfg, package_config=str(PACKAGE_CONFIG))
     report = json.loads((tmp_path / "out" / "amp_report.json").read_text())
     assert report["passed"] is True and report["samples"] >= 1
@@ -225,16 +233,29 @@ def test_auto_thresholds_not_met_fail_the_pass_and_write_nothing(one_input, tmp_
     the command line exits 1 and writes nothing."""
     from amp_convert.olive import OliveThresholdsNotMet
 
-    cfg = _workflow(one_input, tmp_path, "CPUExecutionProvider", auto=True, min_cosine=1.0,
-                    data_config=_one_input_data(one_input))  # fmt: skip
+    cfg = _workflow(
+        one_input,
+        tmp_path,
+        "CPUExecutionProvider",
+        auto=True,
+        min_cosine=1.0,
+        data_config=_one_input_data(one_input),
+    )
     with pytest.raises(ValueError) as info:
         olive_run(cfg, package_config=str(PACKAGE_CONFIG))
     assert isinstance(info.value, OliveThresholdsNotMet)
     assert "cannot be met" in str(info.value) and "\n" not in str(info.value)
     assert not (tmp_path / "out" / "model.onnx").exists()
     data = _one_input_data(one_input)
-    forced = _workflow(one_input, tmp_path / "f", "CPUExecutionProvider", auto=True,
-                       min_cosine=1.0, force_write=True, data_config=data)  # fmt: skip
+    forced = _workflow(
+        one_input,
+        tmp_path / "f",
+        "CPUExecutionProvider",
+        auto=True,
+        min_cosine=1.0,
+        force_write=True,
+        data_config=data,
+    )
     olive_run(forced, package_config=str(PACKAGE_CONFIG))
     report = json.loads((tmp_path / "f" / "out" / "amp_report.json").read_text())
     assert report["passed"] is False and (tmp_path / "f" / "out" / "model.onnx").exists()
@@ -243,8 +264,13 @@ def test_auto_thresholds_not_met_fail_the_pass_and_write_nothing(one_input, tmp_
 @pytest.mark.parametrize("name", ["../escape.data", "/tmp/abs.data", "sub/w.data"])
 def test_an_external_data_name_with_folder_parts_is_refused(one_input, tmp_path, name) -> None:
     """'../escape.data' ended the workflow normally with a model ORT refused to load."""
-    cfg = _workflow(one_input, tmp_path, "CPUExecutionProvider", save_as_external_data=True,
-                    external_data_name=name)  # fmt: skip
+    cfg = _workflow(
+        one_input,
+        tmp_path,
+        "CPUExecutionProvider",
+        save_as_external_data=True,
+        external_data_name=name,
+    )
     with pytest.raises(OptionError) as info:
         olive_run(cfg, package_config=str(PACKAGE_CONFIG))
     assert "without folder parts" in str(info.value) and "\n" not in str(info.value)
@@ -252,12 +278,18 @@ def test_an_external_data_name_with_folder_parts_is_refused(one_input, tmp_path,
 
 
 def test_a_plain_external_data_name_is_the_data_file(one_input, tmp_path) -> None:
-    cfg = _workflow(one_input, tmp_path, "CPUExecutionProvider", save_as_external_data=True,
-                    external_data_name="w.data")  # fmt: skip
+    cfg = _workflow(
+        one_input,
+        tmp_path,
+        "CPUExecutionProvider",
+        save_as_external_data=True,
+        external_data_name="w.data",
+    )
     olive_run(cfg, package_config=str(PACKAGE_CONFIG))
     out = tmp_path / "out" / "model.onnx"
     proto = onnx.load(str(out), load_external_data=False)
-    locations = {e.value for t in proto.graph.initializer for e in t.external_data
-                 if e.key == "location"}  # fmt: skip
+    locations = {
+        e.value for t in proto.graph.initializer for e in t.external_data if e.key == "location"
+    }
     assert locations == {"w.data"} and (tmp_path / "out" / "w.data").exists()
     ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])

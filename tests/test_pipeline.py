@@ -47,10 +47,24 @@ def test_every_step_and_decision_is_logged(caplog) -> None:
     steps = [r.getMessage() for r in caplog.records if r.name == "amp_convert.pipeline"]
     names = [m.split(": ", 1)[1] for m in steps if " -> " not in m]
     assert names == [
-        "prepare", "opset upgrade", "analyse", "infer dtypes", "measure", "fold BN", "hand norms",
-        "global pool", "classify", "pin statistics", "QDQ groups", "assign", "rewrite", "cleanup",
-        "verify", "kernel limits", "measure result",
-    ]  # fmt: skip
+        "prepare",
+        "opset upgrade",
+        "analyse",
+        "infer dtypes",
+        "measure",
+        "fold BN",
+        "hand norms",
+        "global pool",
+        "classify",
+        "pin statistics",
+        "QDQ groups",
+        "assign",
+        "rewrite",
+        "cleanup",
+        "verify",
+        "kernel limits",
+        "measure result",
+    ]
     assert any(m.startswith("step 10: assign -> PrecisionPlan: ") for m in steps)
     # every step is timed at -v: "step 8: classify -> 93 nodes classified (0.004 s)"
     done = [m for m in steps if " -> " in m]
@@ -129,11 +143,14 @@ def test_the_json_report_keeps_structured_reasons_beside_the_text(tmp_path: Path
     nodes = {n["name"]: n for n in json.loads((tmp_path / "r.json").read_text())["nodes"]}
     pinned = nodes[first]
     assert pinned["reasons"][0] == {
-        "kind": "user", "source": "user", "detail": f"--exclude-nodes {first}"
-    }  # fmt: skip
+        "kind": "user",
+        "source": "user",
+        "detail": f"--exclude-nodes {first}",
+    }
     for node in nodes.values():  # the text is the structured reasons rendered, nothing else
-        parts = [f"{r['source']}: {r['detail']}" if r["source"] else r["detail"]
-                 for r in node["reasons"]]  # fmt: skip
+        parts = [
+            f"{r['source']}: {r['detail']}" if r["source"] else r["detail"] for r in node["reasons"]
+        ]
         assert node["reason"] == "; ".join(parts) and node["reasons"]
     kinds = {r["kind"] for n in nodes.values() for r in n["reasons"]}
     assert {"user", "list", "no_float"} <= kinds

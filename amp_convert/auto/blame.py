@@ -78,10 +78,16 @@ def localise(
         return verdict.blames, verdict.fallback
 
     localiser = Localiser(
-        facts, stats, low, low_type, sessions.ref_values,
-        lambda names: sessions.cand_values(cand_feeds, names), initializer,
-        node_protos=protos, body_judge=in_body,
-    )  # fmt: skip
+        facts,
+        stats,
+        low,
+        low_type,
+        sessions.ref_values,
+        lambda names: sessions.cand_values(cand_feeds, names),
+        initializer,
+        node_protos=protos,
+        body_judge=in_body,
+    )
     blames = localiser.blame(failing, exclude=set(pinned))
     return blames, localiser.whole_bodies
 
@@ -101,10 +107,16 @@ def pin_entry(facts: GraphFacts, b: Blame, round_no: int, whole: str | None) -> 
     if whole is not None:
         evidence += f"; whole body pinned: {whole}"
     return PinnedNode(
-        b.node, facts.op_type(b.node), round_no, b.kind, evidence,
-        max_abs=b.max_abs, introduced_error=b.score,
-        body_nodes=len(facts.body_of(b.node)), inside=inside,
-    )  # fmt: skip
+        b.node,
+        facts.op_type(b.node),
+        round_no,
+        b.kind,
+        evidence,
+        max_abs=b.max_abs,
+        introduced_error=b.score,
+        body_nodes=len(facts.body_of(b.node)),
+        inside=inside,
+    )
 
 
 def pin_set(facts: GraphFacts, value_map: ValueMap | None, pinned: Sequence[str]) -> frozenset[str]:

@@ -221,10 +221,11 @@ class BodyJudge:
             from onnx.reference import ReferenceEvaluator
 
             graph = helper.make_graph(
-                [n], "isolated",
+                [n],
+                "isolated",
                 [helper.make_tensor_value_info(v, _elem(feeds[v]), None) for v in names],
                 [helper.make_value_info(o, onnx.TypeProto()) for o in n.output if o],
-            )  # fmt: skip
+            )
             self._evaluators[key] = ReferenceEvaluator(self._model(graph))
         with np.errstate(all="ignore"):
             return list(self._evaluators[key].run(None, dict(feeds)))

@@ -79,7 +79,13 @@ def fill_figures(
             label, into = node_label(value_map, inner, inner in pinned)
             report.trace.append(
                 TracePoint(
-                    inner, facts.op_type(inner), 0.0, None, None, label,
-                    folded_into=into, inside=node.name,
+                    inner,
+                    facts.op_type(inner),
+                    0.0,
+                    None,
+                    None,
+                    label,
+                    folded_into=into,
+                    inside=node.name,
                 )
-            )  # fmt: skip
+            )

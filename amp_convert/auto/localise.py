@@ -280,10 +280,11 @@ class Localiser:
             from onnx.reference import ReferenceEvaluator
 
             graph = helper.make_graph(
-                [proto], "isolated",
+                [proto],
+                "isolated",
                 [helper.make_tensor_value_info(k, _elem(v), None) for k, v in feeds.items()],
                 [helper.make_value_info(o, onnx.TypeProto()) for o in node.outputs],
-            )  # fmt: skip
+            )
             opsets = [helper.make_opsetid(d, v) for d, v in self.facts.opsets.items()]
             model = helper.make_model(graph, opset_imports=opsets)
             model.ir_version = self.facts.ir_version

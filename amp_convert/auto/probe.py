@@ -93,9 +93,13 @@ def open_probe(
     """Open a session on ``model`` (``src``'s graph, or a rewritten copy of it); ``aliases``:
     reference name -> ``model``'s name of each value to fetch (see ``Probe``)."""
     runner = make_session(
-        src, role, device=device, disable_optimizations=disable_optimizations,
-        model_override=model, configure=configure,
-    )  # fmt: skip
+        src,
+        role,
+        device=device,
+        disable_optimizations=disable_optimizations,
+        model_override=model,
+        configure=configure,
+    )
     return Probe(runner, {n for n, _ in runner.outputs}, aliases, role)
 
 

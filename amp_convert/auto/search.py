@@ -24,7 +24,6 @@ import contextlib
 import os
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -32,15 +31,15 @@ import onnx_ir as ir
 
 from amp_convert.api import convert_ir
 from amp_convert.auto.blame import localise, pin_entry, pin_set
+from amp_convert.auto.candidates import Candidate, Settings, brief, score, worst_text
 from amp_convert.auto.figures import fill_figures
 from amp_convert.auto.graph import FLOAT, name_nodes
-from amp_convert.auto.localise import ValueStats, introduced
+from amp_convert.auto.localise import introduced
 from amp_convert.auto.probe import DEFAULT_BUDGET
 from amp_convert.auto.ranges import DEFAULT_MARGIN, range_hits
 from amp_convert.auto.report import AutoReport, PinnedNode
 from amp_convert.auto.sessions import Sessions
 from amp_convert.auto.staging import stage
-from amp_convert.core.dtypes import LowType
 from amp_convert.errors import ValidationError
 from amp_convert.files import io
 from amp_convert.files.output_set import OutputSet
@@ -50,7 +49,6 @@ from amp_convert.options.convert import ConvertKwargs, ConvertOptions, resolve
 from amp_convert.pipeline import checked_lists
 from amp_convert.reports.conversion import ConversionReport
 from amp_convert.reports.figures import ir_weights
-from amp_convert.targets import Target
 from amp_convert.validation.evidence import (
     ZERO_REFERENCE,
     all_zero,
@@ -61,7 +59,7 @@ from amp_convert.validation.evidence import (
     weak_outputs,
 )
 from amp_convert.validation.input_search import RANDOM_CALIBRATION_WARNING, fmt_dims
-from amp_convert.validation.metrics import OutputResult, Thresholds, check_names
+from amp_convert.validation.metrics import Thresholds, check_names
 from amp_convert.validation.options import (
     ValidateOptions,
     auto_judging,
@@ -149,9 +147,19 @@ def auto_convert(
         stack.callback(io.give_back, work)  # a caller's proto keeps its names, once serialised
         checked_lists(work, opts)  # names the model lacks fail before the first session
         result, report = _search(
-            model, work, opts, judge, limits, provider, max_rounds, margin, memory_budget,
-            progress, save, staged,
-        )  # fmt: skip
+            model,
+            work,
+            opts,
+            judge,
+            limits,
+            provider,
+            max_rounds,
+            margin,
+            memory_budget,
+            progress,
+            save,
+            staged,
+        )
         if owned:
             staged.commit()
         converted = io.same_kind(model, result)
@@ -160,10 +168,19 @@ def auto_convert(
 
 
 def _search(
-    model: Any, work: ir.Model, opts: ConvertOptions, judge: ValidateOptions, limits: Thresholds,
-    provider: str, max_rounds: int, margin: float, memory_budget: int, progress: bool,
-    save: Slot | None, outputs: OutputSet,
-) -> tuple[ir.Model, AutoReport]:  # fmt: skip
+    model: Any,
+    work: ir.Model,
+    opts: ConvertOptions,
+    judge: ValidateOptions,
+    limits: Thresholds,
+    provider: str,
+    max_rounds: int,
+    margin: float,
+    memory_budget: int,
+    progress: bool,
+    save: Slot | None,
+    outputs: OutputSet,
+) -> tuple[ir.Model, AutoReport]:
     """Stage and search (the body of ``auto_convert``)."""
     renamed = name_nodes(work)
     settings = Settings(opts, limits, float(margin), runtime_target(provider))
@@ -173,9 +190,13 @@ def _search(
     )
     search = Search(work, sessions, settings, PhaseLog(progress, task="auto"))
     report = AutoReport(
-        level=opts.level.value, dtype=opts.dtype, provider=provider, thresholds=limits.to_dict(),
-        margin=float(margin), samples=0,
-    )  # fmt: skip
+        level=opts.level.value,
+        dtype=opts.dtype,
+        provider=provider,
+        thresholds=limits.to_dict(),
+        margin=float(margin),
+        samples=0,
+    )
     if renamed:
         report.warnings.append(f"{renamed} unnamed or duplicate node names were made unique")
     dims = dict(judge.dims) or None
@@ -187,43 +208,6 @@ def _search(
     finally:
         sessions.close()
     return result, report
-
-
-@dataclass(frozen=True)
-class Settings:
-    """What the search converts with and what it must meet."""
-
-    options: ConvertOptions
-    limits: Thresholds
-    margin: float
-    #: the runtime the search judges on (its kernels' held sums guard the ranges)
-    runtime: Target
-
-    @property
-    def low(self) -> LowType:
-        return self.options.low
-
-
-@dataclass
-class Candidate:
-    """One converted candidate and what its session showed."""
-
-    model: ir.Model
-    conversion: ConversionReport
-    stats: dict[str, ValueStats]
-    outputs: list[OutputResult]
-
-    @property
-    def passed(self) -> bool:
-        """Every output passes; one with nothing to compare (0 elements, not a tensor) neither
-        passes nor blocks, but one output at least must have been compared."""
-        return any(o.passed for o in self.outputs) and all(
-            o.passed or o.status == "skipped" for o in self.outputs
-        )
-
-    @property
-    def failing(self) -> list[str]:
-        return [o.name for o in self.outputs if not o.passed and o.status != "skipped"]
 
 
 class Search:
@@ -241,9 +225,13 @@ class Search:
         self.save: tuple[Slot | None, OutputSet] = (None, OutputSet())  # save_inputs, staged
 
     def run(
-        self, report: AutoReport, inputs: Any, dims: Mapping[str, int] | None, seed: int,
+        self,
+        report: AutoReport,
+        inputs: Any,
+        dims: Mapping[str, int] | None,
+        seed: int,
         max_rounds: int,
-    ) -> ir.Model:  # fmt: skip
+    ) -> ir.Model:
         """Steps 1-3 of the module docstring; the last candidate (the report says if it passed)."""
         sessions = self.sessions
         late = [] if sessions.reference_check_now() else [(sessions.ref_staged, "the original")]
@@ -270,10 +258,10 @@ class Search:
             cand = self._candidate(pinned)
             first = first or cand
             self._record(report, round_no, len(pinned), cand)
-            if best is not None and not cand.passed and _score(cand) <= _score(best[1]):
+            if best is not None and not cand.passed and score(cand) <= score(best[1]):
                 report.warnings.append(
-                    f"round {round_no} did not improve the worst output ({_worst_text(cand)}, "
-                    f"round {best[0]}: {_worst_text(best[1])}); the search stops with round "
+                    f"round {round_no} did not improve the worst output ({worst_text(cand)}, "
+                    f"round {best[0]}: {worst_text(best[1])}); the search stops with round "
                     f"{best[0]}'s candidate"
                 )
                 break
@@ -295,9 +283,15 @@ class Search:
         report.runs = self.sessions.runs
         report.weight_bytes_before = ir_weights(self.work).total
         fill_figures(
-            report, self.last.model, self.last.conversion.value_map, self.facts, ref_max,
-            first.stats, self.last.stats, pinned,
-        )  # fmt: skip
+            report,
+            self.last.model,
+            self.last.conversion.value_map,
+            self.facts,
+            ref_max,
+            first.stats,
+            self.last.stats,
+            pinned,
+        )
         return self.last.model
 
     def _inputs(self, report: AutoReport, seed: int) -> None:
@@ -320,9 +314,11 @@ class Search:
         refs = [self.sessions.ref_batch(s, outputs) for s in range(len(self.sessions.samples))]
         weak = weak_outputs(refs)
         floats = {
-            n for r in refs for n, a in r.items()
+            n
+            for r in refs
+            for n, a in r.items()
             if isinstance(a, np.ndarray) and a.dtype.kind == "f" and a.size > 1
-        }  # fmt: skip
+        }
         gathered = self.sessions.gathered
         assert gathered is not None
         if all_zero(refs):
@@ -380,9 +376,14 @@ class Search:
         for name, hit in range_hits(facts, ref_max, low, self.settings.runtime, margin).items():
             node = facts.node(name)
             pinned[name] = PinnedNode(
-                name, node.op_type, 0, "range", hit.describe(margin, low.max),
-                max_abs=hit.max_abs, body_nodes=len(node.body_nodes),
-            )  # fmt: skip
+                name,
+                node.op_type,
+                0,
+                "range",
+                hit.describe(margin, low.max),
+                max_abs=hit.max_abs,
+                body_nodes=len(node.body_nodes),
+            )
         return pinned
 
     def _convert(self, pins: frozenset[str]) -> tuple[ir.Model, ConversionReport]:
@@ -422,7 +423,7 @@ class Search:
                 "round": round_no,
                 "pinned": pins,
                 "passed": cand.passed,
-                "outputs": {o.name: _brief(o) for o in cand.outputs},
+                "outputs": {o.name: brief(o) for o in cand.outputs},
             }
         )
         report.outputs = cand.outputs
@@ -442,10 +443,17 @@ class Search:
             return False
         failing = self.last.failing
         new, whole = localise(
-            self.sessions, self.facts, self.work, self.last.conversion.value_map,
-            self.last.stats, self._feeds, failing, pinned,
-            low_type=self.settings.low, margin=self.settings.margin,
-        )  # fmt: skip
+            self.sessions,
+            self.facts,
+            self.work,
+            self.last.conversion.value_map,
+            self.last.stats,
+            self._feeds,
+            failing,
+            pinned,
+            low_type=self.settings.low,
+            margin=self.settings.margin,
+        )
         if not new:
             report.warnings.append(
                 "thresholds cannot be met: no node still in low precision introduces the "
@@ -455,20 +463,3 @@ class Search:
         for b in new:
             pinned[b.node] = pin_entry(self.facts, b, round_no, whole.get(b.node))
         return True
-
-
-def _score(c: Candidate) -> tuple[float, float]:
-    """Higher is better: fewer new NaN/Inf, then the worst output's cosine."""
-    floats = [o for o in c.outputs if o.status != "skipped"]
-    nonfinite = sum(o.nonfinite for o in floats)
-    worst = min((o.cosine for o in floats if o.cosine is not None), default=1.0)
-    return (-float(nonfinite), worst)
-
-
-def _worst_text(c: Candidate) -> str:
-    nonfinite, cosine = _score(c)
-    return f"cosine {cosine:.6f}" + (f", {int(-nonfinite)} new NaN/Inf" if nonfinite else "")
-
-
-def _brief(o: OutputResult) -> dict[str, Any]:
-    return {"cosine": o.cosine, "max_abs": o.max_abs, "nonfinite": o.nonfinite, "passed": o.passed}

@@ -109,19 +109,27 @@ class Sessions:
         expose(exposed, float_values, dict.fromkeys(float_values, FLOAT))
         expose(exposed, self.facts0.control_inputs, self.facts0.types)  # for body localisation
         self.ref = open_probe(
-            self.ref_staged.source, exposed, "reference", device=self.device,
+            self.ref_staged.source,
+            exposed,
+            "reference",
+            device=self.device,
             disable_optimizations=self.provider == "emulate",
             configure=lean_options(self.ref_staged.mapped),
-        )  # fmt: skip
+        )
         del exposed
         self.sessions += 1
         specs = [InputSpec(n, t, s) for n, (t, s) in self.ref.runner.inputs.items()]
         self.expected = 1 if inputs is None else len(_as_list(inputs))
         self.ref_max: dict[str, float] = {}
         self.gathered = gather_samples(
-            specs, self.ref_proto, self._reference_sample, inputs=inputs, dims=dims, seed=seed,
+            specs,
+            self.ref_proto,
+            self._reference_sample,
+            inputs=inputs,
+            dims=dims,
+            seed=seed,
             what="the reference",
-        )  # fmt: skip
+        )
         self.samples = [s.inputs.arrays for s in self.gathered.items]
         return self.facts
 
@@ -226,10 +234,14 @@ class Sessions:
             low_inputs = {}
         small = self.cache is not None and self.cache.mode == "memory"
         self.cand = open_probe(
-            staged.source, model, "candidate", device=self.device,
+            staged.source,
+            model,
+            "candidate",
+            device=self.device,
             disable_optimizations=self.provider == "emulate",
-            configure=lean_options(staged.mapped, arena=small), aliases=aliases,
-        )  # fmt: skip
+            configure=lean_options(staged.mapped, arena=small),
+            aliases=aliases,
+        )
         self.sessions += 1
         return [_rounded_inputs(s, low_inputs) for s in self.samples]
 

@@ -74,9 +74,12 @@ def run_auto(
             external = True if len(inputs_read) > 1 else None
             try:
                 io.save_model(
-                    result, plan["output"], external=external, keep=inputs_read,
+                    result,
+                    plan["output"],
+                    external=external,
+                    keep=inputs_read,
                     before_commit=lambda size: staged.commit(),
-                )  # fmt: skip
+                )
             except BaseException:
                 staged.roll_back()
                 raise

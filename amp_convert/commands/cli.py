@@ -54,9 +54,10 @@ conversion_options = click_options(
 )
 #: validation flags that mean nothing without --validate or --auto (--dim sizes the conversion)
 _VALIDATION_ONLY = tuple(
-    n for n in VALIDATION_OPTION_NAMES
+    n
+    for n in VALIDATION_OPTION_NAMES
     if n not in {p for f in cli_fields(ConvertOptions) for p in param_names(f)}
-)  # fmt: skip
+)
 
 
 class _ConvertByDefault(click.Group):
@@ -223,8 +224,9 @@ def convert_command(
         options = resolve(None, values, auto=auto)  # checked once, here
         validation = None
         if auto or do_validate:  # one --dim: the conversion's, parsed once
-            validation = ValidateOptions(**given_values(ValidateOptions, kwargs) | {
-                "dims": options.dims})  # fmt: skip
+            validation = ValidateOptions(
+                **given_values(ValidateOptions, kwargs) | {"dims": options.dims}
+            )
         output = output or default_output_path(model, options.dtype)
         with safe_write.sigterm_cleans_up():
             run = _Run(ctx, model, output, options, validation, force, quiet)
@@ -284,10 +286,15 @@ def _run_auto(run: _Run) -> int:
     ]
     assert run.validation is not None
     return run_auto(
-        run.model, outputs, run.options, run.validation, force=run.force,
-        force_write=run.ctx.params["force_write"], quiet=run.quiet,
+        run.model,
+        outputs,
+        run.options,
+        run.validation,
+        force=run.force,
+        force_write=run.ctx.params["force_write"],
+        quiet=run.quiet,
         extra_inputs=_other_inputs(run.ctx),
-    )  # fmt: skip
+    )
 
 
 def _other_inputs(ctx: click.Context) -> list[list[Path]]:
@@ -313,9 +320,13 @@ def _run_convert(run: _Run, verbose: bool) -> int:
         import_ort()
     others = {label: p for label, p in declared_outputs(run.ctx) if label != "output"}
     with open_file_conversion(
-        run.model, run.output, force=run.force, other_outputs=others,
-        extra_inputs=_other_inputs(run.ctx), options=run.options,
-    ) as conversion:  # fmt: skip
+        run.model,
+        run.output,
+        force=run.force,
+        other_outputs=others,
+        extra_inputs=_other_inputs(run.ctx),
+        options=run.options,
+    ) as conversion:
         plan = conversion.plan
         codes: list[int] = []
         outputs = OutputSet()
@@ -381,10 +392,16 @@ def _validate_staged(
             verdict.report.candidate = str(run.output)
 
         return run_cli_validation(
-            run.model, staged, options=run.validation, report_path=plan.get("validation report"),
-            junit_path=plan.get("JUnit report"), force=run.force, quiet=run.quiet,
-            on_verdict=relabel, outputs=outputs,
-        )  # fmt: skip
+            run.model,
+            staged,
+            options=run.validation,
+            report_path=plan.get("validation report"),
+            junit_path=plan.get("JUnit report"),
+            force=run.force,
+            quiet=run.quiet,
+            on_verdict=relabel,
+            outputs=outputs,
+        )
 
 
 #: the line a run that ran out of memory ends with (exit 2: the machine, not a bug)

@@ -69,17 +69,26 @@ def _click_option(f: Field) -> list[Callable[[F], F]]:
         int_type = click.IntRange(min=meta.get("min"), max=meta.get("max"))
         return [
             click.option(
-                *flags, name, type=int_type, default=default, show_default=default is not None,
-                metavar=meta.get("metavar"), help=help_text,
+                *flags,
+                name,
+                type=int_type,
+                default=default,
+                show_default=default is not None,
+                metavar=meta.get("metavar"),
+                help=help_text,
             )
-        ]  # fmt: skip
+        ]
     if kind == "inputs":
         return [
             click.option(
-                *flags, name, type=InputPath(), multiple=True, metavar=meta.get("metavar"),
+                *flags,
+                name,
+                type=InputPath(),
+                multiple=True,
+                metavar=meta.get("metavar"),
                 help=help_text,
             )
-        ]  # fmt: skip
+        ]
     metavar = meta.get("metavar", "OP,..." if kind == "ops" else None)
     return [click.option(*flags, name, multiple=True, metavar=metavar, help=help_text)]
 

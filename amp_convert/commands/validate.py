@@ -55,9 +55,11 @@ validation_options = click_options(cli_fields(ValidateOptions))
 VALIDATION_OPTION_NAMES = tuple(n for f in cli_fields(ValidateOptions) for n in param_names(f))
 #: those ``--auto`` refuses (it judges by the thresholds): fields declared ``auto=False``
 NOT_FOR_AUTO = tuple(
-    n for f in cli_fields(ValidateOptions) if f.metadata.get("auto") is False
+    n
+    for f in cli_fields(ValidateOptions)
+    if f.metadata.get("auto") is False
     for n in param_names(f)
-)  # fmt: skip
+)
 
 
 def cli_validate_options(
@@ -197,18 +199,36 @@ _validate_only_options = click_options(
 @click.argument("original", type=InputPath(model=True))
 @click.argument("converted", type=InputPath(model=True))
 @validation_options
-@click.option("--report", "report_path", type=OutputPath("report"),
-              metavar="FILE.json", help="Write the full report as JSON.")  # fmt: skip
-@click.option("--junit", "junit_path", type=OutputPath("JUnit report"),
-              metavar="FILE.xml", help="Write JUnit XML (one testcase per output).")  # fmt: skip
+@click.option(
+    "--report",
+    "report_path",
+    type=OutputPath("report"),
+    metavar="FILE.json",
+    help="Write the full report as JSON.",
+)
+@click.option(
+    "--junit",
+    "junit_path",
+    type=OutputPath("JUnit report"),
+    metavar="FILE.xml",
+    help="Write JUnit XML (one testcase per output).",
+)
 @click.option("--force", is_flag=True, help="Overwrite the report files if they exist.")
-@click.option("--html", "html_path", type=OutputPath("HTML report"),
-              metavar="FILE.html", help="Write an HTML page: the error along the graph, "
-              "precision by op type.")  # fmt: skip
+@click.option(
+    "--html",
+    "html_path",
+    type=OutputPath("HTML report"),
+    metavar="FILE.html",
+    help="Write an HTML page: the error along the graph, precision by op type.",
+)
 @_validate_only_options
-@click.option("--save-inputs", "save_inputs", type=OutputPath("inputs file"),
-              metavar="FILE.npz", help="Write the inputs both models ran on as an .npz that "
-              "--inputs reads back.")  # fmt: skip
+@click.option(
+    "--save-inputs",
+    "save_inputs",
+    type=OutputPath("inputs file"),
+    metavar="FILE.npz",
+    help="Write the inputs both models ran on as an .npz that --inputs reads back.",
+)
 @click.option("-q", "--quiet", is_flag=True, help="No table or progress; failures on stderr.")
 def validate_command(
     original: Path,
@@ -239,10 +259,16 @@ def validate_command(
     with plan, sigterm_cleans_up(), OutputSet() as outputs:
         verdicts: list[Verdict] = []
         code = run_cli_validation(
-            original, converted, options=options.replace(save_inputs=plan.get("inputs file")),
-            report_path=plan.get("report"), junit_path=plan.get("JUnit report"), force=force,
-            quiet=quiet, on_verdict=verdicts.append, outputs=outputs,
-        )  # fmt: skip
+            original,
+            converted,
+            options=options.replace(save_inputs=plan.get("inputs file")),
+            report_path=plan.get("report"),
+            junit_path=plan.get("JUnit report"),
+            force=force,
+            quiet=quiet,
+            on_verdict=verdicts.append,
+            outputs=outputs,
+        )
         html = plan.get("HTML report")
         if html is not None and code not in (2, 3):
             # on use: the page's probes load --auto's machinery, which `validate` alone never needs
@@ -281,9 +307,13 @@ def name_worst_node(
         click.echo("amp-convert validate: localising where the output breaks", err=True)
     try:
         found = worst_node(
-            reference, candidate, provider=report.provider, inputs=options.inputs,
-            dims=report.dims if options.inputs is None else None, seed=options.seed,
-        )  # fmt: skip
+            reference,
+            candidate,
+            provider=report.provider,
+            inputs=options.inputs,
+            dims=report.dims if options.inputs is None else None,
+            seed=options.seed,
+        )
     except AmpConvertError:
         return
     if found is None:

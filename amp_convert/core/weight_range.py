@@ -222,9 +222,18 @@ _FILL_SLOTS = {"Where": (1, 2), "Min": None, "Max": None, "Add": None, "Mul": No
 #: ops a mask passes through unchanged in meaning on its way to the fill
 _MASK_CARRIERS = {"Cast", "Reshape", "Unsqueeze", "Squeeze", "Expand", "Transpose", "Not"}
 _MASK_SOURCES = {
-    "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor", "Where",
-    "IsNaN", "IsInf",
-}  # fmt: skip
+    "Equal",
+    "Less",
+    "Greater",
+    "LessOrEqual",
+    "GreaterOrEqual",
+    "And",
+    "Or",
+    "Xor",
+    "Where",
+    "IsNaN",
+    "IsInf",
+}
 
 
 def is_mask_fill(uses: Iterable[tuple[ir.Node, int]]) -> bool:
@@ -252,9 +261,15 @@ def is_mask_fill(uses: Iterable[tuple[ir.Node, int]]) -> bool:
 
 #: ONNX ops that add an input, unscaled, to what they compute, and which input (None: any)
 _ADDEND_SLOTS: dict[str, tuple[int, ...] | None] = {
-    "Add": None, "Sub": None, "Conv": (2,), "ConvTranspose": (2,), "Gemm": (2,),
-    "LayerNormalization": (2,), "InstanceNormalization": (2,), "GroupNormalization": (2,),
-}  # fmt: skip
+    "Add": None,
+    "Sub": None,
+    "Conv": (2,),
+    "ConvTranspose": (2,),
+    "Gemm": (2,),
+    "LayerNormalization": (2,),
+    "InstanceNormalization": (2,),
+    "GroupNormalization": (2,),
+}
 
 
 #: ops that move a weight's values unchanged (a bias reshaped to [1, C, 1, 1] before its Add)

@@ -201,9 +201,11 @@ class PairWrite:
         slot = self.slot
         self._enter(Step.LOCKED)
         stale.remove_stale(
-            slot.name, slot.dir_fd, lambda: referenced(slot),
+            slot.name,
+            slot.dir_fd,
+            lambda: referenced(slot),
             lambda: unreferenced_data_files(slot, self.inputs),
-        )  # fmt: skip
+        )
         self.previous = our_data_files(slot)
         if self.data_tmp is not None:
             assert self.data_name is not None
@@ -231,8 +233,9 @@ class PairWrite:
         fd = self.slot.dir_fd
         assert self.data_tmp is not None and self.data_name is not None
         try:
-            os.link(self.data_tmp, self.data_name, src_dir_fd=fd, dst_dir_fd=fd,
-                    follow_symlinks=False)  # fmt: skip
+            os.link(
+                self.data_tmp, self.data_name, src_dir_fd=fd, dst_dir_fd=fd, follow_symlinks=False
+            )
         except FileExistsError:
             raise
         except OSError:  # no hard links here: a rename (a kill just after it leaves an orphan)

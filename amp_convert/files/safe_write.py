@@ -389,8 +389,13 @@ class StagedFile:
         while True:
             name = stale.temp_name(slot.name, secrets.token_hex(4), "bak")
             try:
-                os.link(slot.name, name, src_dir_fd=slot.dir_fd, dst_dir_fd=slot.dir_fd,
-                        follow_symlinks=False)  # fmt: skip
+                os.link(
+                    slot.name,
+                    name,
+                    src_dir_fd=slot.dir_fd,
+                    dst_dir_fd=slot.dir_fd,
+                    follow_symlinks=False,
+                )
             except FileExistsError:
                 continue
             self.held.hold(os.open(name, os.O_RDONLY | os.O_CLOEXEC, dir_fd=slot.dir_fd))

@@ -30,8 +30,23 @@ import onnx_ir as ir
 from amp_convert.core import domains
 from amp_convert.core.precision import constant_tensor
 
-RULES = ("range", "simplex", "copy", "mean", "union", "relu", "clip", "abs", "neg", "exp",
-         "minmax", "arith", "sum", "cast", "layernorm")  # fmt: skip
+RULES = (
+    "range",
+    "simplex",
+    "copy",
+    "mean",
+    "union",
+    "relu",
+    "clip",
+    "abs",
+    "neg",
+    "exp",
+    "minmax",
+    "arith",
+    "sum",
+    "cast",
+    "layernorm",
+)
 #: integer types whose whole range fits any low type (a Cast from them is bounded)
 _SMALL_INTS = {
     ir.DataType.BOOL: (0.0, 1.0),
@@ -139,8 +154,12 @@ class Bounds:
         count = _count(src, _reduce_axes(node, self.opset))
         if count is None:
             return Bound(-math.inf, math.inf, "a sum of an unknown number of values", x.assumed)
-        return Bound(_mul(count, min(x.lo, 0.0)), _mul(count, max(x.hi, 0.0)),
-                     f"{count} values of {x.why}", x.assumed)  # fmt: skip
+        return Bound(
+            _mul(count, min(x.lo, 0.0)),
+            _mul(count, max(x.hi, 0.0)),
+            f"{count} values of {x.why}",
+            x.assumed,
+        )
 
     # -- one value ------------------------------------------------------------------------------
     def _compute(self, value: ir.Value, depth: int) -> Bound:
@@ -172,8 +191,12 @@ class Bounds:
             known = [b for b in ins if b is not None]
             if not known:
                 return self.unknown()
-            return Bound(min(b.lo for b in known), max(b.hi for b in known), why,
-                         any(b.assumed for b in known))  # fmt: skip
+            return Bound(
+                min(b.lo for b in known),
+                max(b.hi for b in known),
+                why,
+                any(b.assumed for b in known),
+            )
         if kind == "relu":
             return Bound(max(first.lo, 0.0), max(first.hi, 0.0), why, first.assumed)
         if kind == "abs":
@@ -188,8 +211,12 @@ class Bounds:
         if kind == "minmax":
             known = [b for b in ins if b is not None]
             pick = max if node.op_type == "Max" else min
-            return Bound(pick(b.lo for b in known), pick(b.hi for b in known), why,
-                         any(b.assumed for b in known))  # fmt: skip
+            return Bound(
+                pick(b.lo for b in known),
+                pick(b.hi for b in known),
+                why,
+                any(b.assumed for b in known),
+            )
         if kind == "arith":
             return self._arith(node, ins, why, depth)
         if kind == "sum":
@@ -261,8 +288,12 @@ class Bounds:
         if count is None:
             return Bound(-math.inf, math.inf, "a sum of an unknown number of values", x.assumed)
         lo = _mul(count, x.lo) if x.lo < 0 else 0.0 if x.lo == 0 else x.lo
-        return Bound(min(lo, _mul(count, x.lo)), _mul(count, x.hi),
-                     f"a sum of {count} values of {x.why}", x.assumed)  # fmt: skip
+        return Bound(
+            min(lo, _mul(count, x.lo)),
+            _mul(count, x.hi),
+            f"a sum of {count} values of {x.why}",
+            x.assumed,
+        )
 
     def _layernorm(self, node: ir.Node, why: str) -> Bound:
         scale = _array(node.inputs[1] if len(node.inputs) > 1 else None)

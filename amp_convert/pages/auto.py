@@ -18,13 +18,17 @@ def auto_page(report: AutoReport, title: str = "amp-convert --auto") -> Page:
         ("samples", str(report.samples)),
         ("ONNX Runtime sessions", str(report.sessions)),
         ("runs", str(report.runs)),
-        ("candidates", str(report.rounds) + (" (the first candidate is the final one)" if one
-                                             else "")),
+        (
+            "candidates",
+            str(report.rounds) + (" (the first candidate is the final one)" if one else ""),
+        ),
         ("time", f"{report.seconds:.2f} s"),
-        ("float nodes low", f"{report.low_nodes} / {report.float_nodes} "
-                            f"({report.low_node_percent:.1f}%)"),
+        (
+            "float nodes low",
+            f"{report.low_nodes} / {report.float_nodes} ({report.low_node_percent:.1f}%)",
+        ),
         ("kept FP32 by the search", str(len(report.pinned))),
-    ]  # fmt: skip
+    ]
     sizes = [  # the validate page's figures, by the same rules (reports.figures)
         ("weights before", bytes_text(report.weight_bytes_before)),
         ("weights after", bytes_text(report.weight_bytes_after)),

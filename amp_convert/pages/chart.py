@@ -75,8 +75,10 @@ def chart(page: Page) -> str:
                 f"class='pin'><title>kept FP32 by the search: {html.escape(t.node)}</title></line>"
             )
     same = all(t.first_error == t.final_error for t in trace)
-    for attr, cls, label in (("first_error", "first", page.series[0]),
-                             ("final_error", "final", page.series[1])):  # fmt: skip
+    for attr, cls, label in (
+        ("first_error", "first", page.series[0]),
+        ("final_error", "final", page.series[1]),
+    ):
         if label:
             out.extend(_series(trace, attr, cls, label, x, top, plot_h))
     out.extend(_labels(trace, lanes, x, top, plot_h))
@@ -194,9 +196,12 @@ def _legend(page: Page, trace: Sequence[TracePoint], y: float, left: float, same
         items.append((f"<rect width='16' height='2' y='-5' fill='{FINAL}'/>", page.series[1]))
     if page.searched:
         items.append(
-            (f"<line x1='8' x2='8' y1='-11' y2='3' stroke='{PIN}' stroke-width='2' "
-             "stroke-dasharray='3 2'/>", "kept FP32 by the search")
-        )  # fmt: skip
+            (
+                f"<line x1='8' x2='8' y1='-11' y2='3' stroke='{PIN}' stroke-width='2' "
+                "stroke-dasharray='3 2'/>",
+                "kept FP32 by the search",
+            )
+        )
     items.append((f"<circle cx='8' cy='-4' r='4.5' fill='{INF}'/>", "new NaN/Inf (top edge)"))
     shown = {t.precision for t in trace}
     strip = [(k, v) for k, v in STRIP.items() if k in shown]

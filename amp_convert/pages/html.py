@@ -107,10 +107,15 @@ def _outputs(outputs: Sequence[OutputResult]) -> str:
         status = _STATUS.get(o.status, html.escape(o.status))
         rows.append(
             [
-                html.escape(o.name), status, num(o.cosine), num(o.max_abs), num(o.max_rel),
-                str(o.nonfinite), html.escape("; ".join(o.failures)),
+                html.escape(o.name),
+                status,
+                num(o.cosine),
+                num(o.max_abs),
+                num(o.max_rel),
+                str(o.nonfinite),
+                html.escape("; ".join(o.failures)),
             ]
-        )  # fmt: skip
+        )
     head = ["output", "", "cosine", "max abs", "max rel", "new NaN/Inf", "failures"]
     return _table(head, rows, cls="grid")
 
@@ -120,10 +125,17 @@ def _worst_table(page: Page) -> str:
     if not worst:
         return ""
     rows = [
-        [str(rank), html.escape(t.node), html.escape(t.op_type), html.escape(t.precision),
-         num(error_of(t)), num(t.max_abs), html.escape(t.reason)]
+        [
+            str(rank),
+            html.escape(t.node),
+            html.escape(t.op_type),
+            html.escape(t.precision),
+            num(error_of(t)),
+            num(t.max_abs),
+            html.escape(t.reason),
+        ]
         for rank, t in enumerate(worst, 1)
-    ]  # fmt: skip
+    ]
     head = ["#", "worst nodes", "op", "precision", "error", "max |x| (FP32)", "why"]
     return _table(head, rows, cls="grid worst")
 
@@ -151,10 +163,14 @@ def _by_op(
         note = (
             "<p class='note'>Float nodes per op type in the converted model as written (its "
             "own element types; Casts and Constants not counted)"
-            + ("; folded: nodes of the original merged into another node, so absent from the "
-               "converted model" if folded else "")
+            + (
+                "; folded: nodes of the original merged into another node, so absent from the "
+                "converted model"
+                if folded
+                else ""
+            )
             + ".</p>"
-        )  # fmt: skip
+        )
     head = ["op type", "low", "FP32", *(["folded"] if folded else []), ""]
     return note + _table(head, rows, cls="grid ops")
 
@@ -164,12 +180,14 @@ def _pinned(pinned: Sequence[PinnedNode]) -> str:
         return "<p class='note'>None: every float node the level allows is in low precision.</p>"
     rows = [
         [
-            html.escape(p.name), html.escape(p.op_type), html.escape(p.reason),
+            html.escape(p.name),
+            html.escape(p.op_type),
+            html.escape(p.reason),
             "range guard" if p.round == 0 else f"after candidate {p.round}",
             html.escape(p.evidence) + (f" (+{p.body_nodes} body nodes)" if p.body_nodes else ""),
         ]
         for p in pinned
-    ]  # fmt: skip
+    ]
     return _table(["node", "op", "why", "when", "evidence"], rows, cls="grid")
 
 
@@ -181,10 +199,14 @@ def _folded(folded: Sequence[ValueFate], map_problem: str | None) -> str:
             return f"<p class='note'>Unknown: {html.escape(map_problem)}.</p>"
         return "<p class='note'>None: every value of the original is carried by the result.</p>"
     rows = [
-        [html.escape(v.name), f"<span class='fate {v.fate.value}'>{v.fate.value}</span>",
-         html.escape(v.into), html.escape(v.why)]
+        [
+            html.escape(v.name),
+            f"<span class='fate {v.fate.value}'>{v.fate.value}</span>",
+            html.escape(v.into),
+            html.escape(v.why),
+        ]
         for v in folded
-    ]  # fmt: skip
+    ]
     return _table(["original value", "fate", "into", "why"], rows, cls="grid folded")
 
 
@@ -216,17 +238,30 @@ def _traffic(traffic: Any) -> str:
 def _nodes(trace: Sequence[TracePoint], series: tuple[str, str]) -> str:
     """Every node, sortable by any column (click a heading; numbers sort by value); nameless
     Constants hidden until the box above the table is ticked."""
-    head = ["#", "node", "op", "in body of", "precision", "why", "max |x| (FP32)",
-            *(s or "–" for s in series)]  # fmt: skip
+    head = [
+        "#",
+        "node",
+        "op",
+        "in body of",
+        "precision",
+        "why",
+        "max |x| (FP32)",
+        *(s or "–" for s in series),
+    ]
     rows = []
     for i, t in enumerate(trace):
         precision = t.precision + (f" into {t.folded_into}" if t.folded_into else "")
         cells = [
-            (str(i), i), (html.escape(t.node), None), (html.escape(t.op_type), None),
-            (html.escape(t.inside), None), (html.escape(precision), None),
-            (html.escape(t.reason), None), (num(t.max_abs), t.max_abs),
-            (num(t.first_error), t.first_error), (num(t.final_error), t.final_error),
-        ]  # fmt: skip
+            (str(i), i),
+            (html.escape(t.node), None),
+            (html.escape(t.op_type), None),
+            (html.escape(t.inside), None),
+            (html.escape(precision), None),
+            (html.escape(t.reason), None),
+            (num(t.max_abs), t.max_abs),
+            (num(t.first_error), t.first_error),
+            (num(t.final_error), t.final_error),
+        ]
         rows.append(
             ("<tr class='nameless'>" if t.hidden else "<tr>")
             + "".join(

@@ -253,13 +253,17 @@ def _trace(
             compared = [v for v in carried if v in stats]
         trace.append(
             TracePoint(
-                name, node.op_type,
+                name,
+                node.op_type,
                 max((ref_max.get(v, 0.0) for v in compared or floats), default=None),
-                None, max((stats[v].error for v in compared), default=None), label, into,
+                None,
+                max((stats[v].error for v in compared), default=None),
+                label,
+                into,
                 reason=names.reason(label, floats, vm, name),
                 hidden=not node.name and node.op_type == "Constant",
             )
-        )  # fmt: skip
+        )
         for inner in node.body_nodes:
             outs = facts.inner[inner].outputs if inner in facts.inner else []
             label, into = _precision(outs, vm, types)
@@ -267,11 +271,18 @@ def _trace(
             inner_name = names.name(inner, outs, op)
             trace.append(
                 TracePoint(
-                    inner_name, op, None, None, None, label, into, name,
+                    inner_name,
+                    op,
+                    None,
+                    None,
+                    None,
+                    label,
+                    into,
+                    name,
                     reason=names.reason(label, outs, vm, inner_name),
                     hidden=not inner and op == "Constant",
                 )
-            )  # fmt: skip
+            )
     return trace
 
 
@@ -333,9 +344,13 @@ def validation_page(
         exposed.CopyFrom(ref_src.proto)
         expose(exposed, values, dict.fromkeys(values, FLOAT))
         ref = open_probe(
-            ref_src, exposed, "reference", device=device, disable_optimizations=emulate,
+            ref_src,
+            exposed,
+            "reference",
+            device=device,
+            disable_optimizations=emulate,
             configure=lean_options(ref_src.has_external_data),
-        )  # fmt: skip
+        )
         try:
             gathered = _samples(ref, inputs, dims, seed, ref_src.proto, facts.graph_outputs, judged)
             samples = [s.inputs.arrays for s in gathered.items]
@@ -345,13 +360,19 @@ def validation_page(
             aliases = carrier_aliases(vm, values, cand_src.proto)
             # graph outputs are the interface both models share: never looked up in the map
             aliases.update({o: o for o in facts.graph_outputs})
-            own = [a for a in dict.fromkeys(aliases.values()) if a in produced_names(
-                cand_src.proto)]  # fmt: skip
+            own = [
+                a for a in dict.fromkeys(aliases.values()) if a in produced_names(cand_src.proto)
+            ]
             model, low_inputs = _candidate_model(cand_src, emulate, own, types)
             cand = open_probe(
-                cand_src, model, "candidate", device=device, disable_optimizations=emulate,
-                configure=lean_options(cand_src.has_external_data), aliases=aliases,
-            )  # fmt: skip
+                cand_src,
+                model,
+                "candidate",
+                device=device,
+                disable_optimizations=emulate,
+                configure=lean_options(cand_src.has_external_data),
+                aliases=aliases,
+            )
             try:
                 stats, outputs = _measure(
                     ref, cand, samples, low_inputs, facts, values, limits, budget
@@ -405,8 +426,11 @@ def _page(
     source = "the converter's value map (in the model)" if vm.complete else "names (no value map)"
     hidden = sum(t.hidden for t in trace)
     if hidden:
-        notes = [*notes, f"{hidden} nameless Constant node(s) are left off the chart and hidden "
-                 "in the node table (a box above the table shows them)"]  # fmt: skip
+        notes = [
+            *notes,
+            f"{hidden} nameless Constant node(s) are left off the chart and hidden "
+            "in the node table (a box above the table shows them)",
+        ]
     return Page(
         title=f"amp-convert validate: {cand_src.label}",
         verdict=_VERDICTS[verdict],

@@ -21,11 +21,28 @@ from amp_convert.core import domains, walk
 #: ops an angle passes through on its way from the position ids to Sin/Cos
 _PATH_OPS = frozenset(
     {
-        "MatMul", "Mul", "Div", "Add", "Sub", "Neg", "Einsum", "Gemm",
-        "Unsqueeze", "Squeeze", "Reshape", "Transpose", "Concat", "Expand", "Tile",
-        "Gather", "Slice", "Identity", "Flatten", "Cast",
+        "MatMul",
+        "Mul",
+        "Div",
+        "Add",
+        "Sub",
+        "Neg",
+        "Einsum",
+        "Gemm",
+        "Unsqueeze",
+        "Squeeze",
+        "Reshape",
+        "Transpose",
+        "Concat",
+        "Expand",
+        "Tile",
+        "Gather",
+        "Slice",
+        "Identity",
+        "Flatten",
+        "Cast",
     }
-)  # fmt: skip
+)
 DETAIL = (
     "angle computed from integer positions: FP16 holds integers exactly only to 2048 and Sin/Cos "
     "need the angle's absolute precision (position 30000 under FP16: cosine 0.92)"

@@ -66,8 +66,13 @@ def classify(model: ir.Model, options: ConvertOptions, lists: OpLists, target: T
         info = _info_for(node, ctx, domains.opset_version(opsets, node.domain))
         classes[node] = info
         if log.isEnabledFor(logging.DEBUG):
-            log.debug("classify %s (%s): %s, %s", node.name, node.op_type, info.op_class,
-                      "; ".join(r.text() for r in info.reasons))  # fmt: skip
+            log.debug(
+                "classify %s (%s): %s, %s",
+                node.name,
+                node.op_type,
+                info.op_class,
+                "; ".join(r.text() for r in info.reasons),
+            )
     for node in angles.angle_nodes(model):  # rotary angles from integer positions
         info = classes[node]
         if not info.user and info.op_class != NONE:
@@ -280,9 +285,12 @@ def _fit_kernels(
         return info
     if node.op_type in QDQ_OPS and domains.is_default(node.domain):
         as_is = table.accepts(
-            node.op_type, node.domain, opset, _proposed(node.inputs, frozenset(), low),
+            node.op_type,
+            node.domain,
+            opset,
+            _proposed(node.inputs, frozenset(), low),
             _proposed(node.outputs, frozenset(), low),
-        )  # fmt: skip
+        )
         if as_is is not None:  # e.g. an int32 bias DQ on CUDA: the fallback provider runs it
             kept = f"no {table.name} kernel in FP32 either ({as_is}): its group's types kept"
             return info.noted(Reason(K.TARGET, f"target {table.name}", kept))

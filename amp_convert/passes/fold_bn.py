@@ -104,8 +104,9 @@ def fold_batch_norm(
             record = folder.rewrite(bn, name, opset)
         except Kept as kept:
             record = FoldNote(name, "kept", "", str(kept))
-        log.debug("fold BatchNormalization %s: %s %s %s", name, record.action, record.into,
-                  record.detail)  # fmt: skip
+        log.debug(
+            "fold BatchNormalization %s: %s %s %s", name, record.action, record.into, record.detail
+        )
         records.append(record)
     return FoldResult(tuple(records), tuple(folder.values))
 
@@ -321,9 +322,12 @@ class _Folder:
             b_value = self._initializer(graph, f"{base}/bias_bn_folded", b32)
             out = ir.Value(name=self._fresh(f"{base}/bias_bn_folded_out"))
             add = ir.Node(
-                "", "Add", [producer.outputs[0], b_value], outputs=[out],
+                "",
+                "Add",
+                [producer.outputs[0], b_value],
+                outputs=[out],
                 name=self._fresh(f"{base}/bias_bn_folded/Add"),
-            )  # fmt: skip
+            )
             graph.insert_after(bn, add)
             result = out
         else:

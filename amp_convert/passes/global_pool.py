@@ -140,9 +140,13 @@ def _flatten_after(pool: ir.Node, names: UniqueNames) -> ValueRecord:
     old.shape = None
     old.replace_all_uses_with(flat, replace_graph_outputs=True)
     flatten = ir.Node(
-        "", "Flatten", [old], [ir.AttrInt64("axis", 1)], outputs=[flat],
+        "",
+        "Flatten",
+        [old],
+        [ir.AttrInt64("axis", 1)],
+        outputs=[flat],
         name=names.take(f"{pool.name or 'pool'}/Flatten"),
-    )  # fmt: skip
+    )
     graph.insert_after(pool, flatten)
     why = f"ReduceMean {pool.name!r} (keepdims=0) run as GlobalAveragePool + Flatten"
     return Carried(old, flat, why)

@@ -328,10 +328,17 @@ class _Folder:
                 inputs.append(self._initializer(graph, f"{base}/bias", beta.astype(np.float32)))
         out = ir.Value(name=self.names.take(f"{base}/{op}_out"), type=ir.TensorType(FLOAT))
         fused = ir.Node(
-            "", op, inputs, outputs=[out], name=_carried_name(match, f"{base}/{op}", self.names),
-            attributes=[ir.AttrInt64("axis", axis), ir.AttrFloat32("epsilon", match.epsilon),
-                        ir.AttrInt64("stash_type", 1)],
-        )  # fmt: skip
+            "",
+            op,
+            inputs,
+            outputs=[out],
+            name=_carried_name(match, f"{base}/{op}", self.names),
+            attributes=[
+                ir.AttrInt64("axis", axis),
+                ir.AttrFloat32("epsilon", match.epsilon),
+                ir.AttrInt64("stash_type", 1),
+            ],
+        )
         old = match.nodes
         self._record(match, fused, out)
         consts = {id(v): v for n in old for v in n.inputs if v is not None and v.is_initializer()}
@@ -360,25 +367,40 @@ class _Folder:
         take = self.names.take
         dims = ir.Value(name=take(f"{base}/norm_dims"), type=ir.TensorType(ir.DataType.INT64))
         if opset >= 15:
-            shape = [ir.Node("", "Shape", [x], [ir.AttrInt64("start", axis)], outputs=[dims],
-                             name=take(f"{base}/Shape"))]  # fmt: skip
+            shape = [
+                ir.Node(
+                    "",
+                    "Shape",
+                    [x],
+                    [ir.AttrInt64("start", axis)],
+                    outputs=[dims],
+                    name=take(f"{base}/Shape"),
+                )
+            ]
         elif opset >= 10:
             full = ir.Value(name=take(f"{base}/x_shape"), type=ir.TensorType(ir.DataType.INT64))
-            start = self._initializer(graph, f"{base}/from_axis",
-                                      np.array([axis], np.int64))  # fmt: skip
-            end = self._initializer(graph, f"{base}/to_end",
-                                    np.array([np.iinfo(np.int64).max], np.int64))  # fmt: skip
+            start = self._initializer(graph, f"{base}/from_axis", np.array([axis], np.int64))
+            end = self._initializer(
+                graph, f"{base}/to_end", np.array([np.iinfo(np.int64).max], np.int64)
+            )
             shape = [
                 ir.Node("", "Shape", [x], outputs=[full], name=take(f"{base}/Shape")),
-                ir.Node("", "Slice", [full, start, end], outputs=[dims],
-                        name=take(f"{base}/Slice")),
-            ]  # fmt: skip
+                ir.Node(
+                    "", "Slice", [full, start, end], outputs=[dims], name=take(f"{base}/Slice")
+                ),
+            ]
         else:
             return None
         ones = ir.Value(name=take(f"{base}/scale"), type=ir.TensorType(FLOAT))
         one = ir.tensor(np.ones(1, np.float32), name=f"{base}/one")
-        fill = ir.Node("", "ConstantOfShape", [dims], [ir.AttrTensor("value", one)],
-                       outputs=[ones], name=take(f"{base}/ConstantOfShape"))  # fmt: skip
+        fill = ir.Node(
+            "",
+            "ConstantOfShape",
+            [dims],
+            [ir.AttrTensor("value", one)],
+            outputs=[ones],
+            name=take(f"{base}/ConstantOfShape"),
+        )
         return [*shape, fill], ones
 
     def _initializer(self, graph: ir.Graph, name: str, array: np.ndarray) -> ir.Value:

@@ -67,6 +67,14 @@ def kernel_limits(model: ir.Model, target: Target, shapes: ShapeBook | None = No
         if row is None:
             continue
         name = node.name or f"{node.op_type}_{i}"
-        out.append(LimitNote(name, node.op_type, dtype, _count(node, shapes), row.limit_text,
-                               row.source.split(":")[0]))  # fmt: skip
+        out.append(
+            LimitNote(
+                name,
+                node.op_type,
+                dtype,
+                _count(node, shapes),
+                row.limit_text,
+                row.source.split(":")[0],
+            )
+        )
     return LimitNotes(tuple(out))

@@ -67,8 +67,10 @@ def prepare(model: ir.Model, keep_overridable: bool = False) -> Prepared:
     result = Prepared(promoted, constants, names, renamed, listed)
     log.debug(
         "prepare: %d initializers promoted, %d constants normalised, %d subgraph values renamed",
-        promoted, constants, renamed,
-    )  # fmt: skip
+        promoted,
+        constants,
+        renamed,
+    )
     return result
 
 

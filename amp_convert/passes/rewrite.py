@@ -85,9 +85,16 @@ class _Rewriter:
         self._casts: dict[tuple[int, ir.DataType], ir.Value] = {}
         self._fills: dict[ir.Node, str] = {}  # ConstantOfShape mask fills -> their report name
         self.counts = dict.fromkeys(
-            ("values_lowered", "casts_inserted", "weight_copies", "initializers_converted",
-             "initializers_kept", "attributes_retargeted"), 0
-        )  # fmt: skip
+            (
+                "values_lowered",
+                "casts_inserted",
+                "weight_copies",
+                "initializers_converted",
+                "initializers_kept",
+                "attributes_retargeted",
+            ),
+            0,
+        )
         self.replaced: dict[ir.Node, ir.Node] = {}
         self.saturated: dict[str, TensorNote] = {}
         self.values: list[ValueRecord] = []

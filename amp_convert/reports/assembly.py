@@ -264,8 +264,13 @@ def _low_type_warnings(report: ConversionReport, opset: int, outcome: Outcome) -
         f"{cause} ({count})"
     )
     helps = []
-    schema_ops = sorted({n.op_type for n in report.counted("fp32")
-                         if n.reasons and n.reasons[0].kind.value == "schema"})  # fmt: skip
+    schema_ops = sorted(
+        {
+            n.op_type
+            for n in report.counted("fp32")
+            if n.reasons and n.reasons[0].kind.value == "schema"
+        }
+    )
     if schema_ops:
         if outcome.low == BF16 and opset < 22:
             helps.append(
@@ -277,8 +282,10 @@ def _low_type_warnings(report: ConversionReport, opset: int, outcome: Outcome) -
                 f"their schemas exclude {name} at opset {opset}: {', '.join(schema_ops[:4])}"
             )
     if "no low-precision kernel on the target" in causes:
-        helps.append(f"--target {outcome.target_option} has no {name} kernel for some ops; "
-                     "--target none follows the ONNX schemas only")  # fmt: skip
+        helps.append(
+            f"--target {outcome.target_option} has no {name} kernel for some ops; "
+            "--target none follows the ONNX schemas only"
+        )
     return [f"{line}: {'; '.join(helps)}"] if helps else []
 
 

@@ -214,9 +214,14 @@ class ValueMap:
         values: dict[str, ValueFate] = {}
         for name, d in _entries(data, "values"):
             values[name] = ValueFate(
-                name, _fate(d), _text(d, "carrier", None), _text(d, "dtype", None),
-                _text(d, "into"), _text(d, "via_cast"), _text(d, "why"),
-            )  # fmt: skip
+                name,
+                _fate(d),
+                _text(d, "carrier", None),
+                _text(d, "dtype", None),
+                _text(d, "into"),
+                _text(d, "via_cast"),
+                _text(d, "why"),
+            )
         if _flag(data, "changed_only", False):
             carried = {v.carrier for v in values.values()}
             for name in result_names:
@@ -226,9 +231,13 @@ class ValueMap:
         for name, d in _entries(data, "nodes"):
             precision = _text(d, "precision", None)
             nodes[name] = NodeFate(
-                name, _text(d, "op_type"), _fate(d),
-                Precision(precision) if precision else None, _text(d, "into"), _text(d, "why"),
-            )  # fmt: skip
+                name,
+                _text(d, "op_type"),
+                _fate(d),
+                Precision(precision) if precision else None,
+                _text(d, "into"),
+                _text(d, "why"),
+            )
         return cls(values, nodes, _flag(data, "complete", True), _text(data, "note"))
 
     def to_metadata(self) -> str:
@@ -428,9 +437,13 @@ def _value_fate(
     cast = casts.get(id(current))
     dtype = current.dtype.name if current.dtype is not None else None
     return ValueFate(
-        name, fate, current.name, dtype, via_cast=cast.name or "" if cast is not None else "",
+        name,
+        fate,
+        current.name,
+        dtype,
+        via_cast=cast.name or "" if cast is not None else "",
         why="; ".join(whys),
-    )  # fmt: skip
+    )
 
 
 def _node_fate(

@@ -197,10 +197,15 @@ def _validate(
     io = None if req.decode_steps is None else decoder_io(ref.inputs, ref.output_names)
     log.phase("running the reference")
     samples = gather_samples(
-        specs, ref_src.proto, lambda feeds: run_once(ref, feeds, f"reference {ref_src.label}"),
-        inputs=req.inputs, dims=_first_step_dims(io, req.dims), seed=req.seed,
-        what=f"reference {ref_src.label}", reserve=req.decode_steps or 0,
-    )  # fmt: skip
+        specs,
+        ref_src.proto,
+        lambda feeds: run_once(ref, feeds, f"reference {ref_src.label}"),
+        inputs=req.inputs,
+        dims=_first_step_dims(io, req.dims),
+        seed=req.seed,
+        what=f"reference {ref_src.label}",
+        reserve=req.decode_steps or 0,
+    )
     warnings += samples.warnings
     if (
         save is not None and outputs is not None
@@ -326,9 +331,13 @@ def _compare_samples(
         cand_out = run_once(sessions.candidate, cand_feeds, f"candidate {label}")
         for n in names:
             r = compare_output(
-                n, sample.result[n], cand_out[n], req.thresholds.for_output(n),
-                top1=True if n in req.top1 else None, match=req.match.get(n, "position"),
-            )  # fmt: skip
+                n,
+                sample.result[n],
+                cand_out[n],
+                req.thresholds.for_output(n),
+                top1=True if n in req.top1 else None,
+                match=req.match.get(n, "position"),
+            )
             if r.failed:  # a run that passes needs nothing looser (evidence.py)
                 needs.see(n, sample.result[n], cand_out[n], req.thresholds, r.match)
             if several:
@@ -361,22 +370,28 @@ def _decode(
 
     def compare(n: str, r: np.ndarray | None, c: np.ndarray | None) -> OutputResult:
         result = compare_output(
-            n, r, c, req.thresholds.for_output(n), top1=True if n in req.top1 else None,
+            n,
+            r,
+            c,
+            req.thresholds.for_output(n),
+            top1=True if n in req.top1 else None,
             match=req.match.get(n, "position"),
-        )  # fmt: skip
+        )
         if result.failed:
             needs.see(n, r, c, req.thresholds, result.match)
         return result
 
     return roll_out(
-        io, samples.first.arrays, req.decode_steps or 0,
+        io,
+        samples.first.arrays,
+        req.decode_steps or 0,
         lambda feeds: run_once(ref, feeds, "reference (decoding)"),
         lambda feeds: run_once(
             cand, _candidate_feeds(feeds, sessions.emulated), f"candidate {label} (decoding)"
         ),
         compare,
         ref.output_names,
-    )  # fmt: skip
+    )
 
 
 def _worst_of(results: list[OutputResult], decode: DecodeResult) -> list[OutputResult]:

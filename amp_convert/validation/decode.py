@@ -89,9 +89,13 @@ def decoder_io(inputs: Mapping[str, tuple[str, list]], outputs: Sequence[str]) -
         if isinstance(d, str) and d not in token_dims
     }
     return DecoderIO(
-        kv, logits, USE_CACHE in inputs, "attention_mask" in inputs, "position_ids" in inputs,
+        kv,
+        logits,
+        USE_CACHE in inputs,
+        "attention_mask" in inputs,
+        "position_ids" in inputs,
         tuple(sorted(past_dims)),
-    )  # fmt: skip
+    )
 
 
 @dataclass

@@ -136,15 +136,24 @@ def scale_notes(inputs: Mapping[str, np.ndarray]) -> str:
     if not floats:
         return ""
     parts = ["floats drawn from N(0, 1) (|x| < 5)"]
-    audio = [n for n, a in floats.items() if a.ndim in (1, 2) and _AUDIO.search(n)
-             and a.shape[-1] >= 64]  # fmt: skip
-    images = [n for n, a in floats.items() if a.ndim == 4 and (a.shape[1] in (1, 3, 4)
-              or a.shape[-1] in (1, 3, 4)) and _IMAGE.search(n)]  # fmt: skip
+    audio = [
+        n for n, a in floats.items() if a.ndim in (1, 2) and _AUDIO.search(n) and a.shape[-1] >= 64
+    ]
+    images = [
+        n
+        for n, a in floats.items()
+        if a.ndim == 4
+        and (a.shape[1] in (1, 3, 4) or a.shape[-1] in (1, 3, 4))
+        and _IMAGE.search(n)
+    ]
     for names, what in (
-        (audio, "audio samples, which a front end may expect raw (int16 scale, up to 32768: "
-         "a power spectrum then reaches 1e11, far past FP16's 65504)"),
+        (
+            audio,
+            "audio samples, which a front end may expect raw (int16 scale, up to 32768: "
+            "a power spectrum then reaches 1e11, far past FP16's 65504)",
+        ),
         (images, "pixels, which a model exported without its normalisation expects in 0-255"),
-    ):  # fmt: skip
+    ):
         if names:
             parts.append(f"{', '.join(repr(n) for n in names)} may be {what}")
     return "; assumed scale: " + "; ".join(parts)

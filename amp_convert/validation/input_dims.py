@@ -54,9 +54,16 @@ from amp_convert.validation.decoder_inputs import InputLike as InputShape
 from amp_convert.validation.model_sizes import ModelSizes
 
 __all__ = [
-    "BATCH_DIM", "OTHER_DIM", "UNKNOWN_DIM_NAMES", "Dim", "DimPlan", "axis_key", "is_batch_like",
-    "is_named", "is_static",
-]  # fmt: skip
+    "BATCH_DIM",
+    "OTHER_DIM",
+    "UNKNOWN_DIM_NAMES",
+    "Dim",
+    "DimPlan",
+    "axis_key",
+    "is_batch_like",
+    "is_named",
+    "is_static",
+]
 #: image H: detectors' 640, then text-line heights (a recognizer's later layers fix its H)
 IMAGE_LADDER = (640, 48, 32)
 #: image W alongside: a text line is wide
@@ -66,8 +73,11 @@ SEQUENCE_LADDER = (256, 1024, 64, 16)
 #: recurrent state inputs whose unnamed axis is the batch (an LSTM's [layers, batch, hidden])
 _STATE_INPUTS = re.compile(r"state|hidden|^[hc]n?\d*$|^[hc]_|_[hc]\d*$|^(h|c)0", re.I)
 _LADDERS: dict[str, tuple[int, ...]] = {
-    "batch": (), "channels": (), "image": IMAGE_LADDER, "other": SEQUENCE_LADDER,
-}  # fmt: skip
+    "batch": (),
+    "channels": (),
+    "image": IMAGE_LADDER,
+    "other": SEQUENCE_LADDER,
+}
 
 
 def is_static(d: Dim) -> bool:

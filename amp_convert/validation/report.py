@@ -261,8 +261,18 @@ class ValidationReport(Report, tool="amp-convert validate", schema_version=SCHEM
     # ---------------------------------------------------------------- terminal
     def format_table(self) -> str:
         """Per-output rows, latency with speedup, provider, dims, warnings, verdict."""
-        headers = ["output", "dtype", "shape", "max_abs", "max_rel", "mean_abs", "cosine",
-                   "nan/inf", "agreement", "result"]  # fmt: skip
+        headers = [
+            "output",
+            "dtype",
+            "shape",
+            "max_abs",
+            "max_rel",
+            "mean_abs",
+            "cosine",
+            "nan/inf",
+            "agreement",
+            "result",
+        ]
         rows = []
         for o in self.outputs:
             dtype = o.candidate_dtype
@@ -284,8 +294,10 @@ class ValidationReport(Report, tool="amp-convert validate", schema_version=SCHEM
             verdict = _STATUS_CELL[o.status]
             name = o.name + (" (sorted)" if o.match == "sort" else "")
             rows.append([name, dtype, str(o.shape), *cells, verdict])
-        widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
-                  for i, h in enumerate(headers)]  # fmt: skip
+        widths = [
+            max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
+            for i, h in enumerate(headers)
+        ]
         lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
         for r in rows:
             lines.append("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())

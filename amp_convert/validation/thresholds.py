@@ -20,9 +20,14 @@ from amp_convert.errors import ValidationError
 MATCH_MODES = ("position", "sort")
 
 __all__ = [
-    "DEFAULT_THRESHOLDS_SPEC", "ERROR_STATS", "JUDGING_KEYS", "THRESHOLD_KEYS", "Thresholds",
-    "check_error_stat", "statistic",
-]  # fmt: skip
+    "DEFAULT_THRESHOLDS_SPEC",
+    "ERROR_STATS",
+    "JUDGING_KEYS",
+    "THRESHOLD_KEYS",
+    "Thresholds",
+    "check_error_stat",
+    "statistic",
+]
 
 
 #: the threshold fields, in the order reports give them

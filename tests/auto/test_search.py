@@ -38,9 +38,13 @@ SOFTMAX_BODY = ["body/Exp", "body/ReduceSum", "body/Div"]
 
 def _validate(reference, candidate, feeds) -> amp_convert.ValidationReport:
     return amp_convert.validate(
-        reference, candidate, provider="emulate", inputs=feeds, runs=0,
+        reference,
+        candidate,
+        provider="emulate",
+        inputs=feeds,
+        runs=0,
         thresholds={"min_cosine": 0.999, "max_nan": 0},
-    )  # fmt: skip
+    )
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -175,34 +179,50 @@ def _softmax_loop(kind: str, steps: int = 6, batch: int = 4, features: int = 16,
             h.make_node("Identity", ["cond_in"], ["cond_out"], name="body/cond"),
         ]
         body = h.make_graph(
-            nodes, "loop_body",
+            nodes,
+            "loop_body",
             [fvi("it", T.INT64, []), fvi("cond_in", T.BOOL, []), fvi("acc_in", T.FLOAT, None)],
-            [fvi("cond_out", T.BOOL, []), fvi("acc_out", T.FLOAT, None),
-             fvi("halved", T.FLOAT, None)],
+            [
+                fvi("cond_out", T.BOOL, []),
+                fvi("acc_out", T.FLOAT, None),
+                fvi("halved", T.FLOAT, None),
+            ],
             [axes, half],
-        )  # fmt: skip
+        )
         main += [
             h.make_node("Shape", ["x"], ["shape"], name="trips/Shape"),
             h.make_node("Gather", ["shape", "idx0"], ["trips"], name="trips/Gather", axis=0),
-            h.make_node("Loop", ["trips", "", "acc0"], ["acc", "halves"], name="steps/Loop",
-                        body=body),
-        ]  # fmt: skip
+            h.make_node(
+                "Loop", ["trips", "", "acc0"], ["acc", "halves"], name="steps/Loop", body=body
+            ),
+        ]
         inits = [w, acc0, nh.from_array(np.array(0, np.int64), "idx0")]
     else:
         body = h.make_graph(
-            softmax, "scan_body", [fvi("acc_in", T.FLOAT, None), fvi("x_t", T.FLOAT, None)],
-            [fvi("acc_out", T.FLOAT, None), fvi("halved", T.FLOAT, None)], [axes, half],
-        )  # fmt: skip
+            softmax,
+            "scan_body",
+            [fvi("acc_in", T.FLOAT, None), fvi("x_t", T.FLOAT, None)],
+            [fvi("acc_out", T.FLOAT, None), fvi("halved", T.FLOAT, None)],
+            [axes, half],
+        )
         main.append(
-            h.make_node("Scan", ["acc0", "logits"], ["acc", "halves"], name="steps/Scan",
-                        body=body, num_scan_inputs=1)
-        )  # fmt: skip
+            h.make_node(
+                "Scan",
+                ["acc0", "logits"],
+                ["acc", "halves"],
+                name="steps/Scan",
+                body=body,
+                num_scan_inputs=1,
+            )
+        )
         inits = [w, acc0]
     graph = h.make_graph(
-        main, f"softmax_{kind}", [fvi("x", T.FLOAT, [steps, batch, features])],
+        main,
+        f"softmax_{kind}",
+        [fvi("x", T.FLOAT, [steps, batch, features])],
         [fvi("acc", T.FLOAT, [batch, classes]), fvi("halves", T.FLOAT, [steps, batch, classes])],
         inits,
-    )  # fmt: skip
+    )
     model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
     model.ir_version = 8
     onnx.checker.check_model(model)
@@ -290,8 +310,9 @@ def test_large_weights_reach_ort_memory_mapped(tmp_path, monkeypatch) -> None:
 
     class Recording(real):  # type: ignore[misc, valid-type]
         def __init__(self, model, so, **k):
-            options.append((so.get_session_config_entry("session.disable_prepacking"),
-                            so.enable_cpu_mem_arena))  # fmt: skip
+            options.append(
+                (so.get_session_config_entry("session.disable_prepacking"), so.enable_cpu_mem_arena)
+            )
             super().__init__(model, so, **k)
 
     monkeypatch.setattr(ort, "InferenceSession", Recording)
@@ -333,9 +354,20 @@ def test_cli_auto_writes_model_report_and_html(tmp_path) -> None:
     onnx.save(model, src)
     np.savez(tmp_path / "a.npz", **ov.calibration(model, seed=0))
     np.savez(tmp_path / "b.npz", **ov.calibration(model, seed=1))
-    args = [str(src), "--auto", "--inputs", str(tmp_path / "a.npz"), "--inputs",
-            str(tmp_path / "b.npz"), "--provider", "emulate", "--report", str(tmp_path / "r.json"),
-            "--html", str(tmp_path / "r.html")]  # fmt: skip
+    args = [
+        str(src),
+        "--auto",
+        "--inputs",
+        str(tmp_path / "a.npz"),
+        "--inputs",
+        str(tmp_path / "b.npz"),
+        "--provider",
+        "emulate",
+        "--report",
+        str(tmp_path / "r.json"),
+        "--html",
+        str(tmp_path / "r.html"),
+    ]
     res = CliRunner().invoke(cli, args)
     assert res.exit_code == 0, res.output
     assert "thresholds met" in res.output and "softmax/Exp [Exp]: range" in res.output

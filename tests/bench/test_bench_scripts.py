@@ -73,9 +73,14 @@ def test_a_missing_dependency_is_one_line_and_exit_2(script: Path, tmp_path: Pat
         "BLOCK_MODULES": ",".join(OPTIONAL),
     }
     done = subprocess.run(
-        [sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True,
-        timeout=120, check=False,
-    )  # fmt: skip
+        [sys.executable, str(script)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 2, done.stderr
     assert done.stdout == "", done.stdout
     lines = done.stderr.splitlines()

@@ -200,10 +200,26 @@ def test_compare_smoke(tmp_path: Path) -> None:
     out = tmp_path / "r.json"
     md = tmp_path / "r.md"
     proc = subprocess.run(
-        [sys.executable, "bench/compare.py", "--no-big", "--only", "generated/lstm_model$",
-         "--repeat", "1", "--jobs", "1", "--json", str(out), "--markdown", str(md)],
-        cwd=REPO, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "bench/compare.py",
+            "--no-big",
+            "--only",
+            "generated/lstm_model$",
+            "--repeat",
+            "1",
+            "--jobs",
+            "1",
+            "--json",
+            str(out),
+            "--markdown",
+            str(md),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     raw = json.loads(out.read_text())
     (model,) = raw["models"]

@@ -83,9 +83,22 @@ def test_cpu_provider_runs_every_variant_end_to_end(tmp_path: Path) -> None:
     pytest.importorskip("onnxconverter_common")  # one of the measured variants ([bench] extra)
     js, md = tmp_path / "gpu.json", tmp_path / "gpu.md"
     res = _bench(
-        "--provider", "cpu", "--small", "--runs", "2", "--warmup", "1", "--only", "cnn,gpt",
-        "--dim", "batch=3", "--json", str(js), "--markdown", str(md),
-    )  # fmt: skip
+        "--provider",
+        "cpu",
+        "--small",
+        "--runs",
+        "2",
+        "--warmup",
+        "1",
+        "--only",
+        "cnn,gpt",
+        "--dim",
+        "batch=3",
+        "--json",
+        str(js),
+        "--markdown",
+        str(md),
+    )
     assert res.returncode == 0, res.stderr
     assert "onnxruntime" in res.stdout and "(cpu provider)" in res.stdout
     table = _table_rows(res.stdout)
@@ -265,9 +278,17 @@ def test_cuda_options_and_nhwc_reach_the_sessions(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(gpu_run, "time_runs", lambda runner, feeds, runs, warmup: next(timings))
     options = {"cudnn_conv_algo_search": "HEURISTIC"}
     m = gpu_run.measure(
-        "O2", Path("m.onnx"), "cuda", {}, {}, runs=3, warmup=0, profile_prefix="p",
-        options=options, nhwc=True,
-    )  # fmt: skip
+        "O2",
+        Path("m.onnx"),
+        "cuda",
+        {},
+        {},
+        runs=3,
+        warmup=0,
+        profile_prefix="p",
+        options=options,
+        nhwc=True,
+    )
     assert m.error is None and m.median_ms == 3.0 and m.nhwc_median_ms == 1.2
     assert _FakeSession.opened == [
         [(CUDA_EP, {"cudnn_conv_algo_search": "HEURISTIC"}), CPU_EP],

@@ -64,14 +64,32 @@ def _check_outputs(model: onnx.ModelProto, feeds: dict, outputs: list) -> None:
 
 
 EXPECTED_BLOCKS = [
-    "bert_encoder", "gpt_decoder", "resnet_cnn", "yolo_head", "lstm_model", "loop_rnn", "scan_rnn",
-]  # fmt: skip
+    "bert_encoder",
+    "gpt_decoder",
+    "resnet_cnn",
+    "yolo_head",
+    "lstm_model",
+    "loop_rnn",
+    "scan_rnn",
+]
 EXPECTED_FOCUSED = [
-    "resize_scales", "range_model", "topk_model", "nms_model", "if_outer_capture",
-    "loop_outer_capture", "shared_initializer", "existing_cast_to_float", "random_normal_like",
-    "constant_of_shape", "custom_domain", "out_of_range_weights", "quantized_model",
-    "graph_input_initializers", "fp16_overflow", "multi_output_int",
-]  # fmt: skip
+    "resize_scales",
+    "range_model",
+    "topk_model",
+    "nms_model",
+    "if_outer_capture",
+    "loop_outer_capture",
+    "shared_initializer",
+    "existing_cast_to_float",
+    "random_normal_like",
+    "constant_of_shape",
+    "custom_domain",
+    "out_of_range_weights",
+    "quantized_model",
+    "graph_input_initializers",
+    "fp16_overflow",
+    "multi_output_int",
+]
 
 
 def test_registry_names() -> None:
@@ -116,8 +134,11 @@ def test_decoders_agree_step_by_step() -> None:
     rng = np.random.default_rng(1)
     ids = rng.integers(0, 64, (2, 6))
     pos, mask = np.tile(np.arange(6), (2, 1)), np.ones((2, 6), np.int64)
-    empty = {f"past_key_values.{i}.{kv}": np.zeros((2, 4, 0, 8), np.float32)
-             for i in range(2) for kv in ("key", "value")}  # fmt: skip
+    empty = {
+        f"past_key_values.{i}.{kv}": np.zeros((2, 4, 0, 8), np.float32)
+        for i in range(2)
+        for kv in ("key", "value")
+    }
     sm, sp = _session(merged), _session(with_past)
 
     def merged_run(n: int) -> dict[str, np.ndarray]:

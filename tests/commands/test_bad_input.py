@@ -126,8 +126,18 @@ def test_sigint_after_the_verdict_is_130_and_one_line(tmp_path: Path, moment: st
     """SIGINT after the verdict line killed silently (death by SIGINT)."""
     src = saved(tmp_path / "m.onnx")
     out = tmp_path / "o.onnx"
-    done = child(_SIGINT_AFTER_VERDICT, moment, src, "-o", out, "--validate", "--provider",
-                 "emulate", "--runs", "0")  # fmt: skip
+    done = child(
+        _SIGINT_AFTER_VERDICT,
+        moment,
+        src,
+        "-o",
+        out,
+        "--validate",
+        "--provider",
+        "emulate",
+        "--runs",
+        "0",
+    )
     assert done.returncode == 130, done.stderr
     assert done.stderr.strip().splitlines()[-1] == "amp-convert: interrupted"
     assert done.stderr.count("interrupted") == 1
@@ -218,8 +228,13 @@ def test_api_pattern_that_is_not_text_is_an_option_error() -> None:
 
 
 def nul_location(tmp_path: Path) -> Path:
-    onnx.save(mlp(layers=2), str(tmp_path / "e.onnx"), save_as_external_data=True,
-              location="e.data", size_threshold=0)  # fmt: skip
+    onnx.save(
+        mlp(layers=2),
+        str(tmp_path / "e.onnx"),
+        save_as_external_data=True,
+        location="e.data",
+        size_threshold=0,
+    )
     proto = onnx.load(str(tmp_path / "e.onnx"), load_external_data=False)
     for t in proto.graph.initializer:
         for entry in t.external_data:
@@ -248,8 +263,9 @@ def control_named(tmp_path: Path) -> Path:
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
         [helper.make_tensor_value_info(name, TensorProto.FLOAT, [1, 4])],
     )
-    return saved(tmp_path / "c.onnx", helper.make_model(graph, opset_imports=[
-        helper.make_opsetid("", 17)]))  # fmt: skip
+    return saved(
+        tmp_path / "c.onnx", helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    )
 
 
 def test_control_characters_in_names_never_reach_the_terminal_or_break_junit(
@@ -365,8 +381,9 @@ def test_decode_steps_beyond_the_bound_is_refused_at_once(tmp_path: Path) -> Non
     from tests.helpers import one_line_error
 
     src = saved(tmp_path / "m.onnx")
-    one_line_error(invoke("validate", src, src, "--decode-steps", 1_000_000_000),
-                   "--decode-steps", "10000")  # fmt: skip
+    one_line_error(
+        invoke("validate", src, src, "--decode-steps", 1_000_000_000), "--decode-steps", "10000"
+    )
 
 
 def test_decode_steps_whose_cache_outgrows_the_budget_are_refused(monkeypatch) -> None:
@@ -431,8 +448,19 @@ def test_auto_model_that_cannot_be_written_leaves_no_new_report(tmp_path: Path, 
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(amp_io.ir, "save", full)
-    res = invoke(src, "--auto", "-q", "-o", tmp_path / "o.onnx", "--provider", "emulate",
-                 "--report", tmp_path / "r.json", "--html", tmp_path / "p.html")  # fmt: skip
+    res = invoke(
+        src,
+        "--auto",
+        "-q",
+        "-o",
+        tmp_path / "o.onnx",
+        "--provider",
+        "emulate",
+        "--report",
+        tmp_path / "r.json",
+        "--html",
+        tmp_path / "p.html",
+    )
     one_line_error(res, "o.onnx", "No space left on device")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]
 
@@ -448,8 +476,9 @@ def test_auto_refuses_validation_options_it_does_not_use(tmp_path: Path, flag, v
     from tests.helpers import one_line_error
 
     src = saved(tmp_path / "m.onnx")
-    one_line_error(invoke(src, "--auto", "-o", tmp_path / "o.onnx", flag, value), flag,
-                   "goes with --validate")  # fmt: skip
+    one_line_error(
+        invoke(src, "--auto", "-o", tmp_path / "o.onnx", flag, value), flag, "goes with --validate"
+    )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]
 
 

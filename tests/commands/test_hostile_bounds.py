@@ -87,8 +87,18 @@ def test_an_input_name_over_64k_is_one_line(tmp_path: Path) -> None:
     """--save-inputs with an input name over 64 KiB crashed writing the .npz member."""
     src = tmp_path / "m.onnx"
     onnx.save(_mlp(name="n" * 70_000), src)
-    res = CliRunner().invoke(cli, ["validate", str(src), str(src), "--provider", "emulate",
-                                   "--save-inputs", str(tmp_path / "x.npz")])  # fmt: skip
+    res = CliRunner().invoke(
+        cli,
+        [
+            "validate",
+            str(src),
+            str(src),
+            "--provider",
+            "emulate",
+            "--save-inputs",
+            str(tmp_path / "x.npz"),
+        ],
+    )
     one_line(res, "70000 characters long")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]
 
@@ -184,14 +194,18 @@ def links(tmp_path: Path) -> Path:
     return tmp_path
 
 
-@pytest.mark.parametrize("name, words", [("loop1", "symlink loop"),
-                                         ("dangling", "broken symlink")])  # fmt: skip
+@pytest.mark.parametrize("name, words", [("loop1", "symlink loop"), ("dangling", "broken symlink")])
 def test_symlink_loops_and_broken_symlinks_are_named(links: Path, name: str, words: str) -> None:
     """They were "no such file", "File ... does not exist" or, for an output, "appeared
     during the run"."""
     m, path = str(links / "m.onnx"), str(links / name)
-    for args in ([path], ["validate", m, path], ["validate", m, m, "--inputs", path],
-                 [m, "-o", path], [m, "--op-lists", path]):  # fmt: skip
+    for args in (
+        [path],
+        ["validate", m, path],
+        ["validate", m, m, "--inputs", path],
+        [m, "-o", path],
+        [m, "--op-lists", path],
+    ):
         res = CliRunner().invoke(cli, args)
         one_line(res, words)
     assert os.path.islink(links / "dangling") and not (links / "nothing").exists()
@@ -229,12 +243,23 @@ def test_a_posix_class_warning_is_said_once_naming_the_option(tmp_path: Path) ->
     """'[[:alpha:]]' printed Python's "Possible nested set" twice, naming no option."""
     src = saved(tmp_path / "m.onnx")
     done = subprocess.run(
-        [sys.executable, "-c", "import sys; sys.argv[0] = 'amp-convert'\n"
-         "from amp_convert.startup import main; main()", str(src), "-o",
-         str(tmp_path / "o.onnx"), "--exclude-nodes", "[[:alpha:]]", "-q"],
-        capture_output=True, text=True, timeout=120, check=False,
+        [
+            sys.executable,
+            "-c",
+            "import sys; sys.argv[0] = 'amp-convert'\nfrom amp_convert.startup import main; main()",
+            str(src),
+            "-o",
+            str(tmp_path / "o.onnx"),
+            "--exclude-nodes",
+            "[[:alpha:]]",
+            "-q",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
-    )  # fmt: skip
+    )
     assert done.returncode == 0, done.stderr
     said = [ln for ln in done.stderr.splitlines() if "nested set" in ln]
     assert len(said) <= 1 and all("--exclude-nodes" in ln for ln in said), done.stderr

@@ -51,9 +51,12 @@ def matmul() -> onnx.ModelProto:
 def save(proto: onnx.ModelProto, path: Path, external: bool = False) -> Path:
     if external:
         onnx.save_model(
-            proto, path, save_as_external_data=True, location=path.name + ".data",
+            proto,
+            path,
+            save_as_external_data=True,
+            location=path.name + ".data",
             size_threshold=0,
-        )  # fmt: skip
+        )
     else:
         onnx.save(proto, path)
     return path
@@ -234,9 +237,15 @@ def test_output_folder_path_is_refused(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "extra",
-    [["--atol", "1e-3"], ["--provider", "emulate"], ["--inputs", "{npz}"], ["--min-cosine", "1"],
-     ["--junit", "{tmp}/j.xml"], ["--validation-report", "{tmp}/v.json"]],
-)  # fmt: skip
+    [
+        ["--atol", "1e-3"],
+        ["--provider", "emulate"],
+        ["--inputs", "{npz}"],
+        ["--min-cosine", "1"],
+        ["--junit", "{tmp}/j.xml"],
+        ["--validation-report", "{tmp}/v.json"],
+    ],
+)
 def test_validation_options_without_validate_are_refused(tmp_path: Path, extra) -> None:
     """A CI gate that checks nothing: they were ignored with exit 0."""
     npz = tmp_path / "in.npz"
@@ -338,8 +347,11 @@ def test_sigint_exits_130_not_the_thresholds_code(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     child = subprocess.Popen(
         [sys.executable, "-c", _SLOW_CHILD, str(src), str(tmp_path / "o.onnx")],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-    )  # fmt: skip
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     try:
         assert child.stdout.readline() == "CONVERTING\n"
         child.send_signal(signal.SIGINT)

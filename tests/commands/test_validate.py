@@ -95,9 +95,10 @@ def cuda_fails_to_start(monkeypatch):
     # the load check's child would look for CUDA in the real onnxruntime: keep it on the CPU
     real_check = sessions.default_load_check
     monkeypatch.setattr(
-        sessions, "default_load_check",
+        sessions,
+        "default_load_check",
         lambda ref, cand, mode, strict=True: real_check(ref, cand, "emulate", strict=strict),
-    )  # fmt: skip
+    )
 
 
 def test_exit_0_when_all_pass(pairs) -> None:
@@ -146,8 +147,19 @@ def test_html_page_is_drawn_with_the_verdicts_provider_and_inputs(
     monkeypatch.setattr(trace, "replay", replay)
     monkeypatch.setattr(trace, "gather_samples", no_second_draw)
     saved, page = tmp_path / "in.npz", tmp_path / "p.html"
-    res = _run(*pairs["mlp"], "--provider", "auto", "--atol", "1e-2", "--rtol", "1e-2",
-               "--html", str(page), "--save-inputs", str(saved))  # fmt: skip
+    res = _run(
+        *pairs["mlp"],
+        "--provider",
+        "auto",
+        "--atol",
+        "1e-2",
+        "--rtol",
+        "1e-2",
+        "--html",
+        str(page),
+        "--save-inputs",
+        str(saved),
+    )
     assert res.exit_code == 0, res.output
     assert "fell back to emulate" in res.output and page.stat().st_size > 0
     judged = np.load(saved)
@@ -219,9 +231,10 @@ def test_cuda_options_reach_both_sessions_and_the_report(
     monkeypatch.setattr(sessions, "make_session", make_session)
     real_check = sessions.default_load_check
     monkeypatch.setattr(
-        sessions, "default_load_check",
+        sessions,
+        "default_load_check",
         lambda ref, cand, mode, strict=True: real_check(ref, cand, "cpu", strict=strict),
-    )  # fmt: skip
+    )
     report = tmp_path / "r.json"
     options = [
         "--cuda-option",
@@ -256,9 +269,12 @@ def test_make_session_hands_the_cuda_options_to_onnxruntime(pairs, monkeypatch) 
     src = load_source(pairs["mlp"][0], "reference")
     with pytest.raises(ValidationError, match=r"with the CUDA provider options prefer_nhwc=1\)"):
         make_session(
-            src, "reference", device="cuda", disable_optimizations=False,
+            src,
+            "reference",
+            device="cuda",
+            disable_optimizations=False,
             cuda_options={"prefer_nhwc": "1"},
-        )  # fmt: skip
+        )
     assert given == [[("CUDAExecutionProvider", {"prefer_nhwc": "1"}), "CPUExecutionProvider"]]
 
 
@@ -397,9 +413,19 @@ def test_hooks_for_the_convert_command(pairs, tmp_path: Path) -> None:
 
     report = tmp_path / "v.json"
     res = CliRunner().invoke(
-        convert, [*pairs["tokens"], "--dim", "seq=2", "--atol", "pred:0", "--runs", "1",
-                  "--validation-report", str(report)],
-    )  # fmt: skip
+        convert,
+        [
+            *pairs["tokens"],
+            "--dim",
+            "seq=2",
+            "--atol",
+            "pred:0",
+            "--runs",
+            "1",
+            "--validation-report",
+            str(report),
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert json.loads(report.read_text())["inputs"]["dims"] == {"batch": 1, "seq": 2}
     # programmatic call with raw strings works the same way
@@ -480,8 +506,10 @@ def test_defaults_the_reference_cannot_run_on(tmp_path: Path) -> None:
 
     paths = {}
     # 5005 = 7 x 715: past every size the search tries (91 = 7 x 13 is found from the Reshape)
-    pad = (("pad", lambda: picky.reflect_pad_pair(200)),
-           ("fixed", lambda: picky.fixed_length_pair(7 * 715)))  # fmt: skip
+    pad = (
+        ("pad", lambda: picky.reflect_pad_pair(200)),
+        ("fixed", lambda: picky.fixed_length_pair(7 * 715)),
+    )
     for name, build in pad:
         for role, model in zip(("ref", "cand"), build(), strict=True):
             paths[name, role] = tmp_path / f"{name}.{role}.onnx"
@@ -535,21 +563,36 @@ def test_validate_without_thresholds_on_a_broken_conversion_exits_1(tmp_path: Pa
 
     src, feeds = _broken_by_fp16(tmp_path)
     out = tmp_path / "hv.fp16.onnx"
-    res = CliRunner().invoke(cli, [str(src), "-o", str(out), "--level", "O3", "--validate",
-                                   "--provider", "emulate", "--inputs", str(feeds)])  # fmt: skip
+    res = CliRunner().invoke(
+        cli,
+        [
+            str(src),
+            "-o",
+            str(out),
+            "--level",
+            "O3",
+            "--validate",
+            "--provider",
+            "emulate",
+            "--inputs",
+            str(feeds),
+        ],
+    )
     assert res.exit_code == 1, res.output
     assert "result: FAIL" in res.output and "min_cosine 0.999" in res.output
     assert not out.exists()
     onnx.save(amp_convert.convert(onnx.load(src), level="O3"), out)
-    res = CliRunner().invoke(validate_command, [str(src), str(out), "--provider", "emulate",
-                                                "--inputs", str(feeds)])  # fmt: skip
+    res = CliRunner().invoke(
+        validate_command, [str(src), str(out), "--provider", "emulate", "--inputs", str(feeds)]
+    )
     assert res.exit_code == 1 and "result: FAIL" in res.output
     # judging nothing is asked for by name, and then says so
     args = [str(src), str(out), "--provider", "emulate", "--inputs", str(feeds)]
     res = CliRunner().invoke(validate_command, [*args, "--report-only"])
     assert res.exit_code == 0 and "NOT JUDGED" in res.output
-    res = CliRunner().invoke(validate_command, [str(src), str(out), "--report-only",
-                                                "--min-cosine", "0.9"])  # fmt: skip
+    res = CliRunner().invoke(
+        validate_command, [str(src), str(out), "--report-only", "--min-cosine", "0.9"]
+    )
     assert res.exit_code == 2 and "--report-only judges nothing" in res.output
 
 
@@ -569,8 +612,9 @@ def test_a_broken_model_gets_the_node_where_it_breaks_and_no_thresholds(tmp_path
     onnx.save(model, src)
     onnx.save(amp_convert.convert(model, level="O3"), dst)
     report = tmp_path / "r.json"
-    res = CliRunner().invoke(validate_command, [str(src), str(dst), "--provider", "emulate",
-                                                "--report", str(report)])  # fmt: skip
+    res = CliRunner().invoke(
+        validate_command, [str(src), str(dst), "--provider", "emulate", "--report", str(report)]
+    )
     assert res.exit_code == 1, res.output
     assert "smallest thresholds" not in res.output
     assert "is far from any threshold" in res.output

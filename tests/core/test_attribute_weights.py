@@ -109,14 +109,15 @@ def _pad_then_pool(value: float) -> onnx.ModelProto:
     """Pad-2 (opset 10) with a float `value` attribute, then MaxPool: the -inf pad idiom."""
     graph = helper.make_graph(
         [
-            helper.make_node("Pad", ["x"], ["p"], name="pad", pads=[0, 0, 1, 1, 0, 0, 1, 1],
-                             value=value),
+            helper.make_node(
+                "Pad", ["x"], ["p"], name="pad", pads=[0, 0, 1, 1, 0, 0, 1, 1], value=value
+            ),
             helper.make_node("MaxPool", ["p"], ["y"], name="pool", kernel_shape=[3, 3]),
         ],
         "g",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 6, 6])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 6, 6])],
-    )  # fmt: skip
+    )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 10)])
 
 
@@ -173,8 +174,13 @@ def test_an_fp32_fill_read_low_gets_a_saturated_low_copy_not_a_cast() -> None:
         original, return_report=True, level="O2", exclude_nodes=["causal_mask/ConstantOfShape$"]
     )
     onnx.checker.check_model(converted, full_check=True)
-    fills = [n for n in all_nodes(converted.graph) if n.op_type == "ConstantOfShape"
-             and "causal_mask/ConstantOfShape" in n.name and not n.name.endswith("_1")]  # fmt: skip
+    fills = [
+        n
+        for n in all_nodes(converted.graph)
+        if n.op_type == "ConstantOfShape"
+        and "causal_mask/ConstantOfShape" in n.name
+        and not n.name.endswith("_1")
+    ]
     assert [n.name.rsplit("/", 1)[-1] for n in fills] == ["ConstantOfShape_fp16"] * 2
     assert all(float(numpy_helper.to_array(n.attribute[0].t)[0]) == -65504.0 for n in fills)
     casts = [n for n in all_nodes(converted.graph) if n.op_type == "Cast"]
@@ -200,10 +206,17 @@ def _mask_in_loop_body() -> onnx.ModelProto:
     p = body.op("Softmax", [a], "body/Softmax", axis=-1)
     body.op("Mul", [p, body.f32("body/four", 4.0)], "body/Mul", outputs=["s_out"])
     body.op("Identity", ["cond"], "body/cond", outputs=["cond_out"])
-    body.outputs += [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
-                     helper.make_tensor_value_info("s_out", TensorProto.FLOAT, None)]  # fmt: skip
-    b.op("Loop", [b.i64("trips", 2), b.const("go", True, np.bool_), "scores"], "loop",
-         outputs=["y"], body=body.graph())  # fmt: skip
+    body.outputs += [
+        helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+        helper.make_tensor_value_info("s_out", TensorProto.FLOAT, None),
+    ]
+    b.op(
+        "Loop",
+        [b.i64("trips", 2), b.const("go", True, np.bool_), "scores"],
+        "loop",
+        outputs=["y"],
+        body=body.graph(),
+    )
     return b.model()
 
 

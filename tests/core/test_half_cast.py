@@ -32,10 +32,26 @@ def hard_values() -> np.ndarray:
     up = np.nextafter(ties, np.float32(np.inf))
     down = np.nextafter(ties, np.float32(-np.inf))
     edges = np.array(
-        [65504, 65519.996, 65520, 65536, 3.4e38, 2.0**-14, 2.0**-24, 2.0**-25, 2.0**-26,
-         1e-45, 0.0, -0.0, np.inf, -np.inf, np.nan, -np.nan],
+        [
+            65504,
+            65519.996,
+            65520,
+            65536,
+            3.4e38,
+            2.0**-14,
+            2.0**-24,
+            2.0**-25,
+            2.0**-26,
+            1e-45,
+            0.0,
+            -0.0,
+            np.inf,
+            -np.inf,
+            np.nan,
+            -np.nan,
+        ],
         np.float32,
-    )  # fmt: skip
+    )
     nan_payloads = np.array([0x7F800001, 0xFFC00001, 0x7FFFFFFF], np.uint32).view(np.float32)
     return np.concatenate([finite, ties, up, down, edges, -edges, nan_payloads])
 

@@ -39,8 +39,9 @@ def test_trained_weights_that_cannot_matter_add_no_casts(build, level: str) -> N
     assert report.casts_inserted == 2  # the model's input and output, nothing else
     assert report.nodes_fp32 == 0
     rng = np.random.default_rng(0)
-    x = rng.standard_normal([d.dim_value or 2 for d in original.graph.input[0].type.tensor_type
-                             .shape.dim]).astype(np.float32)  # fmt: skip
+    x = rng.standard_normal(
+        [d.dim_value or 2 for d in original.graph.input[0].type.tensor_type.shape.dim]
+    ).astype(np.float32)
     ref, got = run(original, {"x": x})[0], run(converted, {"x": x})[0]
     cosine = float(np.dot(ref.ravel(), got.ravel()) / np.linalg.norm(ref) / np.linalg.norm(got))
     assert cosine >= 0.9999
@@ -63,8 +64,10 @@ def _graph_with(op: str, weight: np.ndarray, **attrs) -> tuple[onnx.ModelProto, 
     inits = [numpy_helper.from_array(weight, "w")]
     if op == "Gemm":
         inits.append(numpy_helper.from_array(np.eye(64, dtype=np.float32), "k"))
-    nodes = [helper.make_node(op, inputs, ["z"], name="op", **attrs),
-             helper.make_node("Relu", ["z"], ["y"], name="relu")]  # fmt: skip
+    nodes = [
+        helper.make_node(op, inputs, ["z"], name="op", **attrs),
+        helper.make_node("Relu", ["z"], ["y"], name="relu"),
+    ]
     graph = helper.make_graph(nodes, "g", [x], [y], inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), "w"
 
@@ -94,11 +97,15 @@ def test_an_addend_to_a_constant_is_judged_as_a_tensor() -> None:
     """Constant + constant: nothing computed to compare with, so relative to the tensor."""
     low = low_type_of("fp16").onnx
     graph = helper.make_graph(
-        [helper.make_node("Add", ["a", "b"], ["y"], name="add")], "g", [],
+        [helper.make_node("Add", ["a", "b"], ["y"], name="add")],
+        "g",
+        [],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
-        [numpy_helper.from_array(np.full(4, 1e-6, np.float32), "a"),
-         numpy_helper.from_array(np.ones(4, np.float32), "b")],
-    )  # fmt: skip
+        [
+            numpy_helper.from_array(np.full(4, 1e-6, np.float32), "a"),
+            numpy_helper.from_array(np.ones(4, np.float32), "b"),
+        ],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     m = ir.from_proto(model)
     a = m.graph.initializers["a"]

@@ -55,13 +55,16 @@ def scalar_op(op: str, value: float, *, mask: bool = False) -> onnx.ModelProto:
     else:
         node = helper.make_node(op, ["x", "c"], ["z"], name="op")
     graph = helper.make_graph(
-        [node, helper.make_node("Relu", ["x"], ["r"], name="relu"),
-         helper.make_node("Add", ["z", "r"], ["y"], name="add")],
+        [
+            node,
+            helper.make_node("Relu", ["x"], ["r"], name="relu"),
+            helper.make_node("Add", ["z", "r"], ["y"], name="add"),
+        ],
         "g",
         inputs,
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8])],
         [numpy_helper.from_array(np.array(value, np.float32), "c")],
-    )  # fmt: skip
+    )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 

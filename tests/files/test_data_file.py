@@ -154,9 +154,14 @@ def packed_external(folder: Path, size: int) -> ir.ExternalTensor:
         b"\x07" + rng.integers(0, 256, (size + 1) // 2, np.uint8).tobytes()
     )
     return ir.ExternalTensor(
-        "int4.data", 1, (size + 1) // 2, ir.DataType.INT4, shape=ir.Shape([size]), name="int4",
+        "int4.data",
+        1,
+        (size + 1) // 2,
+        ir.DataType.INT4,
+        shape=ir.Shape([size]),
+        name="int4",
         base_dir=str(folder),
-    )  # fmt: skip
+    )
 
 
 def external_arrays_in(folder: Path, arrays: dict[str, np.ndarray]) -> dict[str, ir.ExternalTensor]:

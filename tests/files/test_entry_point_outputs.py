@@ -86,8 +86,9 @@ def test_api_auto_convert_never_replaces_the_model_with_its_inputs(pair) -> None
     ref, _ = pair
     before = digest(ref)
     with pytest.raises(OutputError, match="would overwrite the input"):
-        auto_convert(str(ref), validation=amp_convert.ValidateOptions(
-            provider="emulate", save_inputs=ref))  # fmt: skip
+        auto_convert(
+            str(ref), validation=amp_convert.ValidateOptions(provider="emulate", save_inputs=ref)
+        )
     assert digest(ref) == before
 
 
@@ -121,9 +122,11 @@ def _empty_output_model() -> onnx.ModelProto:
         "g",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 0])],
-        [onnx.numpy_helper.from_array(np.array([0], np.int64), "s"),
-         onnx.numpy_helper.from_array(np.array([0], np.int64), "e")],
-    )  # fmt: skip
+        [
+            onnx.numpy_helper.from_array(np.array([0], np.int64), "s"),
+            onnx.numpy_helper.from_array(np.array([0], np.int64), "e"),
+        ],
+    )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
@@ -131,8 +134,18 @@ def test_auto_save_inputs_is_not_written_when_the_search_refuses(tmp_path: Path)
     """--auto --save-inputs wrote the .npz, then refused the input (exit 2, a file left)."""
     src = tmp_path / "m.onnx"
     onnx.save(_empty_output_model(), src)
-    res = CliRunner().invoke(cli, [str(src), "--auto", "--provider", "emulate", "-q",
-                                   "--save-inputs", str(tmp_path / "x.npz")])  # fmt: skip
+    res = CliRunner().invoke(
+        cli,
+        [
+            str(src),
+            "--auto",
+            "--provider",
+            "emulate",
+            "-q",
+            "--save-inputs",
+            str(tmp_path / "x.npz"),
+        ],
+    )
     assert res.exit_code == 2, res.output
     assert "nothing to compare" in res.output
     assert listing(tmp_path) == ["m.onnx"]
@@ -146,8 +159,9 @@ def test_auto_refusing_a_degenerate_reference_says_it_wrote_the_inputs(tmp_path:
     src = tmp_path / "det.onnx"
     onnx.save(im.paddle_text_detector(), src)
     npz = tmp_path / "x.npz"
-    res = CliRunner().invoke(cli, [str(src), "--auto", "--provider", "emulate", "-q",
-                                   "--save-inputs", str(npz)])  # fmt: skip
+    res = CliRunner().invoke(
+        cli, [str(src), "--auto", "--provider", "emulate", "-q", "--save-inputs", str(npz)]
+    )
     assert res.exit_code == 2, res.output
     assert f"the generated inputs were written to {npz}" in res.output
     assert listing(tmp_path) == ["det.onnx", "x.npz"]
@@ -167,8 +181,9 @@ def test_a_report_name_taken_during_the_run_leaves_no_model(tmp_path: Path, monk
             report.write_text("someone else's")
 
     monkeypatch.setattr(pair_write, "on_step", appear)
-    res = CliRunner().invoke(cli, [str(src), "-o", str(tmp_path / "o.onnx"), "--report",
-                                   str(report), "-q"])  # fmt: skip
+    res = CliRunner().invoke(
+        cli, [str(src), "-o", str(tmp_path / "o.onnx"), "--report", str(report), "-q"]
+    )
     assert res.exit_code == 2, res.output
     assert "appeared during the run" in res.output
     assert listing(tmp_path) == ["m.onnx", "r.json"]
@@ -189,10 +204,24 @@ def test_a_full_disk_on_the_last_report_leaves_no_report(pair, tmp_path: Path, m
     monkeypatch.setattr(safe_write.StagedFile, "__init__", full)
     out = tmp_path / "out"
     out.mkdir()
-    res = CliRunner().invoke(cli, ["validate", str(ref), str(cand), "--provider", "emulate",
-                                   "--runs", "0", "--report", str(out / "r.json"),
-                                   "--junit", str(out / "r.xml"),
-                                   "--save-inputs", str(out / "x.npz")])  # fmt: skip
+    res = CliRunner().invoke(
+        cli,
+        [
+            "validate",
+            str(ref),
+            str(cand),
+            "--provider",
+            "emulate",
+            "--runs",
+            "0",
+            "--report",
+            str(out / "r.json"),
+            "--junit",
+            str(out / "r.xml"),
+            "--save-inputs",
+            str(out / "x.npz"),
+        ],
+    )
     assert res.exit_code == 2, res.output
     assert "No space left on device" in res.output
     assert listing(out) == []
@@ -207,11 +236,27 @@ def test_a_model_that_cannot_be_committed_takes_its_reports_back(tmp_path: Path,
     old.write_text('{"old": true}')
 
     monkeypatch.setattr(safe_write, "commit", _failing_for("o.onnx", safe_write.commit))
-    res = CliRunner().invoke(cli, [str(src), "-o", str(tmp_path / "o.onnx"), "--force",
-                                   "--report", str(old), "--validate", "--provider", "emulate",
-                                   "--runs", "0", "--validation-report",
-                                   str(tmp_path / "v.json"), "--junit",
-                                   str(tmp_path / "v.xml"), "-q"])  # fmt: skip
+    res = CliRunner().invoke(
+        cli,
+        [
+            str(src),
+            "-o",
+            str(tmp_path / "o.onnx"),
+            "--force",
+            "--report",
+            str(old),
+            "--validate",
+            "--provider",
+            "emulate",
+            "--runs",
+            "0",
+            "--validation-report",
+            str(tmp_path / "v.json"),
+            "--junit",
+            str(tmp_path / "v.xml"),
+            "-q",
+        ],
+    )
     assert res.exit_code == 2, res.output
     assert json.loads(old.read_text()) == {"old": True}
     assert listing(tmp_path) == ["m.onnx", "r.json"]

@@ -193,9 +193,15 @@ def test_validate_report_paths(
     before = digest(*files)
     names = {"src": src, "out": out, "tmp": tmp_path}
     result = invoke(
-        "validate", src, out, "--provider", "emulate", "--runs", "0",
+        "validate",
+        src,
+        out,
+        "--provider",
+        "emulate",
+        "--runs",
+        "0",
         *(e.format(**names) for e in extra),
-    )  # fmt: skip
+    )
     assert result.exit_code == 2, result.output
     assert result.output.startswith("amp-convert: error: ")
     assert message.format(**names) in result.output

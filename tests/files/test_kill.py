@@ -71,9 +71,12 @@ def test_sigkill_at_every_step_then_a_rerun_leaves_only_a_pair(pair, point: str)
     src, out, old_values, new_values = pair
     done = subprocess.run(
         [sys.executable, "-c", _KILLED, point, str(src), str(out)],
-        capture_output=True, text=True, timeout=120, check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )  # fmt: skip
+    )
     assert done.returncode == -signal.SIGKILL, done.stderr[-2000:]
     got = result(out)  # right after the kill: the old pair or the new one, whole
     assert np.array_equal(got, old_values) or np.array_equal(got, new_values)
@@ -89,8 +92,10 @@ def test_a_live_writers_temporaries_are_not_stale(pair) -> None:
     src, out, _, _ = pair
     held = subprocess.Popen(
         [sys.executable, "-c", _HOLD, str(out.parent), out.name],
-        stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )  # fmt: skip
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     try:
         name = held.stdout.readline().strip() if held.stdout else ""
         assert name.startswith(".o.onnx.")
@@ -138,15 +143,29 @@ def test_a_killed_runs_temporary_folder_is_removed_by_the_next_run(pair, tmp_pat
     temp.mkdir()
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(temp)}
     args = [str(src), "-o", str(out), "--force", "--validate", "--provider", "emulate", "-q"]
-    done = subprocess.run([sys.executable, "-c", _KILLED_IN_TEMP, *args], env=env,
-                          capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", _KILLED_IN_TEMP, *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == -signal.SIGKILL, done.stderr[-2000:]
     assert [p.name for p in temp.iterdir() if p.name.startswith("amp-validate-")]
     rerun = subprocess.run(
-        [sys.executable, "-c", "import sys; sys.argv[0] = 'amp-convert'\n"
-         "from amp_convert.startup import main; main()", *args],
-        env=env, capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-c",
+            "import sys; sys.argv[0] = 'amp-convert'\nfrom amp_convert.startup import main; main()",
+            *args,
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert rerun.returncode == 0, rerun.stderr[-2000:]
     assert [p.name for p in temp.iterdir() if p.name.startswith("amp-")] == []
     assert files(out.parent) == sorted({"m.onnx", "m.onnx.data", "o.onnx", *referenced(out)})

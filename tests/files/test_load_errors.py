@@ -306,8 +306,13 @@ def test_strict_check_does_not_depend_on_the_working_directory(tmp_path: Path, m
         ]
         assert result.exit_code == 0 and "warning" not in "\n".join(lines), result.output
     assert sorted(os.listdir(tmp_path)) == [
-        "elsewhere", "elsewhere.cli.onnx", "elsewhere.onnx", "model", "model.cli.onnx", "model.onnx"
-    ]  # fmt: skip
+        "elsewhere",
+        "elsewhere.cli.onnx",
+        "elsewhere.onnx",
+        "model",
+        "model.cli.onnx",
+        "model.onnx",
+    ]
 
 
 # --------------------------------------------- paths that are not what they should be

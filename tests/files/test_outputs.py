@@ -208,9 +208,17 @@ def test_validate_html_is_written_atomically(models, monkeypatch) -> None:
 
     monkeypatch.setattr(safe_write.os, "replace", full_disk)
     result = invoke(
-        "validate", models["src"], models["cand"], "--provider", "emulate", "--runs", "0",
-        "--html", page, "--force",
-    )  # fmt: skip
+        "validate",
+        models["src"],
+        models["cand"],
+        "--provider",
+        "emulate",
+        "--runs",
+        "0",
+        "--html",
+        page,
+        "--force",
+    )
     assert result.exit_code == 2 and "No space left" in result.output
     assert page.read_text() == "old"
     assert not [p for p in models["tmp"].iterdir() if p.name.startswith(".")]
@@ -395,8 +403,11 @@ def test_sigterm_during_auto_leaves_no_temporary_folder(tmp_path: Path) -> None:
     env = {**os.environ, "TMPDIR": str(temp), "PYTHONPATH": str(Path(__file__).parents[2])}
     child = subprocess.Popen(
         [sys.executable, "-c", _AUTO_CHILD, str(src), str(tmp_path / "o.onnx")],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-    )  # fmt: skip
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     try:
         assert child.stdout.readline() == "STAGED\n", child.stderr.read()
         assert [p.name[:9] for p in ours(temp)] == ["amp-auto-"]

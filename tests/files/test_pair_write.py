@@ -170,11 +170,24 @@ def test_the_command_interrupted_mid_commit_ends_as_documented(folder, step, sig
     src, out, old_values, new_values = folder
     root = Path(__file__).resolve().parents[2]
     done = subprocess.run(
-        [sys.executable, "-c", _CLI_CHILD, step, signame, str(src), "-o", str(out), "--force",
-         "-q"],
-        capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(root)}, timeout=120,
+        [
+            sys.executable,
+            "-c",
+            _CLI_CHILD,
+            step,
+            signame,
+            str(src),
+            "-o",
+            str(out),
+            "--force",
+            "-q",
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(root)},
+        timeout=120,
         check=False,
-    )  # fmt: skip
+    )
     if signame == "SIGINT":
         assert done.returncode == 130 and done.stderr.strip() == "amp-convert: interrupted"
     else:

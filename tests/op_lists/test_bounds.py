@@ -62,12 +62,18 @@ def test_interval_rules() -> None:
     mk = helper.make_node
     axes = onnx.numpy_helper.from_array(np.array([-1], np.int64), "axes")
     # exp(x - max(x)) <= 1 whatever x is
-    shifted = [mk("ReduceMax", ["x"], ["m"], axes=[-1], keepdims=1),
-               mk("Sub", ["x", "m"], ["d"]), mk("Exp", ["d"], ["e"])]  # fmt: skip
+    shifted = [
+        mk("ReduceMax", ["x"], ["m"], axes=[-1], keepdims=1),
+        mk("Sub", ["x", "m"], ["d"]),
+        mk("Exp", ["d"], ["e"]),
+    ]
     assert _bounds_of(shifted, [], "e") == 1.0
     # Clip to [-6, 6] * 2 + 1
-    clip = [mk("Clip", ["x", "lo", "hi"], ["c"]), mk("Mul", ["c", "two"], ["m2"]),
-            mk("Add", ["m2", "one"], ["y"])]  # fmt: skip
+    clip = [
+        mk("Clip", ["x", "lo", "hi"], ["c"]),
+        mk("Mul", ["c", "two"], ["m2"]),
+        mk("Add", ["m2", "one"], ["y"]),
+    ]
     consts = [
         weight("lo", np.array(-6.0, np.float32)),
         weight("hi", np.array(6.0, np.float32)),

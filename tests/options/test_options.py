@@ -348,8 +348,13 @@ def test_each_level_says_what_it_means_by_name() -> None:
         Level.O3: (False, False, True, False, False),
     }
     for level, want in table.items():
-        got = (level.keeps_model, level.obeys_deny_list, level.lowers_everything,
-               level.places_free_nodes, level.free_nodes_start_low)  # fmt: skip
+        got = (
+            level.keeps_model,
+            level.obeys_deny_list,
+            level.lowers_everything,
+            level.places_free_nodes,
+            level.free_nodes_start_low,
+        )
         assert got == want, level
     # --auto's starting level, decided in one place
     assert resolve(None, {}, auto=True).level == AUTO_LEVEL == Level.O3

@@ -63,8 +63,20 @@ def test_validate_page_content_in_the_browser(tmp_path: Path) -> None:
     np.savez(tmp_path / "x.npz", **ov.calibration(model))
     page = tmp_path / "v.html"
     npz = str(tmp_path / "x.npz")
-    args = ["validate", str(src), str(dst), "--provider", "emulate", "--inputs", npz,
-            "--min-cosine", "0.999", "--html", str(page), "-q"]  # fmt: skip
+    args = [
+        "validate",
+        str(src),
+        str(dst),
+        "--provider",
+        "emulate",
+        "--inputs",
+        npz,
+        "--min-cosine",
+        "0.999",
+        "--html",
+        str(page),
+        "-q",
+    ]
     res = CliRunner().invoke(cli, args)
     assert res.exit_code == 1, res.output  # O3 overflows in Exp
     dom = browser.dom(page)
@@ -91,10 +103,12 @@ def _folded_cnn(tmp_path: Path) -> tuple[Path, Path]:
     for node in model.graph.node:
         node.output[:] = ["logits_raw" if o == "logits" else o for o in node.output]
     scale = helper.make_tensor("k", TensorProto.FLOAT, [], [0.5])
-    model.graph.node.extend([
-        helper.make_node("Constant", [], ["scale"], value=scale),  # no name
-        helper.make_node("Mul", ["logits_raw", "scale"], ["logits"], name="head/scale"),
-    ])  # fmt: skip
+    model.graph.node.extend(
+        [
+            helper.make_node("Constant", [], ["scale"], value=scale),  # no name
+            helper.make_node("Mul", ["logits_raw", "scale"], ["logits"], name="head/scale"),
+        ]
+    )
     src, dst = tmp_path / "cnn.onnx", tmp_path / "cnn.fp16.onnx"
     onnx.save(model, src)
     amp_convert.convert_file(src, dst, level="O2", fp32_ops=["GlobalAveragePool"])
@@ -129,8 +143,18 @@ def test_validate_page_reads_the_converted_graph(tmp_path: Path) -> None:
     ops = {n.op_type for n in converted.graph.node}
     assert "BatchNormalization" not in ops
     page = tmp_path / "v.html"
-    args = ["validate", str(src), str(dst), "--provider", "emulate", "--min-cosine", "0.99",
-            "--html", str(page), "-q"]  # fmt: skip
+    args = [
+        "validate",
+        str(src),
+        str(dst),
+        "--provider",
+        "emulate",
+        "--min-cosine",
+        "0.99",
+        "--html",
+        str(page),
+        "-q",
+    ]
     res = CliRunner().invoke(cli, args)
     assert res.exit_code == 0, res.output
     dom = browser.dom(page, _LABEL_CHECK)
@@ -153,10 +177,11 @@ def test_validate_page_reads_the_converted_graph(tmp_path: Path) -> None:
     node_rows = re.findall(r"<tr>(.*?)</tr>", dom.split('id="nodes"')[1], re.S)
     why = {
         cells[1]: cells[5]
-        for cells in ([_text(c) for c in re.findall(r"<td[^>]*>(.*?)</td>", r, re.S)]
-                      for r in node_rows)
+        for cells in (
+            [_text(c) for c in re.findall(r"<td[^>]*>(.*?)</td>", r, re.S)] for r in node_rows
+        )
         if len(cells) > 5
-    }  # fmt: skip
+    }
     assert why["p2o.GlobalAveragePool.0"] == "user: --fp32-ops"
     assert why["p2o.Flatten.0"].startswith("clear list: moves data; follows deny")
     # what became of a folded node: the value map's record

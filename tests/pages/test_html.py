@@ -62,8 +62,21 @@ def test_validate_html(tmp_path) -> None:
     amp_convert.convert_file(src, dst, level="O3")
     np.savez(tmp_path / "x.npz", **ov.calibration(model))
     out = tmp_path / "v.html"
-    args = ["validate", str(src), str(dst), "--provider", "emulate", "--runs", "0", "--inputs",
-            str(tmp_path / "x.npz"), "--min-cosine", "0.999", "--html", str(out)]  # fmt: skip
+    args = [
+        "validate",
+        str(src),
+        str(dst),
+        "--provider",
+        "emulate",
+        "--runs",
+        "0",
+        "--inputs",
+        str(tmp_path / "x.npz"),
+        "--min-cosine",
+        "0.999",
+        "--html",
+        str(out),
+    ]
     res = CliRunner().invoke(cli, args)
     assert res.exit_code == 1, res.output  # O3 overflows in Exp
     text = out.read_text()
@@ -77,10 +90,19 @@ def test_renders_in_headless_chromium(tmp_path) -> None:
     _, _ = _page(tmp_path)
     shot = tmp_path / "shot.png"
     subprocess.run(
-        ["chromium", "--headless", "--no-sandbox", "--disable-gpu", f"--screenshot={shot}",
-         "--window-size=1200,2000", (tmp_path / "auto.html").as_uri()],
-        check=True, capture_output=True, timeout=120,
-    )  # fmt: skip
+        [
+            "chromium",
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            f"--screenshot={shot}",
+            "--window-size=1200,2000",
+            (tmp_path / "auto.html").as_uri(),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     data = shot.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")

@@ -172,8 +172,13 @@ def test_the_node_where_a_broken_output_breaks() -> None:
     def point(name: str, err: float | None) -> TracePoint:
         return TracePoint(name, "Op", 1.0, None, err, "low")
 
-    trace = [point("a", 1e-4), point("b", 2e-4), point("exp", 0.9), point("c", 1.5),
-             point("out", 1.2)]  # fmt: skip
+    trace = [
+        point("a", 1e-4),
+        point("b", 2e-4),
+        point("exp", 0.9),
+        point("c", 1.5),
+        point("out", 1.2),
+    ]
     found = breaking_node(trace)
     assert found is not None and found.node == "exp"
     inf = [point("a", 1e-4), point("pow", float("inf")), point("out", float("nan"))]

@@ -48,9 +48,12 @@ def test_sin_of_an_activation_still_goes_low() -> None:
     ]
     w = onnx.numpy_helper.from_array(np.eye(8, dtype=np.float32), "w")
     graph = helper.make_graph(
-        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8])], [w],
-    )  # fmt: skip
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8])],
+        [w],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
     converted, report = convert(model, level="O2", return_report=True)
     assert report.decision("sin").precision == "low"

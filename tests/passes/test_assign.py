@@ -76,8 +76,11 @@ def test_o2_deny_reaches_forward_and_placement_saves_casts() -> None:
 def test_o1_lowers_allow_only_and_o3_everything() -> None:
     m = _chain()
     assert _precisions(m, _assign(m, CHAIN, level="O1")) == {
-        "mm": LOW, "sm": FP32, "relu": FP32, "side": FP32,
-    }  # fmt: skip
+        "mm": LOW,
+        "sm": FP32,
+        "relu": FP32,
+        "side": FP32,
+    }
     assert set(_precisions(m, _assign(m, CHAIN, level="O3")).values()) == {LOW}
     user_deny = dict(CHAIN, sm=_info(DENY, user=True))
     assert _precisions(m, _assign(m, user_deny, level="O3"))["sm"] == FP32

@@ -175,15 +175,20 @@ def test_the_schema_reason_names_the_same_type_variable_every_run() -> None:
         [
             helper.make_node("Add", ["a", "b"], ["c"], name="add"),
             helper.make_node(
-                "Gradient", ["a", "b"], ["da", "db"], name="grad",
-                domain="ai.onnx.preview.training", xs=["a", "b"], y="c",
+                "Gradient",
+                ["a", "b"],
+                ["da", "db"],
+                name="grad",
+                domain="ai.onnx.preview.training",
+                xs=["a", "b"],
+                y="c",
             ),
         ],
         [tensor("a", [2]), tensor("b", [2])],
         [tensor("c", [2]), tensor("da", [2]), tensor("db", [2])],
         opset=12,
         extra_opsets=[helper.make_opsetid("ai.onnx.preview.training", 1)],
-    )  # fmt: skip
+    )
     info = _classify(m, dtype="bf16")[node(m, "grad")]
     assert info.reasons == (
         Reason(K.SCHEMA, "schema", "T2 of Gradient excludes bfloat16 at this opset"),

@@ -54,20 +54,28 @@ def _norm_model(variant: str, opset: int = 14, rms: bool = False, eps: float = 1
         mk("Add", ["var", "eps"], ["ve"], name="add_eps"),
     ]
     if variant == "pow_half":
-        nodes += [mk("Pow", ["ve", "m_half"], ["inv"], name="rsqrt"),
-                  mk("Mul", [centred, "inv"], ["n"], name="normalise")]  # fmt: skip
+        nodes += [
+            mk("Pow", ["ve", "m_half"], ["inv"], name="rsqrt"),
+            mk("Mul", [centred, "inv"], ["n"], name="normalise"),
+        ]
     else:
         nodes.append(mk("Sqrt", ["ve"], ["s"], name="sqrt"))
         if variant == "reciprocal":
-            nodes += [mk("Reciprocal", ["s"], ["inv"], name="recip"),
-                      mk("Mul", [centred, "inv"], ["n"], name="normalise")]  # fmt: skip
+            nodes += [
+                mk("Reciprocal", ["s"], ["inv"], name="recip"),
+                mk("Mul", [centred, "inv"], ["n"], name="normalise"),
+            ]
         elif variant == "one_over":
-            nodes += [mk("Div", ["one", "s"], ["inv"], name="recip"),
-                      mk("Mul", ["inv", centred], ["n"], name="normalise")]  # fmt: skip
+            nodes += [
+                mk("Div", ["one", "s"], ["inv"], name="recip"),
+                mk("Mul", ["inv", centred], ["n"], name="normalise"),
+            ]
         else:
             nodes.append(mk("Div", [centred, "s"], ["n"], name="normalise"))
-    nodes += [mk("Mul", ["n", "gamma"], ["g"], name="affine_mul"),
-              mk("Add", ["g", "beta"], ["y"], name="affine_add")]  # fmt: skip
+    nodes += [
+        mk("Mul", ["n", "gamma"], ["g"], name="affine_mul"),
+        mk("Add", ["g", "beta"], ["y"], name="affine_add"),
+    ]
     graph = helper.make_graph(
         nodes,
         "norm",
@@ -304,8 +312,11 @@ def test_auto_meets_a_folded_norm() -> None:
 def _folded_fp32(model: onnx.ModelProto) -> onnx.ModelProto:
     """The ort-cuda fold with every node kept FP32: the fold's own math, no rounding."""
     ops = {n.op_type for n in model.graph.node} | {
-        "LayerNormalization", "SimplifiedLayerNormalization", "ConstantOfShape", "Shape",
-    }  # fmt: skip
+        "LayerNormalization",
+        "SimplifiedLayerNormalization",
+        "ConstantOfShape",
+        "Shape",
+    }
     return amp_convert.convert(model, level="O2", target="ort-cuda", fp32_ops=sorted(ops))
 
 

@@ -60,11 +60,14 @@ def test_like_ops_and_attributes() -> None:
             helper.make_node("ConstantOfShape", ["shp"], ["z"], name="cos"),
             helper.make_node("CastLike", ["x", "h"], ["cl"], name="castlike"),
         ],
-        [tensor("x", [3, 3]), tensor("shp", [2], onnx.TensorProto.INT64),
-         tensor("h", [1], onnx.TensorProto.FLOAT16)],
+        [
+            tensor("x", [3, 3]),
+            tensor("shp", [2], onnx.TensorProto.INT64),
+            tensor("h", [1], onnx.TensorProto.FLOAT16),
+        ],
         [tensor("n", None), tensor("e", None), tensor("z", None), tensor("cl", None)],
         typed=False,
-    )  # fmt: skip
+    )
     for out in m.graph.outputs:  # outputs declared without types
         out.type = None
     infer_dtypes(m, {})

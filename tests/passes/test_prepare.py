@@ -86,9 +86,11 @@ def test_opset9_weights_listed_as_inputs_are_weights() -> None:
     stored = {t.name: t.data_type for t in converted.graph.initializer}
     assert floats and all(
         stored.get(n, onnx.TensorProto.FLOAT16) == onnx.TensorProto.FLOAT16 for n in floats
-    )  # fmt: skip  (a folded weight may be renamed)
+    )  # a folded weight may be renamed
     assert {t.data_type for t in converted.graph.initializer} <= {
-        onnx.TensorProto.FLOAT16, onnx.TensorProto.INT64}  # fmt: skip
+        onnx.TensorProto.FLOAT16,
+        onnx.TensorProto.INT64,
+    }
     assert [f.action for f in report.folds] == ["folded"] * 3
     assert op_counts(converted)["BatchNormalization"] == 0
     note = report.initializer_inputs

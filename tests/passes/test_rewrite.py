@@ -73,8 +73,11 @@ def test_one_shared_cast_per_value_and_type() -> None:
         [tensor("x", [3])],
         [tensor("y", [3])],
     )
-    result = rewrite(m, _plan(m, {"r1": ((0,), (0,)), "r2": ((0,), (0,))}, fp32=("add",)),
-                     UniqueNames.of_model(m))  # fmt: skip
+    result = rewrite(
+        m,
+        _plan(m, {"r1": ((0,), (0,)), "r2": ((0,), (0,))}, fp32=("add",)),
+        UniqueNames.of_model(m),
+    )
     assert result.casts_inserted == 3  # x down once, a and b up
     assert _casts(m)[0] == ("x", "x_fp16", F16)
     assert [v.name for v in node(m, "r1").inputs] == [v.name for v in node(m, "r2").inputs]

@@ -67,8 +67,9 @@ def test_linear_matcher_still_excludes_what_it_matches(tmp_path: Path) -> None:
     if name_patterns.re2 is None:
         pytest.skip("google-re2 not installed")
     src = save(tmp_path / "m.onnx", node_name=HOSTILE_NAME)
-    _, report = amp_convert.convert(onnx.load(str(src)), return_report=True,
-                                    exclude_nodes=["(a+)+$"])  # fmt: skip
+    _, report = amp_convert.convert(
+        onnx.load(str(src)), return_report=True, exclude_nodes=["(a+)+$"]
+    )
     assert report.decision(HOSTILE_NAME).precision == "fp32"
     with pytest.raises(OptionError, match="not supported by the linear-time matcher"):
         name_patterns.compile_pattern(r"(\w)\1")

@@ -111,8 +111,9 @@ def test_the_readme_recipes_thresholds_fail_a_perturbed_detector(tmp_path) -> No
             skip = a in drop
             continue
         kept.append(str(tmp_path / a) if a == "ci/inputs.npz" else a)
-    res = CliRunner().invoke(cli, ["validate", str(tmp_path / "model.onnx"),
-                                   str(tmp_path / "shifted.onnx"), *kept])  # fmt: skip
+    res = CliRunner().invoke(
+        cli, ["validate", str(tmp_path / "model.onnx"), str(tmp_path / "shifted.onnx"), *kept]
+    )
     assert res.exit_code == 1, res.output
     assert re.search(r"\(\d\.\d+%, more than max_mismatch 0\.001\)", res.output), res.output
 

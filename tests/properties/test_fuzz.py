@@ -103,9 +103,11 @@ def test_seeds_cover_subgraphs_and_external_data() -> None:
     ops = {n.op_type for c in cases for g in all_graphs(c.model.graph) for n in g.node}
     assert {"If", "Loop", "LayerNormalization", "Conv", "Resize", "TopK"} <= ops
     nested = any(
-        n.op_type in ("If", "Loop") for c in cases for g in list(all_graphs(c.model.graph))[1:]
+        n.op_type in ("If", "Loop")
+        for c in cases
+        for g in list(all_graphs(c.model.graph))[1:]
         for n in g.node
-    )  # fmt: skip
+    )
     assert nested
     assert any(c.external for c in cases) and any(not c.keep_io_types for c in cases)
 

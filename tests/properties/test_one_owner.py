@@ -34,10 +34,7 @@ def _constants(path: Path) -> list[tuple[int, object]]:
 
 
 def _modules(*skip: str) -> list[Path]:
-    return [
-        p for p in sorted(PACKAGE.rglob("*.py"))
-        if p.relative_to(PACKAGE).parts[0] not in skip
-    ]  # fmt: skip
+    return [p for p in sorted(PACKAGE.rglob("*.py")) if p.relative_to(PACKAGE).parts[0] not in skip]
 
 
 def test_no_target_name_outside_targets_and_the_command_line() -> None:

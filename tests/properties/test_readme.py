@@ -55,9 +55,14 @@ def _run_shell(step: Step, folder: Path) -> tuple[int, str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     done = subprocess.run(
-        ["bash", "-euo", "pipefail", "-c", step.text], cwd=folder, env=env,
-        capture_output=True, text=True, timeout=600, check=False,
-    )  # fmt: skip
+        ["bash", "-euo", "pipefail", "-c", step.text],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     return done.returncode, done.stdout + done.stderr
 
 
@@ -109,8 +114,16 @@ def test_the_readme_is_a_front_door() -> None:
     assert any("--validate" in c and "--junit" in c for c in commands)  # the CI gate
     assert any("amp_convert.convert" in s.text for s in steps if s.kind == "python")
     assert 'pip install -e ".[cpu]"' in text
-    for page in ("converting", "validating", "auto", "integrations", "how-it-works",
-                 "reliability", "troubleshooting", "cli"):  # fmt: skip
+    for page in (
+        "converting",
+        "validating",
+        "auto",
+        "integrations",
+        "how-it-works",
+        "reliability",
+        "troubleshooting",
+        "cli",
+    ):
         assert f"(docs/{page}.md)" in text, page
 
 

@@ -47,10 +47,30 @@ def test_weights_and_node_counts_agree_across_commands_and_pages(tmp_path, name)
     onnx.save(MODELS[name](), src)
     out, auto = tmp_path / "m.fp16.onnx", tmp_path / "m.auto.onnx"
     summary = _run([str(src), "-o", str(out), "--level", "O3"])
-    auto_out = _run([str(src), "-o", str(auto), "--auto", "--provider", "emulate",
-                     "--html", str(tmp_path / "auto.html")])  # fmt: skip
-    _run(["validate", str(src), str(auto), "--provider", "emulate", "-q",
-          "--html", str(tmp_path / "val.html")])  # fmt: skip
+    auto_out = _run(
+        [
+            str(src),
+            "-o",
+            str(auto),
+            "--auto",
+            "--provider",
+            "emulate",
+            "--html",
+            str(tmp_path / "auto.html"),
+        ]
+    )
+    _run(
+        [
+            "validate",
+            str(src),
+            str(auto),
+            "--provider",
+            "emulate",
+            "-q",
+            "--html",
+            str(tmp_path / "val.html"),
+        ]
+    )
     before = proto_weights(onnx.load(src)).total
     assert before > 0
     want = proto_weights(onnx.load(auto))
@@ -88,8 +108,18 @@ def test_validate_before_writing_prints_no_size_of_an_unwritten_file(tmp_path) -
     """`--validate` shows the summary before the model is written: no `size: … -> 0.00 KB`."""
     src = tmp_path / "m.onnx"
     onnx.save(mlp_ok()[0], src)
-    out = _run([str(src), "-o", str(tmp_path / "o.onnx"), "--validate", "--provider", "emulate",
-                "--min-cosine", "0.99"])  # fmt: skip
+    out = _run(
+        [
+            str(src),
+            "-o",
+            str(tmp_path / "o.onnx"),
+            "--validate",
+            "--provider",
+            "emulate",
+            "--min-cosine",
+            "0.99",
+        ]
+    )
     assert "size:" not in out and "0.00 KB" not in out
     plain = _run([str(src), "-o", str(tmp_path / "p.onnx")])
     assert re.search(r"size: [\d.]+ KB -> [\d.]+ KB", plain)  # a written file has its size

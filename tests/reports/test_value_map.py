@@ -72,8 +72,18 @@ def test_auto_and_validate_pages_show_folded_values(tmp_path) -> None:
     src, dst = tmp_path / "m.onnx", tmp_path / "m.fp16.onnx"
     onnx.save(bn_cast_head(), src)
     page = tmp_path / "auto.html"
-    args = [str(src), "-o", str(dst), "--auto", "--provider", "emulate", "--min-cosine",
-            "0.999", "--html", str(page)]  # fmt: skip
+    args = [
+        str(src),
+        "-o",
+        str(dst),
+        "--auto",
+        "--provider",
+        "emulate",
+        "--min-cosine",
+        "0.999",
+        "--html",
+        str(page),
+    ]
     res = CliRunner().invoke(cli, args)
     assert res.exit_code == 0, res.output
     text = page.read_text()
@@ -82,8 +92,20 @@ def test_auto_and_validate_pages_show_folded_values(tmp_path) -> None:
     assert "strip: folded into another node" in text  # the BN's node in the strip
     assert "(= final: one candidate)" in text and "1 (the first candidate is the final" in text
     vpage = tmp_path / "validate.html"
-    res = CliRunner().invoke(cli, ["validate", str(src), str(dst), "--provider", "emulate",
-                                   "--min-cosine", "0.999", "--html", str(vpage)])  # fmt: skip
+    res = CliRunner().invoke(
+        cli,
+        [
+            "validate",
+            str(src),
+            str(dst),
+            "--provider",
+            "emulate",
+            "--min-cosine",
+            "0.999",
+            "--html",
+            str(vpage),
+        ],
+    )
     assert res.exit_code == 0, res.output
     vtext = vpage.read_text()
     assert "the converter&#x27;s value map (in the model)" in vtext
@@ -100,8 +122,20 @@ def test_validate_page_of_a_model_converted_elsewhere_says_how_it_matched(tmp_pa
     del converted.metadata_props[:]
     onnx.save(converted, dst)
     page = tmp_path / "v.html"
-    res = CliRunner().invoke(cli, ["validate", str(src), str(dst), "--provider", "emulate",
-                                   "--min-cosine", "0.999", "--html", str(page)])  # fmt: skip
+    res = CliRunner().invoke(
+        cli,
+        [
+            "validate",
+            str(src),
+            str(dst),
+            "--provider",
+            "emulate",
+            "--min-cosine",
+            "0.999",
+            "--html",
+            str(page),
+        ],
+    )
     assert res.exit_code in (0, 1), res.output
     text = page.read_text()
     assert "names (no value map)" in text and "carries no value map" in text
@@ -112,12 +146,16 @@ def test_body_nodes_are_drawn_and_sortable(tmp_path) -> None:
     src, dst = tmp_path / "w.onnx", tmp_path / "w.fp16.onnx"
     onnx.save(wakeword_in_if(), src)
     page = tmp_path / "w.html"
-    res = CliRunner().invoke(cli, [str(src), "-o", str(dst), "--auto", "--provider", "emulate",
-                                   "--html", str(page)])  # fmt: skip
+    res = CliRunner().invoke(
+        cli, [str(src), "-o", str(dst), "--auto", "--provider", "emulate", "--html", str(page)]
+    )
     assert res.exit_code == 0, res.output
     text = page.read_text()
-    body_rows = re.findall(r"<tr><td data-v='[^']*'>\d+</td><td>([^<]*)</td><td>[^<]*</td>"
-                           r"<td>detect</td>", text)  # fmt: skip
+    body_rows = re.findall(
+        r"<tr><td data-v='[^']*'>\d+</td><td>([^<]*)</td><td>[^<]*</td>"
+        r"<td>detect</td>",
+        text,
+    )
     assert len(body_rows) > 15  # the If's then/else bodies, node by node
     assert "melspec.stft_real" in body_rows and "wakeword.conv_0.conv" in body_rows
     assert "class='grid sortable'" in text and "<script>" in text

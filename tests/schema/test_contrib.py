@@ -144,9 +144,10 @@ def test_fused_nodes_go_low_int_slots_untouched(name: str, level: str) -> None:
     for node in nodes:
         assert report.decision(node.name).precision == "low", report.decision(node.name)
     float_io = [
-        v for v in (*original.graph.input, *original.graph.output)
+        v
+        for v in (*original.graph.input, *original.graph.output)
         if v.type.tensor_type.elem_type == FLOAT
-    ]  # fmt: skip
+    ]
     # keep_io_types: one Cast per float graph input/output, nothing inside
     assert casts(converted) - casts(original) == len(float_io)
     types = ort_types(converted, [o for n in nodes for o in n.output if o])
@@ -221,12 +222,15 @@ def test_user_ops_with_a_domain() -> None:
     attention = [d for d in report.nodes if d.op_type == "Attention"]
     assert {d.precision for d in attention} == {"fp32"}
     assert all(d.reason.startswith("user") for d in attention)
-    _, report = convert(original, level="O1", fp16_ops=["com.microsoft:BiasGelu"],
-                        return_report=True)  # fmt: skip
+    _, report = convert(
+        original, level="O1", fp16_ops=["com.microsoft:BiasGelu"], return_report=True
+    )
     assert {d.precision for d in report.nodes if d.op_type == "BiasGelu"} == {"low"}
     _, report = convert(
-        original, fp32_ops=["Attention", "ai.onnx:Gemm"], return_report=True,
-    )  # fmt: skip
+        original,
+        fp32_ops=["Attention", "ai.onnx:Gemm"],
+        return_report=True,
+    )
     assert report.warnings == [
         "--fp32-ops Attention: no node of the model is Attention; ignored; did you mean "
         "com.microsoft:Attention?",

@@ -78,9 +78,13 @@ def _ssln_model(hidden: int = 4096) -> onnx.ModelProto:
     rng = np.random.default_rng(0)
     gamma = (1 + 0.1 * rng.standard_normal(hidden)).astype(np.float32)
     node = helper.make_node(
-        "SkipSimplifiedLayerNormalization", ["x", "skip", "gamma"], ["y"], name="norm",
-        domain="com.microsoft", epsilon=1e-6,
-    )  # fmt: skip
+        "SkipSimplifiedLayerNormalization",
+        ["x", "skip", "gamma"],
+        ["y"],
+        name="norm",
+        domain="com.microsoft",
+        epsilon=1e-6,
+    )
     shape = [1, 8, hidden]
     graph = helper.make_graph(
         [node],
@@ -131,8 +135,11 @@ def test_the_report_names_a_low_reduce_mean_and_its_limit() -> None:
     _, o3 = amp_convert.convert(model, level="O3", return_report=True)
     [note] = o3.limits
     assert (note.node, note.op_type, note.dtype, note.count) == (
-        "mean/ReduceMean", "ReduceMean", "float16", 4096
-    )  # fmt: skip
+        "mean/ReduceMean",
+        "ReduceMean",
+        "float16",
+        4096,
+    )
     assert "reduction_ops.cc" in note.source
     assert "kernel limit: ReduceMean 'mean/ReduceMean'" in o3.summary()
     assert "|mean| <= 15.99" in o3.summary()

@@ -127,16 +127,22 @@ def test_a_step_that_fails_alone_fails_the_report(o2) -> None:
 
 def test_feeds_follow_each_models_own_state() -> None:
     model = decoder_with_past()
-    specs = {i.name: ("tensor(float)", [d.dim_param or d.dim_value for d in
-             i.type.tensor_type.shape.dim]) for i in model.graph.input}  # fmt: skip
+    specs = {
+        i.name: (
+            "tensor(float)",
+            [d.dim_param or d.dim_value for d in i.type.tensor_type.shape.dim],
+        )
+        for i in model.graph.input
+    }
     io = decoder_io(specs, [o.name for o in model.graph.output])
     assert io.logits == "logits" and not io.merged and io.past_dims == ("past_sequence_length",)
     assert ("past_key_values.1.value", "present.1.value") in io.kv and len(io.kv) == 4
     feeds = {
-        "input_ids": np.array([[5, 6, 7]]), "attention_mask": np.ones((1, 5), np.int64),
+        "input_ids": np.array([[5, 6, 7]]),
+        "attention_mask": np.ones((1, 5), np.int64),
         "position_ids": np.array([[2, 3, 4]]),
         **{p: np.zeros((1, 4, 2, 8), np.float32) for p, _ in io.kv},
-    }  # fmt: skip
+    }
     outs = {o: np.full((1, 4, 5, 8), 1.5, np.float16) for _, o in io.kv}
     nxt = next_feeds(io, feeds, outs, np.array([9]))
     assert nxt["input_ids"].tolist() == [[9]] and nxt["input_ids"].dtype == np.int64
@@ -145,10 +151,13 @@ def test_feeds_follow_each_models_own_state() -> None:
     assert nxt["past_key_values.0.key"] is outs["present.0.key"]  # its own cache, as it came
     # ORT's GPT-2 naming (past_0 / present_0), and the merged decoder's flag
     gpt2 = decoder_io(
-        {"input_ids": ("tensor(int64)", ["batch", "seq"]), "past_0": ("tensor(float)", [2]),
-         "use_cache_branch": ("tensor(bool)", [1])},
+        {
+            "input_ids": ("tensor(int64)", ["batch", "seq"]),
+            "past_0": ("tensor(float)", [2]),
+            "use_cache_branch": ("tensor(bool)", [1]),
+        },
         ["logits", "present_0"],
-    )  # fmt: skip
+    )
     assert gpt2.kv == (("past_0", "present_0"),) and gpt2.merged and not gpt2.has_mask
 
 
@@ -174,20 +183,24 @@ def test_cli_exit_codes(tmp_path: Path, o2) -> None:
         onnx.save(model, paths[name])
     report = tmp_path / "r.json"
     args = ["--provider", "emulate", "--min-cosine", "0.999", "-q"]
-    res = runner.invoke(validate_command, [paths["ref"], paths["cand"], "--decode-steps", "8",
-                                           *args, "--report", str(report)])  # fmt: skip
+    res = runner.invoke(
+        validate_command,
+        [paths["ref"], paths["cand"], "--decode-steps", "8", *args, "--report", str(report)],
+    )
     assert res.exit_code == 0, res.output
     d = json.loads(report.read_text())
     assert len(d["decode"]["steps"]) == 8 and d["decode"]["token_agreement"] == 1.0
-    res = runner.invoke(validate_command, [paths["ref"], paths["broken"], "--decode-steps", "4",
-                                           *args])  # fmt: skip
+    res = runner.invoke(
+        validate_command, [paths["ref"], paths["broken"], "--decode-steps", "4", *args]
+    )
     assert res.exit_code == 1, res.output
     plain_ref, plain_cand = vm.multi_io_pair()
     for name, model in (("plain", plain_ref), ("plain_c", plain_cand)):
         paths[name] = str(tmp_path / f"{name}.onnx")
         onnx.save(model, paths[name])
-    res = runner.invoke(validate_command, [paths["plain"], paths["plain_c"], "--decode-steps", "2",
-                                           *args])  # fmt: skip
+    res = runner.invoke(
+        validate_command, [paths["plain"], paths["plain_c"], "--decode-steps", "2", *args]
+    )
     assert res.exit_code == 2
     errors = [line for line in res.output.splitlines() if line.startswith("amp-convert: error:")]
     assert len(errors) == 1 and "no past_key_values.* input with a matching present.*" in errors[0]

@@ -219,16 +219,18 @@ def test_sequence_and_random_like_attributes() -> None:
     """RandomUniformLike ``dtype`` (FP16) is retargeted; a low-precision output stays rounded."""
     nodes = [
         helper.make_node("Cast", ["x"], ["x16"], to=TensorProto.FLOAT16),
-        helper.make_node("RandomUniformLike", ["x16"], ["r"], dtype=TensorProto.FLOAT16,
-                         low=0.0, high=0.0),
+        helper.make_node(
+            "RandomUniformLike", ["x16"], ["r"], dtype=TensorProto.FLOAT16, low=0.0, high=0.0
+        ),
         helper.make_node("Add", ["x16", "r"], ["y16"]),
         helper.make_node("Cast", ["y16"], ["y"], to=TensorProto.FLOAT),
-    ]  # fmt: skip
+    ]
     g = helper.make_graph(
-        nodes, "g",
+        nodes,
+        "g",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [5])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [5])],
-    )  # fmt: skip
+    )
     cand = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
     emu = build_emulated_model(cand)
     rnd = next(n for n in emu.model.graph.node if n.op_type == "RandomUniformLike")
@@ -249,8 +251,10 @@ def _contrib_pair(op_domain: str, op_type: str):
     )
     ref_g = helper.make_graph(
         [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Relu", ["m"], ["y"])],
-        "ref", *io, [vm._tensor("w", w)],
-    )  # fmt: skip
+        "ref",
+        *io,
+        [vm._tensor("w", w)],
+    )
     cand_g = helper.make_graph(
         [
             helper.make_node("Cast", ["x"], ["x16"], to=TensorProto.FLOAT16),
@@ -258,8 +262,10 @@ def _contrib_pair(op_domain: str, op_type: str):
             helper.make_node("Relu", ["m"], ["r"]),
             helper.make_node("Cast", ["r"], ["y"], to=TensorProto.FLOAT),
         ],
-        "cand", *io, [vm._tensor("w", w, TensorProto.FLOAT16)],
-    )  # fmt: skip
+        "cand",
+        *io,
+        [vm._tensor("w", w, TensorProto.FLOAT16)],
+    )
     opsets = [helper.make_opsetid("", 17), helper.make_opsetid(op_domain, 1)]
     return (
         helper.make_model(ref_g, opset_imports=opsets[:1], ir_version=9),
@@ -320,11 +326,12 @@ def _norm_candidate(op: str, opset: int, shape: list[int], channels: int, **attr
         helper.make_node("Cast", ["y16"], ["y"], to=TensorProto.FLOAT),
     ]
     g = helper.make_graph(
-        nodes, "norm",
+        nodes,
+        "norm",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)],
         [vm._tensor(k, v, TensorProto.FLOAT16) for k, v in params.items()],
-    )  # fmt: skip
+    )
     opsets = [helper.make_opsetid("", opset)]
     model = helper.make_model(g, opset_imports=opsets, ir_version={17: 8, 21: 10, 23: 11}[opset])
     return model, {k: v.astype(np.float64) for k, v in params.items()}
@@ -456,8 +463,13 @@ def test_softmax_with_low_io_equals_the_fp32_cast_variant() -> None:
 def test_external_weights_are_referenced_not_read(tmp_path: Path) -> None:
     """The copy is built without the data file: its initializers still point into it."""
     _, cand = vm.mlp_pair(TensorProto.FLOAT16)
-    onnx.save(cand, tmp_path / "cand.onnx", save_as_external_data=True, location="cand.data",
-              size_threshold=0)  # fmt: skip
+    onnx.save(
+        cand,
+        tmp_path / "cand.onnx",
+        save_as_external_data=True,
+        location="cand.data",
+        size_threshold=0,
+    )
     graph_only = onnx.load(str(tmp_path / "cand.onnx"), load_external_data=False)
     before = graph_only.SerializeToString()
     (tmp_path / "cand.data").rename(tmp_path / "elsewhere.data")  # any read would fail
@@ -479,8 +491,9 @@ def test_sparse_weights_are_densified_and_upcast() -> None:
     )
     c = helper.make_sparse_tensor(
         numpy_helper.from_array(vals[::-1].copy(), "c"),
-        numpy_helper.from_array(np.array([[1], [2]]), "ci"), [4],
-    )  # fmt: skip
+        numpy_helper.from_array(np.array([[1], [2]]), "ci"),
+        [4],
+    )
     nodes = [
         helper.make_node("Cast", ["x"], ["x16"], to=TensorProto.FLOAT16),
         helper.make_node("Constant", [], ["c"], sparse_value=c),
@@ -489,11 +502,12 @@ def test_sparse_weights_are_densified_and_upcast() -> None:
         helper.make_node("Cast", ["b"], ["y"], to=TensorProto.FLOAT),
     ]
     g = helper.make_graph(
-        nodes, "sparse",
+        nodes,
+        "sparse",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
         sparse_initializer=[w],
-    )  # fmt: skip
+    )
     cand = vm._model(g)
     before = cand.SerializeToString()
     emu = build_emulated_model(cand)
@@ -525,8 +539,9 @@ def test_detector_rounds_each_low_value_once_and_nothing_else(tmp_path: Path) ->
         o for n in cand.graph.node if n.op_type not in EXACT_OPS for o in n.output if o in low
     }
     emu = build_emulated_model(cand)
-    rounded = [n.name.removesuffix("__emu_up") for n in emu.model.graph.node
-               if n.name.endswith("__emu_up")]  # fmt: skip
+    rounded = [
+        n.name.removesuffix("__emu_up") for n in emu.model.graph.node if n.name.endswith("__emu_up")
+    ]
     assert len(rounded) == len(set(rounded))  # once each
     init_names = {t.name for t in cand.graph.initializer}
     assert set(rounded) - init_names == low_outputs  # exactly the FP16 values, no FP32 one

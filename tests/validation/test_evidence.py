@@ -45,10 +45,15 @@ def detector(tmp_path_factory) -> dict[str, Path]:
 
 
 def test_weak_outputs_near_zero_and_nearly_constant() -> None:
-    refs = [{"map": np.full((4, 4), 2e-4, np.float32) + np.eye(4, dtype=np.float32) * 1e-4,
-             "flat": np.full((8,), 0.5, np.float32) + np.arange(8, dtype=np.float32) * 1e-8,
-             "fine": np.linspace(-1, 1, 9, dtype=np.float32),
-             "scalar": np.array([0.0], np.float32), "ids": np.zeros((3,), np.int64)}]  # fmt: skip
+    refs = [
+        {
+            "map": np.full((4, 4), 2e-4, np.float32) + np.eye(4, dtype=np.float32) * 1e-4,
+            "flat": np.full((8,), 0.5, np.float32) + np.arange(8, dtype=np.float32) * 1e-8,
+            "fine": np.linspace(-1, 1, 9, dtype=np.float32),
+            "scalar": np.array([0.0], np.float32),
+            "ids": np.zeros((3,), np.int64),
+        }
+    ]
     weak = weak_outputs(refs)
     assert weak["map"] == "near zero (max |value| 0.0003)"
     assert weak["flat"].startswith("nearly constant (0.5 to 0.5")
@@ -65,15 +70,21 @@ def test_validate_flags_a_near_zero_reference_and_random_inputs(detector, tmp_pa
     data = json.loads((tmp_path / "r.json").read_text())
     assert data["weak_evidence"] == ["random inputs", f"reference '{MAP}' near zero"]
     # on a text-like page the same model gives evidence worth the name
-    real = validate(ref, cand, provider="emulate", inputs=str(detector["text"]),
-                    thresholds={"min_cosine": 0.999})  # fmt: skip
+    real = validate(
+        ref,
+        cand,
+        provider="emulate",
+        inputs=str(detector["text"]),
+        thresholds={"min_cosine": 0.999},
+    )
     assert real.weak_evidence == [] and "weak evidence" not in real.result_line()
     assert real.passed
 
 
 def test_the_validate_page_flags_weak_evidence(detector) -> None:
-    page = validation_page(detector["ref"], detector["cand"], provider="emulate",
-                           thresholds={"min_cosine": 0.99})  # fmt: skip
+    page = validation_page(
+        detector["ref"], detector["cand"], provider="emulate", thresholds={"min_cosine": 0.99}
+    )
     assert any(f"reference output '{MAP}' is near zero" in w for w in page.warnings)
     assert any("the inputs are random" in w for w in page.warnings)
 
@@ -86,20 +97,46 @@ def test_auto_refuses_a_degenerate_reference_in_few_sessions(detector, monkeypat
     assert counter.count <= 4
     message = str(err.value)
     assert f"the reference output '{MAP}' is near zero" in message and "--inputs" in message
-    res = CliRunner().invoke(cli, [str(detector["ref"]), "--auto", "--provider", "emulate", "-q",
-                                   "-o", str(detector["ref"].with_name("out.onnx"))])  # fmt: skip
+    res = CliRunner().invoke(
+        cli,
+        [
+            str(detector["ref"]),
+            "--auto",
+            "--provider",
+            "emulate",
+            "-q",
+            "-o",
+            str(detector["ref"].with_name("out.onnx")),
+        ],
+    )
     one_line_error(res, MAP, "near zero", "--inputs FILE.npz")
     assert not detector["ref"].with_name("out.onnx").exists()
 
 
 def test_auto_on_real_inputs_meets_the_thresholds(detector, tmp_path) -> None:
     out = tmp_path / "det.auto.onnx"
-    res = CliRunner().invoke(cli, [str(detector["ref"]), "--auto", "--provider", "emulate",
-                                   "--inputs", str(detector["text"]), "-o", str(out)])  # fmt: skip
+    res = CliRunner().invoke(
+        cli,
+        [
+            str(detector["ref"]),
+            "--auto",
+            "--provider",
+            "emulate",
+            "--inputs",
+            str(detector["text"]),
+            "-o",
+            str(out),
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert "thresholds met" in res.output and out.exists()
-    report = validate(detector["ref"], out, provider="emulate", inputs=str(detector["text"]),
-                      thresholds={"min_cosine": 0.999})  # fmt: skip
+    report = validate(
+        detector["ref"],
+        out,
+        provider="emulate",
+        inputs=str(detector["text"]),
+        thresholds={"min_cosine": 0.999},
+    )
     assert report.passed
 
 
@@ -149,8 +186,10 @@ def test_auto_save_inputs(tmp_path) -> None:
     model, _ = ov.mlp_ok()
     onnx.save(model, tmp_path / "m.onnx")
     saved = tmp_path / "calib.npz"
-    res = CliRunner().invoke(cli, [str(tmp_path / "m.onnx"), "--auto", "--provider", "emulate",
-                                   "--save-inputs", str(saved)])  # fmt: skip
+    res = CliRunner().invoke(
+        cli,
+        [str(tmp_path / "m.onnx"), "--auto", "--provider", "emulate", "--save-inputs", str(saved)],
+    )
     assert res.exit_code == 0, res.output
     with np.load(saved) as npz:
         assert set(npz.files) == {i.name for i in model.graph.input}
@@ -231,21 +270,24 @@ def test_a_saved_generated_npz_keeps_the_weak_evidence_label(tmp_path) -> None:
         arrays = {k: npz[k] for k in npz.files}
     assert set(arrays) == {"x"}
     np.savez(tmp_path / "mine.npz", **arrays)
-    mine = validate(ref, cand, provider="emulate", inputs=str(tmp_path / "mine.npz"),
-                    thresholds={"atol": 1})  # fmt: skip
+    mine = validate(
+        ref, cand, provider="emulate", inputs=str(tmp_path / "mine.npz"), thresholds={"atol": 1}
+    )
     assert mine.weak_evidence == []
 
 
 def test_the_weak_evidence_line_states_the_scale_and_names_inputs_it_may_miss() -> None:
     """Random floats are N(0, 1): an audio front end fed raw int16-scale samples, or a model
     that expects 0-255 pixels, sees other values; the line names such inputs and the way out."""
-    audio = validate(*(lambda m: (m, amp_convert.convert(m)))(im.vad_model()),
-                     provider="emulate", runs=0)  # fmt: skip
+    audio = validate(
+        *(lambda m: (m, amp_convert.convert(m)))(im.vad_model()), provider="emulate", runs=0
+    )
     (line,) = [w for w in audio.warnings if w.startswith("weak evidence: the inputs are random")]
     assert "assumed scale: floats drawn from N(0, 1)" in line
     assert "'input' may be audio samples" in line and "32768" in line
     assert "--inputs FILE.npz" in line and "--auto" in line
-    image = validate(*(lambda m: (m, amp_convert.convert(m)))(im.unnamed_hw_cnn()),
-                     provider="emulate", runs=0)  # fmt: skip
+    image = validate(
+        *(lambda m: (m, amp_convert.convert(m)))(im.unnamed_hw_cnn()), provider="emulate", runs=0
+    )
     (line,) = [w for w in image.warnings if w.startswith("weak evidence: the inputs are random")]
     assert "'x' may be pixels" in line and "0-255" in line

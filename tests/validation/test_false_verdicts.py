@@ -104,8 +104,9 @@ def test_a_reference_exactly_zero_everywhere_is_never_a_pass(tmp_path) -> None:
     amp_convert.convert_file(ref, cand, level="O3")
     with pytest.raises(ValidationError, match="exactly zero for every output"):
         validate(ref, cand, provider="emulate", runs=0, thresholds={"min_cosine": 0.99})
-    res = CliRunner().invoke(cli, ["validate", str(ref), str(cand), "--provider", "emulate",
-                                   "--min-cosine", "0.99"])  # fmt: skip
+    res = CliRunner().invoke(
+        cli, ["validate", str(ref), str(cand), "--provider", "emulate", "--min-cosine", "0.99"]
+    )
     assert res.exit_code == 2 and "PASS" not in res.output, res.output
 
 
@@ -119,10 +120,12 @@ def test_swapped_arguments_are_refused_when_the_original_holds_one_fp16_value(tm
     original = mlp(layers=2, width=16)
     out = original.graph.output[0].name
     original.graph.node[-1].output[0] = "pre"
-    original.graph.node.extend([
-        helper.make_node("Cast", ["pre"], ["pre16"], to=F16),
-        helper.make_node("Cast", ["pre16"], [out], to=F32),
-    ])  # fmt: skip
+    original.graph.node.extend(
+        [
+            helper.make_node("Cast", ["pre"], ["pre16"], to=F16),
+            helper.make_node("Cast", ["pre16"], [out], to=F32),
+        ]
+    )
     src, dst = tmp_path / "m.onnx", tmp_path / "m.fp16.onnx"
     onnx.save(original, src)
     amp_convert.convert_file(src, dst)
@@ -147,12 +150,19 @@ def test_a_float_attention_mask_is_fed_as_a_mask(tmp_path) -> None:
             helper.make_node("Softmax", ["masked"], ["probs"], axis=-1),
             helper.make_node("MatMul", ["probs", "w"], ["y"]),
         ],
-        [helper.make_tensor_value_info("scores", F32, [4, 64]),
-         helper.make_tensor_value_info("attention_mask", F32, [4, 64])],
+        [
+            helper.make_tensor_value_info("scores", F32, [4, 64]),
+            helper.make_tensor_value_info("attention_mask", F32, [4, 64]),
+        ],
         [helper.make_tensor_value_info("y", F32, [4, 8])],
-        [minimum, one, numpy_helper.from_array(
-            np.random.default_rng(0).standard_normal((64, 8)).astype(np.float32), "w")],
-    )  # fmt: skip
+        [
+            minimum,
+            one,
+            numpy_helper.from_array(
+                np.random.default_rng(0).standard_normal((64, 8)).astype(np.float32), "w"
+            ),
+        ],
+    )
     ref, cand = tmp_path / "r.onnx", tmp_path / "c.onnx"
     onnx.save(model, ref)
     amp_convert.convert_file(ref, cand)
@@ -163,12 +173,16 @@ def test_a_float_attention_mask_is_fed_as_a_mask(tmp_path) -> None:
 
 def _rate_model(dtype: int) -> onnx.ModelProto:
     return _model(
-        [helper.make_node("Cast", ["sr"], ["srf"], to=F32),
-         helper.make_node("Mul", ["x", "srf"], ["y"])],
-        [helper.make_tensor_value_info("x", F32, [1, 4]),
-         helper.make_tensor_value_info("sr", dtype, [1])],
+        [
+            helper.make_node("Cast", ["sr"], ["srf"], to=F32),
+            helper.make_node("Mul", ["x", "srf"], ["y"]),
+        ],
+        [
+            helper.make_tensor_value_info("x", F32, [1, 4]),
+            helper.make_tensor_value_info("sr", dtype, [1]),
+        ],
         [helper.make_tensor_value_info("y", F32, [1, 4])],
-    )  # fmt: skip
+    )
 
 
 @pytest.mark.parametrize("dtype", [TensorProto.INT8, TensorProto.INT16, TensorProto.UINT8])

@@ -57,9 +57,15 @@ def test_unnamed_image_dims_are_image_sized_and_the_cost_estimate_agrees() -> No
     assert report.input_shapes == {"x": [1, 3, 224, 224]}
     assert not any("default dims" in w for w in report.warnings)  # ran on the first attempt
     assert report.passed
-    assert assumed_dims(ir.from_proto(model), {}) == report.dims == {
-        "x[0]": 1, "x[2]": 224, "x[3]": 224,
-    }  # fmt: skip
+    assert (
+        assumed_dims(ir.from_proto(model), {})
+        == report.dims
+        == {
+            "x[0]": 1,
+            "x[2]": 224,
+            "x[3]": 224,
+        }
+    )
 
 
 def test_paddle_dynamic_dimension_names_are_a_batch_and_an_image() -> None:
@@ -86,8 +92,9 @@ def test_num_channels_is_three_and_a_kv_cache_is_never_an_image() -> None:
 def test_merged_decoder_whose_mask_axis_is_named_sequence_length_validates(tmp_path) -> None:
     """optimum's merged decoder: the mask spans past + current whatever its axis is named."""
     ref, cand = _save(tmp_path, im.merged_decoder_misnamed_mask(), "merged")
-    res = CliRunner().invoke(validate_command, [ref, cand, "--provider", "emulate",
-                                                "--min-cosine", "0.999"])  # fmt: skip
+    res = CliRunner().invoke(
+        validate_command, [ref, cand, "--provider", "emulate", "--min-cosine", "0.999"]
+    )
     assert res.exit_code == 0, res.output
     assert "result: PASS" in res.output
     # past 64 + current 64: the mask spans both, and both fit the 128 positions of wpe
@@ -97,8 +104,9 @@ def test_merged_decoder_whose_mask_axis_is_named_sequence_length_validates(tmp_p
 
 def test_genai_decoder_with_kv_cache_dim_validates_without_dim(tmp_path) -> None:
     ref, cand = _save(tmp_path, im.genai_kv_cache_dim_decoder(), "genai")
-    res = CliRunner().invoke(validate_command, [ref, cand, "--provider", "emulate",
-                                                "--min-cosine", "0.999"])  # fmt: skip
+    res = CliRunner().invoke(
+        validate_command, [ref, cand, "--provider", "emulate", "--min-cosine", "0.999"]
+    )
     assert res.exit_code == 0, res.output
     # past (kv_cache_dim) + current within the 128 rows of the rotary cache, the mask spans both
     assert "kv_cache_dim=64" in res.output and "attention_mask[1, 128]" in res.output
@@ -164,12 +172,21 @@ def test_an_empty_present_never_replaces_a_cache() -> None:
     )
     cache = np.ones((1, 4, 5, 8), np.float32)
     feeds = {"input_ids": np.zeros((1, 1), np.int64), "use_cache_branch": np.array([True])}
-    feeds.update({f"past_key_values.0.{kind}.{kv}": cache for kind in ("encoder", "decoder")
-                  for kv in ("key", "value")})  # fmt: skip
+    feeds.update(
+        {
+            f"past_key_values.0.{kind}.{kv}": cache
+            for kind in ("encoder", "decoder")
+            for kv in ("key", "value")
+        }
+    )
     empty = np.zeros((1, 4, 0, 8), np.float32)
     grown = np.ones((1, 4, 6, 8), np.float32)
-    outputs = {"present.0.encoder.key": empty, "present.0.encoder.value": empty,
-               "present.0.decoder.key": grown, "present.0.decoder.value": grown}  # fmt: skip
+    outputs = {
+        "present.0.encoder.key": empty,
+        "present.0.encoder.value": empty,
+        "present.0.decoder.key": grown,
+        "present.0.decoder.value": grown,
+    }
     nxt = next_feeds(io, feeds, outputs, np.array([3]))
     assert nxt["past_key_values.0.encoder.key"] is cache
     assert nxt["past_key_values.0.decoder.key"] is grown
@@ -215,8 +232,9 @@ def test_a_packed_gqa_decoder_gets_its_head_size_from_the_model(tmp_path) -> Non
     """ORT GenAI's packed layout: past [batch, 2, past, kv_cache_dim], head 32 (not 128) only in
     GroupQueryAttention's num_heads/kv_num_heads and the qkv_proj width; no --dim needed."""
     ref, cand = _save(tmp_path, im.genai_packed_decoder(head_dim=32), "packed")
-    res = CliRunner().invoke(validate_command, [ref, cand, "--provider", "emulate",
-                                                "--min-cosine", "0.999"])  # fmt: skip
+    res = CliRunner().invoke(
+        validate_command, [ref, cand, "--provider", "emulate", "--min-cosine", "0.999"]
+    )
     assert res.exit_code == 0, res.output
     assert "kv_cache_dim=32" in res.output
     assert "cannot run on the default dims" not in res.output  # right the first time
@@ -236,8 +254,15 @@ def test_a_roll_out_past_the_positions_stops_there_and_says_so(tmp_path) -> None
     """Dims the user set leave no room: the steps the model can run are judged, the report says
     where and why it stopped instead of failing the whole validation."""
     ref, cand = _save(tmp_path, im.genai_packed_decoder(max_positions=24), "short")
-    report = validate(ref, cand, provider="emulate", runs=0, thresholds=STRICT, decode_steps=8,
-                      dims={"sequence_length": 10, "past_sequence_length": 10})  # fmt: skip
+    report = validate(
+        ref,
+        cand,
+        provider="emulate",
+        runs=0,
+        thresholds=STRICT,
+        decode_steps=8,
+        dims={"sequence_length": 10, "past_sequence_length": 10},
+    )
     assert report.decode is not None
     ran = len(report.decode.steps)
     assert 1 <= ran < 8

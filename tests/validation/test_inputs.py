@@ -160,10 +160,11 @@ def test_npz_inputs_are_used(tmp_path: Path) -> None:
 def test_string_inputs_are_generated_and_compared_exactly() -> None:
     """A model that converts is validated; text inputs get random words (was refused)."""
     g = helper.make_graph(
-        [helper.make_node("Identity", ["s"], ["t"])], "g",
+        [helper.make_node("Identity", ["s"], ["t"])],
+        "g",
         [helper.make_tensor_value_info("s", TensorProto.STRING, [1])],
         [helper.make_tensor_value_info("t", TensorProto.STRING, [1])],
-    )  # fmt: skip
+    )
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
     report = validate(m, m, provider="cpu", runs=0)
     (out,) = report.outputs
@@ -290,8 +291,9 @@ def test_string_inputs_are_generated_and_validated(tmp_path) -> None:
     subprocess.run([*cmd, src, "-o", str(out), "-q"], check=True)
     run = subprocess.run(
         [*cmd, "validate", src, str(out), "--provider", "emulate", "--html", str(page), "-q"],
-        capture_output=True, text=True,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+    )
     assert run.returncode == 0, run.stderr
     assert page.exists() and "Traceback" not in run.stderr
     from amp_convert.validation.inputs import InputSpec, random_inputs
@@ -322,8 +324,13 @@ def test_genai_llama_with_multihead_attention_validates_on_default_inputs() -> N
     from models import fused
 
     model = fused.genai_llama(attention="mha")
-    report = validate(model, amp_convert.convert(model), provider="emulate", runs=0,
-                      thresholds={"min_cosine": 0.999})  # fmt: skip
+    report = validate(
+        model,
+        amp_convert.convert(model),
+        provider="emulate",
+        runs=0,
+        thresholds={"min_cosine": 0.999},
+    )
     assert report.passed
     assert report.input_shapes["attention_mask"][1] == (
         report.dims["past_sequence_length"] + report.dims["sequence_length"]

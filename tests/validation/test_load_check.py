@@ -131,6 +131,9 @@ def test_a_load_error_at_the_defaults_is_exit_2(tmp_path) -> None:
     broken.opset_import.append(onnx.helper.make_opsetid("example.custom", 1))
     bad = tmp_path / "bad.onnx"
     onnx.save(broken, bad)
-    with pytest.raises(LoadCrashError, match=r"^ONNX Runtime cannot load the converted model .*"
-                       r"at its default session options: "):  # fmt: skip
+    with pytest.raises(
+        LoadCrashError,
+        match=r"^ONNX Runtime cannot load the converted model .*"
+        r"at its default session options: ",
+    ):
         validate(src, bad, provider="emulate")

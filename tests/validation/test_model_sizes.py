@@ -36,8 +36,12 @@ def test_position_tables_as_exporters_name_them() -> None:
     by bench/exporter_patterns.py: 64 positions, 8 decode steps start from 56 tokens)."""
     from amp_convert.validation.model_sizes import _POSITION_TABLES
 
-    for name in ("transformer.wpe.weight", "embeddings.position_embeddings.weight",
-                 "model.decoder.embed_positions.weight_merged_0", "pos_emb"):  # fmt: skip
+    for name in (
+        "transformer.wpe.weight",
+        "embeddings.position_embeddings.weight",
+        "model.decoder.embed_positions.weight_merged_0",
+        "pos_emb",
+    ):
         assert _POSITION_TABLES.search(name), name
     for name in ("transformer.wte.weight", "model.embed_tokens.weight", "lm_head.weight"):
         assert not _POSITION_TABLES.search(name), name

@@ -155,11 +155,13 @@ def test_json_report(tmp_path: Path) -> None:
     assert d["schema_version"] == SCHEMA_VERSION == 2
     assert d["passed"] is False and d["verdict"] == "fail"
     assert d["provider"] == {
-        "requested": "emulate", "used": "emulate", "ort_providers": ["CPUExecutionProvider"],
+        "requested": "emulate",
+        "used": "emulate",
+        "ort_providers": ["CPUExecutionProvider"],
         "onnxruntime_version": report.onnxruntime_version,
         "graph_optimizations": "default (the emulated candidate: disabled)",
         "options": {},  # CUDA provider options (--cuda-option): none off CUDA
-    }  # fmt: skip
+    }
     assert d["inputs"]["dims"] == {"batch": 1} and d["inputs"]["shapes"] == {"x": [1, 8]}
     (y,) = d["outputs"]
     o = report.output("y")
@@ -195,8 +197,16 @@ def test_junit_report(tmp_path: Path) -> None:
 def test_table() -> None:
     ref, cand = vm.multi_io_pair()
     # logits are [batch, seq, vocab]: rank 3, so top-1 agreement is shown only when asked for
-    report = validate(ref, cand, provider="cpu", runs=2, warmup=0, dims={"seq": 4}, top1=["logits"],
-                      report_only=True)  # fmt: skip
+    report = validate(
+        ref,
+        cand,
+        provider="cpu",
+        runs=2,
+        warmup=0,
+        dims={"seq": 4},
+        top1=["logits"],
+        report_only=True,
+    )
     table = report.format_table()
     lines = table.splitlines()
     assert lines[0].split()[:4] == ["output", "dtype", "shape", "max_abs"]
@@ -257,8 +267,9 @@ def test_all_inf_candidate_is_never_cosine_1_or_pass(tmp_path: Path) -> None:
     assert d["outputs"][0]["nonfinite"] == 64 and d["outputs"][0]["passed"] is False
     assert d["outputs"][0]["cosine"] == 0.0 and d["outputs"][0]["cosine_finite"] is None
     # an explicit allowance is the only way to let them through, and then it is a pass
-    allowed = validate(ref, cand, provider="emulate", inputs={"x": x}, runs=0,
-                       thresholds={"max_nan": 64})  # fmt: skip
+    allowed = validate(
+        ref, cand, provider="emulate", inputs={"x": x}, runs=0, thresholds={"max_nan": 64}
+    )
     assert allowed.passed and allowed.output("y").cosine == 0.0
 
 

@@ -52,9 +52,21 @@ def test_dim_expressions_are_evaluated_without_eval(text, values, expected) -> N
 
 
 @pytest.mark.parametrize(
-    "text", ["batch", "seq_len", "16", "?", "__import__('os').system('true')", "a.b + 1",
-             "[1, 2]", "x if y else z", "a ** 2", "lambda: 1", ""],
-)  # fmt: skip
+    "text",
+    [
+        "batch",
+        "seq_len",
+        "16",
+        "?",
+        "__import__('os').system('true')",
+        "a.b + 1",
+        "[1, 2]",
+        "x if y else z",
+        "a ** 2",
+        "lambda: 1",
+        "",
+    ],
+)
 def test_anything_else_is_a_plain_name(text) -> None:
     assert parse_dim_expression(text) is None
 

@@ -36,8 +36,9 @@ pytestmark = pytest.mark.integration
 def _external(model: onnx.ModelProto, path: Path) -> None:
     copy = onnx.ModelProto()
     copy.CopyFrom(model)  # saving as external data rewrites the proto it is given
-    onnx.save(copy, path, save_as_external_data=True, location=path.name + ".data",
-              size_threshold=0)  # fmt: skip
+    onnx.save(
+        copy, path, save_as_external_data=True, location=path.name + ".data", size_threshold=0
+    )
 
 
 def _negated(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -63,15 +64,17 @@ def test_symlinked_candidate_is_emulated_with_the_data_next_to_the_link(tmp_path
     limits = {"min_cosine": 0.99}
     cosines = {}
     for provider in ("cpu", "emulate"):
-        report = validate(tmp_path / "ref.onnx", link / "cand.onnx", provider=provider, runs=0,
-                          thresholds=limits)  # fmt: skip
+        report = validate(
+            tmp_path / "ref.onnx", link / "cand.onnx", provider=provider, runs=0, thresholds=limits
+        )
         assert report.failed, provider
         cosines[provider] = report.output("y").cosine
     assert cosines["emulate"] == pytest.approx(cosines["cpu"], abs=1e-3)
     assert cosines["emulate"] < 0  # the negated weights, not the target's folder's
     # the link's target folder, validated directly, passes: the two folders really differ
-    direct = validate(tmp_path / "ref.onnx", target / "cand.onnx", provider="emulate", runs=0,
-                      thresholds=limits)  # fmt: skip
+    direct = validate(
+        tmp_path / "ref.onnx", target / "cand.onnx", provider="emulate", runs=0, thresholds=limits
+    )
     assert direct.passed
 
 
@@ -88,8 +91,13 @@ def test_hugging_face_cache_layout_validates_under_emulate(tmp_path) -> None:
     os.symlink("../../blobs/1f3a", snap / "model.onnx")
     os.symlink("../../blobs/9c0e", snap / "model.onnx.data")
     for provider in ("cpu", "emulate"):
-        report = validate(tmp_path / "ref.onnx", snap / "model.onnx", provider=provider, runs=0,
-                          thresholds={"min_cosine": 0.999})  # fmt: skip
+        report = validate(
+            tmp_path / "ref.onnx",
+            snap / "model.onnx",
+            provider=provider,
+            runs=0,
+            thresholds={"min_cosine": 0.999},
+        )
         assert report.passed, provider
         assert report.output("y").cosine > 0.999
     assert sorted(os.listdir(blobs)) == ["1f3a", "9c0e"]  # nothing written next to the data
@@ -105,8 +113,9 @@ def test_swapped_arguments_are_refused(tmp_path) -> None:
     res = CliRunner().invoke(cli, args)
     one_line_error(res, "swapped", str(dst), "original FP32 model first")
     # the right order passes
-    res = CliRunner().invoke(cli, ["validate", str(src), str(dst), "--provider", "emulate",
-                                   "--min-cosine", "0.99", "-q"])  # fmt: skip
+    res = CliRunner().invoke(
+        cli, ["validate", str(src), str(dst), "--provider", "emulate", "--min-cosine", "0.99", "-q"]
+    )
     assert res.exit_code == 0, res.output
     # two FP32 files, one of them stamped with no low value (a stale stamp), are not "swapped"
     stale = onnx.load(dst)
@@ -141,8 +150,20 @@ def _with_map(dst: Path, path: Path, text: str, edit=None) -> Path:
 
 def _validate_html(src: Path, cand: Path, tmp_path: Path) -> tuple[int, str, dict]:
     page, report = tmp_path / (cand.stem + ".html"), tmp_path / (cand.stem + ".json")
-    args = ["validate", str(src), str(cand), "--provider", "emulate", "--min-cosine", "0.99",
-            "--html", str(page), "--report", str(report), "-q"]  # fmt: skip
+    args = [
+        "validate",
+        str(src),
+        str(cand),
+        "--provider",
+        "emulate",
+        "--min-cosine",
+        "0.99",
+        "--html",
+        str(page),
+        "--report",
+        str(report),
+        "-q",
+    ]
     res = CliRunner().invoke(cli, args)
     assert res.exception is None or isinstance(res.exception, SystemExit), res.exc_info
     assert "Traceback" not in res.output
@@ -223,8 +244,12 @@ def test_a_map_pointing_the_output_elsewhere_cannot_fail_a_passing_model(tmp_pat
 
 
 def test_read_metadata_checks_every_field() -> None:
-    good = {"version": 1, "changed_only": False, "values": {"a": {"fate": "kept", "carrier": "a"}},
-            "nodes": {"n": {"op_type": "Add", "fate": "kept", "precision": "low"}}}  # fmt: skip
+    good = {
+        "version": 1,
+        "changed_only": False,
+        "values": {"a": {"fate": "kept", "carrier": "a"}},
+        "nodes": {"n": {"op_type": "Add", "fate": "kept", "precision": "low"}},
+    }
     found, why = ValueMap.read_metadata({METADATA_KEY: json.dumps(good)}, [])
     assert found is not None and why == "" and found.carrier("a") == "a"
     bad_entries = [
@@ -255,8 +280,20 @@ def _overflowing(tmp_path: Path) -> Path:
 def test_a_failing_validate_writes_nothing(tmp_path) -> None:
     src = _overflowing(tmp_path)
     out = tmp_path / "o.onnx"
-    args = [str(src), "-o", str(out), "--validate", "--provider", "emulate", "--runs", "0",
-            "--max-nan", "0", "--validation-report", str(tmp_path / "v.json")]  # fmt: skip
+    args = [
+        str(src),
+        "-o",
+        str(out),
+        "--validate",
+        "--provider",
+        "emulate",
+        "--runs",
+        "0",
+        "--max-nan",
+        "0",
+        "--validation-report",
+        str(tmp_path / "v.json"),
+    ]
     res = CliRunner().invoke(cli, args)
     assert res.exit_code == 1, res.output
     assert "nothing written" in res.output and "--force-write" in res.output
@@ -276,8 +313,19 @@ def test_a_failing_validate_writes_nothing(tmp_path) -> None:
     model, _ = ov.mlp_ok()
     onnx.save(model, tmp_path / "ok.onnx")
     ok = tmp_path / "ok.fp16.onnx"
-    res = CliRunner().invoke(cli, [str(tmp_path / "ok.onnx"), "--validate", "--provider",
-                                   "emulate", "--runs", "0", "--min-cosine", "0.99"])  # fmt: skip
+    res = CliRunner().invoke(
+        cli,
+        [
+            str(tmp_path / "ok.onnx"),
+            "--validate",
+            "--provider",
+            "emulate",
+            "--runs",
+            "0",
+            "--min-cosine",
+            "0.99",
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert ok.exists() and f"wrote {ok}" in res.output
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
@@ -344,15 +392,24 @@ def test_auto_with_a_string_output_is_consistent(tmp_path) -> None:
     met its thresholds and listed that output as FAIL. Now it is compared exactly (equal)."""
     model, _ = ov.mlp_ok()
     labels = helper.make_tensor("names", onnx.TensorProto.STRING, [3], [b"cat", b"dog", b"bird"])
-    model.graph.node.append(helper.make_node("Constant", [], ["labels"], name="labels",
-                                             value=labels))  # fmt: skip
+    model.graph.node.append(
+        helper.make_node("Constant", [], ["labels"], name="labels", value=labels)
+    )
     model.graph.output.append(helper.make_tensor_value_info("labels", onnx.TensorProto.STRING, [3]))
     onnx.checker.check_model(model)
     src = tmp_path / "m.onnx"
     onnx.save(model, src)
     np.savez(tmp_path / "x.npz", **ov.calibration(model))
-    args = [str(src), "--auto", "--inputs", str(tmp_path / "x.npz"), "--report",
-            str(tmp_path / "r.json"), "--html", str(tmp_path / "p.html")]  # fmt: skip
+    args = [
+        str(src),
+        "--auto",
+        "--inputs",
+        str(tmp_path / "x.npz"),
+        "--report",
+        str(tmp_path / "r.json"),
+        "--html",
+        str(tmp_path / "p.html"),
+    ]
     res = CliRunner().invoke(cli, args)
     assert res.exit_code == 0, res.output
     assert "thresholds met" in res.output and "FAIL" not in res.output
@@ -381,9 +438,11 @@ def test_weights_in_constant_nodes_are_weights(tmp_path) -> None:
         helper.make_node("Add", ["h", "b"], ["y"], name="fc/Add"),
     ]
     graph = helper.make_graph(
-        nodes, "consts", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, 16])],
+        nodes,
+        "consts",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, 16])],
         [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2, 32])],
-    )  # fmt: skip
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
     assert weight_bytes(model) == (16 * 32 + 32) * 4
     converted = amp_convert.convert(model, level="O2")
