@@ -104,8 +104,9 @@ def open_sessions(
         mode = "emulate"
         warnings += default_load_check(ref_src, cand_src, mode)
         ref, cand, emulated = _open(ref_src, cand_src, mode, stack)
-        if cuda_options:
-            warnings.append("provider auto fell back to emulate: --cuda-option was not used")
+    if cuda_options and mode != "cuda":
+        # auto on an ORT without the CUDA provider, or after CUDA failed to start
+        warnings.append(f"provider {provider} ran {mode}: --cuda-option was not used")
     warnings += _mode_warnings(mode, ref_src, cand_src, emulated)
     return Sessions(mode, ref, cand, emulated, warnings)
 

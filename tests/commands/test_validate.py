@@ -125,6 +125,26 @@ def test_auto_falls_back_when_cuda_fails_to_start(pairs, cuda_fails_to_start) ->
     assert "fell back to emulate" in res.output
 
 
+@pytest.mark.parametrize("setup", ["no_cuda", "cuda_fails_to_start"])
+def test_cuda_options_unused_by_auto_are_said(pairs, setup, request, tmp_path: Path) -> None:
+    """auto that runs emulate (no CUDA provider, or one that failed to start) says the CUDA
+    options were not used, and the report lists none: they were dropped silently."""
+    request.getfixturevalue(setup)
+    report = tmp_path / "r.json"
+    res = _run(
+        *pairs["mlp"],
+        "--provider",
+        "auto",
+        "--cuda-option",
+        "prefer_nhwc=1",
+        "--report",
+        str(report),
+    )
+    assert res.exit_code == 0, res.output
+    assert "warning: provider auto ran emulate: --cuda-option was not used" in res.output
+    assert json.loads(report.read_text())["provider"]["options"] == {}
+
+
 def test_html_page_is_drawn_with_the_verdicts_provider_and_inputs(
     pairs, cuda_fails_to_start, monkeypatch, tmp_path: Path
 ) -> None:
