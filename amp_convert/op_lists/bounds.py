@@ -28,6 +28,7 @@ import numpy as np
 import onnx_ir as ir
 
 from amp_convert.core import domains
+from amp_convert.core.neighbours import constant_scalar
 from amp_convert.core.precision import constant_tensor
 
 RULES = (
@@ -246,7 +247,7 @@ class Bounds:
             bounds = [float(a.value) if a is not None else None for a in found]
         else:
             slots = [*node.inputs[1:3], None, None][:2]
-            bounds = [_scalar(v) for v in slots]
+            bounds = [constant_scalar(v) for v in slots]
         if bounds[0] is not None:
             lo, hi = max(lo, bounds[0]), max(hi, bounds[0])
         if bounds[1] is not None:
@@ -306,11 +307,6 @@ class Bounds:
         return Bound(-peak - shift, peak + shift, f"{why} (n={n})")
 
 
-def _scalar(value: ir.Value | None) -> float | None:
-    data = _array(value)
-    return None if data is None or data.size != 1 else float(data.reshape(-1)[0])
-
-
 def _array(value: ir.Value | None) -> np.ndarray | None:
     tensor = constant_tensor(value) if value is not None else None
     return None if tensor is None else np.asarray(tensor.numpy(), dtype=np.float64)
@@ -324,8 +320,8 @@ def _through_copies(value: ir.Value | None) -> ir.Node | None:
         if node.op_type in _COPIES:
             node = node.inputs[0].producer() if node.inputs[0] is not None else None
         elif node.op_type == "Max" and len(node.inputs) == 2:
-            low = [v for v in node.inputs if _scalar(v) == -math.inf]
-            rest = [v for v in node.inputs if _scalar(v) != -math.inf]
+            low = [v for v in node.inputs if constant_scalar(v) == -math.inf]
+            rest = [v for v in node.inputs if constant_scalar(v) != -math.inf]
             if len(low) != 1 or len(rest) != 1 or rest[0] is None:
                 return node
             node = rest[0].producer()
