@@ -12,6 +12,11 @@ cached, as after ``pip install``: one unmeasured warm-up round writes it):
   between ``onnx.load`` and ``onnx.save``;
 * ``ort``: ``onnxruntime.transformers.float16.convert_float_to_float16(model,
   keep_io_types=True)``, the same way;
+* ``floor``: no conversion at all: amp-convert's start-up settings, the third-party packages a
+  conversion imports (onnx, onnx-ir, numpy, ml_dtypes, click, re2), onnx's schema registry (which
+  the checker and shape inference read) and ``onnx.load`` then ``onnx.save``. What any design on
+  these dependencies pays before its first line of conversion: ``floor / occ`` above 1.0 means
+  amp / occ <= 1.0 cannot be met by making amp-convert's own code faster;
 * with ``--baseline-src DIR`` (an older checkout) ``base``: that checkout's amp-convert.
 
 Pairs A B A B: each model's tools run one after the other in every round, so the machine's load
@@ -50,6 +55,16 @@ warnings.simplefilter("ignore")
 model = onnx.load(sys.argv[1])
 out = convert_float_to_float16(model, keep_io_types=True)
 onnx.save(out, sys.argv[2])
+"""
+FLOOR = """
+import sys
+from amp_convert.startup import lean_process
+from amp_convert.commands.deferred import defer_sympy
+lean_process()
+defer_sympy()
+import click, ml_dtypes, numpy, onnx, onnx_ir, re2
+onnx.defs.get_schema("Add")
+onnx.save(onnx.load(sys.argv[1]), sys.argv[2])
 """
 OCC = PEER.format(imp="from onnxconverter_common.float16 import convert_float_to_float16")
 ORT = PEER.format(imp="from onnxruntime.transformers.float16 import convert_float_to_float16")
@@ -103,6 +118,7 @@ def tools(
         "amp": ([py, "-c", AMP, str(model), "-o", str(out), "--force", "-q"], here),
         "occ": ([py, "-c", OCC, str(model), str(out)], here),
         "ort": ([py, "-c", ORT, str(model), str(out)], here),
+        "floor": ([py, "-c", FLOOR, str(model), str(out)], here),
     }
     if baseline is not None:
         there = _env(baseline, pycache / "baseline")
@@ -141,7 +157,7 @@ def _ratio(rows: list[tuple[float, float]], base: list[tuple[float, float]], i: 
 
 
 def report(times: dict[str, dict[str, list[tuple[float, float]]]], sizes: dict[str, float]) -> None:
-    peers = [t for t in ("occ", "ort", "base") if any(t in v for v in times.values())]
+    peers = [t for t in ("occ", "ort", "floor", "base") if any(t in v for v in times.values())]
     head = f"{'model':34s} {'MB':>6s} " + " ".join(f"{t + ' s':>7s}" for t in ["amp", *peers])
     print(head + "  " + " ".join(f"{'amp/' + t:>8s}" for t in peers))
     wall: dict[str, list[float]] = {t: [] for t in peers}
@@ -162,6 +178,18 @@ def report(times: dict[str, dict[str, list[tuple[float, float]]]], sizes: dict[s
             f"median over {len(wall[t])} models < 20 MB, amp / {t}: "
             f"wall {statistics.median(wall[t]):.2f}x, CPU {statistics.median(cpu[t]):.2f}x"
             + (" (target <= 1.0)" if t == "occ" else "")
+        )
+    floor = [
+        (_ratio(by_tool["floor"], by_tool["occ"], 0), _ratio(by_tool["floor"], by_tool["occ"], 1))
+        for name, by_tool in times.items()
+        if {"floor", "occ"} <= by_tool.keys() and sizes[name] < 20 * MB
+    ]
+    floor = [(w, c) for w, c in floor if w == w]  # not NaN: occ failed on the model
+    if floor:
+        print(
+            f"median over {len(floor)} models < 20 MB, floor / occ: "
+            f"wall {statistics.median(w for w, _ in floor):.2f}x, "
+            f"CPU {statistics.median(c for _, c in floor):.2f}x (no conversion)"
         )
 
 
