@@ -12,7 +12,6 @@ from amp_convert.commands.deferred import defer_sympy
 
 defer_sympy()  # before the imports below load onnx-ir: the command line does no symbolic math
 
-import difflib
 import logging
 import os
 import sys
@@ -34,7 +33,7 @@ from amp_convert.commands.validate import (
     validate_command,
     validation_options,
 )
-from amp_convert.core import user_text
+from amp_convert.core import spelling, user_text
 from amp_convert.errors import AmpConvertError, InputError
 from amp_convert.files import safe_write
 from amp_convert.files.output_set import OutputSet
@@ -75,10 +74,11 @@ class _ConvertByDefault(click.Group):
             raise click.UsageError(str(e), ctx) from None
         if args and args[0] not in self.commands and args[0] not in ("--help", "-h", "--version"):
             word = args[0]
-            close = difflib.get_close_matches(word, [c for c in self.commands if c != "convert"])
-            if close and not word.startswith("-") and not os.path.lexists(word):
+            unknown = not word.startswith("-") and not os.path.lexists(word)
+            close = unknown and spelling.closest(word, [c for c in self.commands if c != "convert"])
+            if close:
                 raise click.UsageError(
-                    f"no such command or model file {word!r}; did you mean {close[0]!r}?", ctx
+                    f"no such command or model file {word!r}; did you mean {close!r}?", ctx
                 )
             args = ["convert", *args]
         return super().parse_args(ctx, args)

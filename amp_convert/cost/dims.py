@@ -16,7 +16,6 @@ name. Nothing recurses on the text: a dim_param is untrusted input.
 
 from __future__ import annotations
 
-import difflib
 import math
 import re
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
@@ -24,6 +23,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+from amp_convert.core import spelling
 from amp_convert.errors import OptionError
 
 _CALLS = {"floor", "ceil", "min", "max", "Min", "Max", "floordiv", "FloorDiv"}
@@ -79,8 +79,8 @@ def check_dim_names(
             if base in inputs:
                 continue
             raise OptionError(f"--dim {name}: the model has no input named {base!r}")
-        close = difflib.get_close_matches(name, list(names), n=1, cutoff=0.6)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        close = spelling.closest(name, names)
+        hint = f" (did you mean {close!r}?)" if close else ""
         offered = listed if listed is not None else (", ".join(sorted(names)) or "none")
         raise OptionError(
             f"--dim {name}: the model has no dim named {name!r}{hint} (its dims: {offered})"

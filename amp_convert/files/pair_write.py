@@ -29,7 +29,6 @@ from __future__ import annotations
 import enum
 import os
 import re
-import secrets
 from collections.abc import Callable, Collection
 from pathlib import Path
 
@@ -153,7 +152,7 @@ class PairWrite:
         self.before_commit = before_commit
         self.preferred = preferred
         self.step = Step.START
-        self.token = secrets.token_hex(4)
+        self.token = stale.new_token()
         self.held = stale.Held()
         self.tmp: str | None = None
         self.data_tmp: str | None = None

@@ -29,7 +29,6 @@ import contextlib
 import errno
 import os
 import re
-import secrets
 import signal
 import stat
 import tempfile
@@ -387,7 +386,7 @@ class StagedFile:
         if not os.path.isfile(slot.beside(slot.name)):
             return None
         while True:
-            name = stale.temp_name(slot.name, secrets.token_hex(4), "bak")
+            name = stale.temp_name(slot.name, stale.new_token(), "bak")
             try:
                 os.link(
                     slot.name,

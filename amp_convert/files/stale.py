@@ -26,7 +26,6 @@ import contextlib
 import errno
 import os
 import re
-import secrets
 import shutil
 import tempfile
 from collections.abc import Callable, Collection, Iterator
@@ -60,6 +59,12 @@ def pattern(output: str) -> re.Pattern[str]:
     return re.compile(rf"\.{re.escape(stem(output))}\.(?P<token>[0-9a-f]{{8}})\.(?P<kind>{kinds})")
 
 
+def new_token() -> str:
+    """Eight random hex digits naming one run's temporary files (``os.urandom``, as
+    ``secrets.token_hex`` reads it, without importing secrets' hmac and hashlib at start-up)."""
+    return os.urandom(4).hex()
+
+
 class Held:
     """Temporary files created and locked by this writer; ``release`` lets go of them all."""
 
@@ -69,7 +74,7 @@ class Held:
     def create(self, output: str, kind: str, dir_fd: int, token: str | None = None) -> str:
         """A fresh temporary of `output` (mode from the umask), locked; its name."""
         while True:
-            name = temp_name(output, token or secrets.token_hex(4), kind)
+            name = temp_name(output, token or new_token(), kind)
             try:
                 fd = os.open(name, _CREATE_FLAGS, 0o666, dir_fd=dir_fd)
             except FileExistsError:

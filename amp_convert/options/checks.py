@@ -8,7 +8,6 @@ point goes through it (pipeline.run, and ``--auto`` before its first session).
 
 from __future__ import annotations
 
-import difflib
 import functools
 from collections.abc import Iterable
 
@@ -16,7 +15,7 @@ import onnx
 import onnx_ir as ir
 
 from amp_convert import schema
-from amp_convert.core import walk
+from amp_convert.core import spelling, walk
 from amp_convert.cost.dims import check_dim_names
 from amp_convert.errors import OptionError
 from amp_convert.op_lists import OpLists
@@ -35,8 +34,8 @@ def _known_ops() -> frozenset[str]:
 
 
 def _suggest(word: str, known: Iterable[str]) -> str:
-    close = difflib.get_close_matches(word, list(known), n=1, cutoff=0.6)
-    return f" (did you mean {close[0]!r}?)" if close else ""
+    close = spelling.closest(word, known)
+    return f" (did you mean {close!r}?)" if close else ""
 
 
 def check_ops(options: ConvertOptions, model: ir.Model) -> None:

@@ -29,11 +29,11 @@ Other metadata: ``param`` (the click parameter's name when it is not the field's
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import MISSING, Field, dataclass, field, fields
 from typing import Any
 
+from amp_convert.core import spelling
 from amp_convert.errors import OptionError
 
 
@@ -130,7 +130,7 @@ def check_names(kwargs: Mapping[str, Any], known: Iterable[str], what: str) -> N
     known = list(known)
     unknown = set(kwargs) - set(known)
     if unknown:
-        close = [c for u in sorted(unknown) for c in difflib.get_close_matches(u, known, 1)]
+        close = [c for u in sorted(unknown) if (c := spelling.closest(u, known))]
         hint = f"; did you mean {close[0]!r}?" if close else ""
         raise OptionError(
             f"unknown {what}(s) {', '.join(sorted(unknown))} (known: {', '.join(known)}){hint}"
