@@ -39,6 +39,20 @@ def say_internal(error: BaseException, what: str = "", where: str = "") -> None:
     click.echo(f"{PREFIX} internal error: {text}", err=True)
 
 
+class DeclaredChoice(click.Choice):
+    """A choice shown as declared (``[O0|O1|O2|O3]``), in the help and in the refusal.
+
+    From click 8.2 a case-insensitive choice is printed case-folded (``[o0|o1|o2|o3]``, "'O7' is
+    not one of 'o0', ..."), while the option's help, its default and the docs say O2.
+    """
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context) -> str:
+        return f"[{'|'.join(map(str, self.choices))}]"
+
+    def get_invalid_choice_message(self, value: Any, ctx: click.Context | None) -> str:
+        return f"{value!r} is not one of {', '.join(map(repr, map(str, self.choices)))}."
+
+
 def _click_option(f: Field) -> list[Callable[[F], F]]:
     """The click option(s) for one declared field."""
     meta = f.metadata
@@ -51,7 +65,7 @@ def _click_option(f: Field) -> list[Callable[[F], F]]:
             for part in meta["parts"]
         ]
     if kind == "choice":
-        choice = click.Choice(meta["choices"], case_sensitive=meta.get("case_sensitive", False))
+        choice = DeclaredChoice(meta["choices"], case_sensitive=meta.get("case_sensitive", False))
         value = default.value if isinstance(default, enum.Enum) else default
         return [
             click.option(

@@ -222,6 +222,14 @@ def test_bad_input_one_line_nonzero(tmp_path: Path, make, message: str) -> None:
 def test_unknown_level_is_usage_error(bert: Path) -> None:
     result = invoke(bert, "--level", "O9")
     assert result.exit_code == 2
+    # the levels as the help, the default and the docs spell them (click >= 8.2 case-folds them)
+    assert "'O9' is not one of 'O0', 'O1', 'O2', 'O3'." in result.output
+
+
+def test_choices_are_shown_and_taken_as_declared(bert: Path, tmp_path: Path) -> None:
+    shown = invoke("convert", "--help").output
+    assert "--level [O0|O1|O2|O3]" in shown and "--dtype [fp16|bf16]" in shown
+    assert invoke(bert, "--level", "o1", "-o", tmp_path / "o.onnx", "-q").exit_code == 0
 
 
 def test_convert_and_validate(bert: Path, tmp_path: Path) -> None:
