@@ -17,6 +17,9 @@ _._default_config
 _._run_for_config
 # a lazy module's spec, read by importlib
 _.__spec__
+# click.Choice's hooks, called by click for the help's metavar and an invalid choice's message
+_.get_metavar
+_.get_invalid_choice_message
 # warnings.showwarning's signature (category is passed by the warnings module)
 _.showwarning
 category
