@@ -46,9 +46,8 @@ def range_stats(tensors: Sequence[ir.TensorProtocol], low: ir.DataType) -> list[
             stats = scan(read(tensor), limits)
             release(tensor)
             return stats
-        buffer = getattr(local, "buffer", None)
-        if buffer is None:
-            buffer = local.buffer = bytearray(SCAN_CHUNK * 4)
+        nbytes = (stop - start) * int(tensor.dtype.itemsize)
+        buffer = chunk_pool.thread_buffer(local, nbytes, SCAN_CHUNK * 4)
         values = read_chunk(tensor, start, stop, buffer)
         # a range read into the worker's buffer may be overwritten; a mapped one is the page
         # cache's (read-only): its magnitudes go into the buffer

@@ -230,9 +230,9 @@ def write_chunk(job: Job, local: threading.local, spare: list[bytearray]) -> Rea
         return Ready(job, memoryview(data))
     if not isinstance(tensor, LowCopy):
         return Ready(job, None)  # a kept range: the writer copies it
-    buffer = getattr(local, "buffer", None)
-    if buffer is None:  # the worker's own read buffer, reused chunk to chunk
-        buffer = local.buffer = bytearray(chunk_pool.CHUNK * 4)
+    # the worker's own read buffer (the source's bytes), reused chunk to chunk
+    nbytes = (job.stop - job.start) * int(tensor.source.dtype.itemsize)
+    buffer = chunk_pool.thread_buffer(local, nbytes, chunk_pool.CHUNK * 4)
     if job.stop - job.start < chunk_pool.CHUNK // 4:
         # a small weight: rounded into memory of its own size. A chunk-sized buffer each would
         # hold 8 MiB per weight of a batch until the writer is done with it (600 small weights
