@@ -30,10 +30,11 @@ import argparse
 import json
 import sys
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import onnx
 import onnx_ir as ir
 
@@ -184,6 +185,21 @@ def _first_line(e: BaseException) -> str:
     return text.replace("|", "/")[:110]
 
 
+def conversions(
+    row: dict[str, Any], model: onnx.ModelProto, tools: dict[str, Tool] = TOOLS
+) -> Iterator[tuple[dict[str, Any], tuple[onnx.ModelProto, Any] | None]]:
+    """Each tool's row (`row`'s keys and the tool's name) and what it returned (model, report),
+    or None when it raised: the row then holds the error's first line."""
+    for tool, fn in tools.items():
+        mine = {**row, "tool": tool}
+        converted = None
+        try:
+            converted = fn(model)
+        except Exception as e:
+            mine["error"] = _first_line(e)
+        yield mine, converted
+
+
 def measure(
     name: str,
     model: onnx.ModelProto,
@@ -195,21 +211,18 @@ def measure(
     """One row per tool, after the FP32 model's own row."""
     rows = []
     amp_dims: dict[str, int] = {}  # amp's report says which dims its traffic figure took
-    for tool, fn in tools.items():
-        row: dict[str, Any] = {"model": name, "tool": tool}
+    for row, converted in conversions({"model": name}, model, tools):
         rows.append(row)
-        try:
-            out, report = fn(model)
-        except Exception as e:
-            row["error"] = _first_line(e)
+        if converted is None:
             continue
+        out, report = converted
         if report is not None:  # amp's own figure, from its report
             amp_dims = dict(report.traffic_dims)
             row["traffic"] = report.traffic.get("result")
         _fill(row, model, out, amp_dims, dims, steps if decoder else 0)
     fp32: dict[str, Any] = {"model": name, "tool": "FP32", "casts_added": 0}
     fp32["weight_bytes"] = weight_bytes(model)
-    _try(fp32, "traffic", lambda: traffic(model, amp_dims))
+    try_into(fp32, "traffic", traffic, model, amp_dims)
     return [fp32, *rows]
 
 
@@ -223,22 +236,33 @@ def _fill(
 ) -> None:
     row["casts_added"] = casts(out) - casts(model)
     row["weight_bytes"] = weight_bytes(out)
-    _try(row, "traffic_remeasured", lambda: traffic(out, amp_dims))
+    try_into(row, "traffic_remeasured", traffic, out, amp_dims)
     row.setdefault("traffic", row.get("traffic_remeasured"))
-    _try(row, "cosine", lambda: _cosine(model, out, dims))
+    try_into(row, "cosine", emulate_cosine, model, out, dims=dims)
     if steps:
-        _try(row, "tokens", lambda: _tokens(model, out, dims, steps))
+        try_into(row, "tokens", _tokens, model, out, dims, steps)
 
 
-def _try(row: dict[str, Any], key: str, what: Callable[[], Any]) -> None:
+def try_into(
+    row: dict[str, Any], key: str, what: Callable[..., Any], *args: Any, **kw: Any
+) -> None:
+    """``row[key] = what(*args, **kw)``, or ``row[key + "_error"]`` the first line of what it
+    raised."""
     try:
-        row[key] = what()
+        row[key] = what(*args, **kw)
     except Exception as e:
         row[f"{key}_error"] = _first_line(e)
 
 
-def _cosine(ref: onnx.ModelProto, cand: onnx.ModelProto, dims: dict[str, int]) -> float:
-    report = validate(ref, cand, provider="emulate", dims=dims or None, runs=0)
+def emulate_cosine(
+    ref: onnx.ModelProto,
+    cand: onnx.ModelProto,
+    *,
+    dims: dict[str, int] | None = None,
+    inputs: dict[str, np.ndarray] | None = None,
+) -> float:
+    """The lowest output cosine of `cand` against `ref` under the emulator (no timing runs)."""
+    report = validate(ref, cand, provider="emulate", dims=dims or None, inputs=inputs, runs=0)
     return min(1.0 if o.cosine is None else o.cosine for o in report.outputs)
 
 

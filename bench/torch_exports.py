@@ -37,9 +37,8 @@ import onnx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from amp_convert.validation import validate
 from bench._needs import needs
-from bench.pipelines import TOOLS, casts
+from bench.pipelines import casts, conversions, emulate_cosine, try_into
 
 #: export name -> torch.onnx.export keyword arguments
 EXPORTS: dict[str, dict[str, Any]] = {
@@ -107,14 +106,11 @@ def _ops(model: onnx.ModelProto, op: str) -> int:
 
 def measure(name: str, model: onnx.ModelProto) -> list[dict[str, Any]]:
     rows = []
-    for tool, convert in TOOLS.items():
-        row: dict[str, Any] = {"export": name, "tool": tool}
+    for row, converted in conversions({"export": name}, model):
         rows.append(row)
-        try:
-            out, report = convert(model)
-        except Exception as e:  # a tool that fails gets its first line
-            row["error"] = str(e).splitlines()[0][:100]
+        if converted is None:  # a tool that fails gets its first line
             continue
+        out, report = converted
         row["casts_added"] = casts(out) - casts(model)
         row["global_pool"] = _ops(out, "GlobalAveragePool")
         row["reduce_mean"] = _ops(out, "ReduceMean")
@@ -126,11 +122,7 @@ def measure(name: str, model: onnx.ModelProto) -> list[dict[str, Any]]:
         listed = getattr(report, "initializer_inputs", None)  # (older checkouts: no such field)
         if listed is not None:
             row["initializer_inputs"] = f"{listed.count} {listed.case}"
-        try:
-            check = validate(model, out, provider="emulate", runs=0)
-            row["cosine"] = min(1.0 if o.cosine is None else o.cosine for o in check.outputs)
-        except Exception as e:
-            row["cosine_error"] = str(e).splitlines()[0][:100]
+        try_into(row, "cosine", emulate_cosine, model, out)
     return rows
 
 

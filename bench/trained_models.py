@@ -25,16 +25,14 @@ import sys
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import onnx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from amp_convert.validation import validate
 from bench._needs import needs
-from bench.pipelines import TOOLS, casts
+from bench.pipelines import casts, conversions, emulate_cosine, try_into
 from models.input_meaning import text_like_image
 
 WHEELS = {
@@ -158,21 +156,14 @@ MODELS: dict[str, tuple[str, Feeds]] = {
 
 def measure(name: str, model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[dict]:
     rows = []
-    for tool, convert in TOOLS.items():
-        row: dict[str, Any] = {"model": name, "tool": tool}
+    for row, converted in conversions({"model": name}, model):
         rows.append(row)
-        try:
-            out, _ = convert(model)
-        except Exception as e:  # a tool that fails gets its first line
-            row["error"] = str(e).splitlines()[0][:100]
+        if converted is None:  # a tool that fails gets its first line
             continue
+        out = converted[0]
         row["casts_added"] = casts(out) - casts(model)
         row["bytes"] = out.ByteSize()
-        try:
-            report = validate(model, out, provider="emulate", inputs=feeds, runs=0)
-            row["cosine"] = min(1.0 if o.cosine is None else o.cosine for o in report.outputs)
-        except Exception as e:
-            row["cosine_error"] = str(e).splitlines()[0][:100]
+        try_into(row, "cosine", emulate_cosine, model, out, inputs=feeds)
     return rows
 
 
