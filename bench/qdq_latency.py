@@ -65,63 +65,19 @@ def main(argv: list[str] | None = None) -> int:
         _quantize(src, qdq, feeds)
         ref, _ = reference_outputs(src, args.provider, feeds)
         progress("FP32, QDQ, QDQ O2 and QDQ O2 --opset-upgrade: converted and timed")
+        cases = [
+            ("FP32", "FP32", src),
+            ("QDQ", "FP32", qdq),
+            ("QDQ O2", "O2", qdq),
+            ("QDQ O2+up", "O2+upgrade", qdq),
+        ]
+        timing = {"provider": args.provider, "runs": args.runs, "warmup": args.warmup}
         rows = [
             (
-                "FP32",
-                convert_and_measure(
-                    "FP32",
-                    src,
-                    folder,
-                    feeds,
-                    ref,
-                    provider=args.provider,
-                    target="ort-cuda",
-                    runs=args.runs,
-                    warmup=args.warmup,
-                ),
-            ),
-            (
-                "QDQ",
-                convert_and_measure(
-                    "FP32",
-                    qdq,
-                    folder,
-                    feeds,
-                    ref,
-                    provider=args.provider,
-                    target="ort-cuda",
-                    runs=args.runs,
-                    warmup=args.warmup,
-                ),
-            ),
-            (
-                "QDQ O2",
-                convert_and_measure(
-                    "O2",
-                    qdq,
-                    folder,
-                    feeds,
-                    ref,
-                    provider=args.provider,
-                    target="ort-cuda",
-                    runs=args.runs,
-                    warmup=args.warmup,
-                ),
-            ),
-            (
-                "QDQ O2+up",
-                convert_and_measure(
-                    "O2+upgrade",
-                    qdq,
-                    folder,
-                    feeds,
-                    ref,
-                    provider=args.provider,
-                    target="ort-cuda",
-                    runs=args.runs,
-                    warmup=args.warmup,
-                ),
-            ),
+                name,
+                convert_and_measure(level, path, folder, feeds, ref, target="ort-cuda", **timing),
+            )
+            for name, level, path in cases
         ]
     print(f"ResNet-50 b{args.batch} on {args.provider}")
     for name, m in rows:
