@@ -86,18 +86,8 @@ def run_ours(model: onnx.ModelProto, feeds: dict, margin: float = 2.0) -> dict:
     seconds = time.perf_counter() - t
     sessions = COUNT["sessions"]
     assert sessions == report.sessions, (sessions, report.sessions)
-    cos, bad = _accuracy(model, result, feeds)
-    low, total = _float_nodes(result)
-    return {
-        "sessions": sessions,
-        "seconds": seconds,
-        "low": low,
-        "total": total,
-        "cosine": cos,
-        "nonfinite": bad,
-        "pinned": len(report.pinned),
-        "passed": report.passed,
-    }
+    row = _measured(model, result, feeds, sessions, seconds)
+    return {**row, "pinned": len(report.pinned), "passed": report.passed}
 
 
 def run_peer(model: onnx.ModelProto, feeds: dict) -> dict:
@@ -136,6 +126,13 @@ def run_peer(model: onnx.ModelProto, feeds: dict) -> dict:
     sessions = COUNT["sessions"]
     if result is None:
         return {"sessions": sessions, "seconds": seconds, "error": error}
+    return _measured(model, result, feeds, sessions, seconds)
+
+
+def _measured(
+    model: onnx.ModelProto, result: onnx.ModelProto, feeds: dict, sessions: int, seconds: float
+) -> dict:
+    """A search's row: its cost, how much of the model it made low, and the result's accuracy."""
     cos, bad = _accuracy(model, result, feeds)
     low, total = _float_nodes(result)
     return {

@@ -7,11 +7,12 @@ or removed); --auto and validate --html read it, and the HTML page shows folded 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import numpy as np
 import onnx
 import pytest
-from click.testing import CliRunner
+from click.testing import CliRunner, Result
 
 from amp_convert import convert
 from amp_convert.commands.cli import cli
@@ -20,6 +21,12 @@ from amp_convert.pages.html import num, thresholds_text
 from amp_convert.pages.trace import candidate_value_map
 from amp_convert.reports.value_map import METADATA_KEY, Fate, ValueMap
 from models.export_shapes import bn_cast_head, wakeword_in_if
+
+
+def _validate_page(src: Path, dst: Path, page: Path) -> Result:
+    """``amp-convert validate SRC DST --provider emulate --min-cosine 0.999 --html PAGE``."""
+    args = ["validate", str(src), str(dst), "--provider", "emulate", "--min-cosine", "0.999"]
+    return CliRunner().invoke(cli, [*args, "--html", str(page)])
 
 
 def _map() -> tuple[onnx.ModelProto, ValueMap]:
@@ -92,20 +99,7 @@ def test_auto_and_validate_pages_show_folded_values(tmp_path) -> None:
     assert "strip: folded into another node" in text  # the BN's node in the strip
     assert "(= final: one candidate)" in text and "1 (the first candidate is the final" in text
     vpage = tmp_path / "validate.html"
-    res = CliRunner().invoke(
-        cli,
-        [
-            "validate",
-            str(src),
-            str(dst),
-            "--provider",
-            "emulate",
-            "--min-cosine",
-            "0.999",
-            "--html",
-            str(vpage),
-        ],
-    )
+    res = _validate_page(src, dst, vpage)
     assert res.exit_code == 0, res.output
     vtext = vpage.read_text()
     assert "the converter&#x27;s value map (in the model)" in vtext
@@ -122,20 +116,7 @@ def test_validate_page_of_a_model_converted_elsewhere_says_how_it_matched(tmp_pa
     del converted.metadata_props[:]
     onnx.save(converted, dst)
     page = tmp_path / "v.html"
-    res = CliRunner().invoke(
-        cli,
-        [
-            "validate",
-            str(src),
-            str(dst),
-            "--provider",
-            "emulate",
-            "--min-cosine",
-            "0.999",
-            "--html",
-            str(page),
-        ],
-    )
+    res = _validate_page(src, dst, page)
     assert res.exit_code in (0, 1), res.output
     text = page.read_text()
     assert "names (no value map)" in text and "carries no value map" in text
