@@ -36,6 +36,7 @@ step's signature).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import onnx_ir as ir
 
@@ -221,24 +222,22 @@ def _nothing_to_do(model: ir.Model, options: ConvertOptions, report: ConversionR
 
 def _holds_low(model: ir.Model, low: ir.DataType) -> bool:
     """Whether any value or weight of the model has the low type (a real converted model)."""
-    for graph in walk.graphs(model):
-        values = (*graph.inputs, *graph.outputs, *graph.initializers.values())
-        if any(v.dtype == low for v in values):
-            return True
-    return any(out.dtype == low for node in walk.all_nodes(model.graph) for out in node.outputs)
+    return _any_dtype(model, lambda dtype: dtype == low)
 
 
 def _has_float(model: ir.Model) -> bool:
     """Whether any value or weight of the model has a floating-point type (a float data path)."""
+    return _any_dtype(model, lambda dtype: dtype is not None and dtype.is_floating_point())
+
+
+def _any_dtype(model: ir.Model, test: Callable[[ir.DataType | None], bool]) -> bool:
+    """Whether a graph input, output or weight, or a node's output, of any graph of the model
+    has a dtype that passes `test`."""
     for graph in walk.graphs(model):
         values = (*graph.inputs, *graph.outputs, *graph.initializers.values())
-        if any(v.dtype is not None and v.dtype.is_floating_point() for v in values):
+        if any(test(v.dtype) for v in values):
             return True
-    return any(
-        out.dtype is not None and out.dtype.is_floating_point()
-        for node in walk.all_nodes(model.graph)
-        for out in node.outputs
-    )
+    return any(test(out.dtype) for node in walk.all_nodes(model.graph) for out in node.outputs)
 
 
 def _verify(model: ir.Model, strict_error: str | None) -> Verified:
